@@ -1,0 +1,217 @@
+"""load_config: file, then flags on top, then every rule checked in a fixed order."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import TypeVar
+
+from config.errors import MISSING, ConfigError
+from config.model import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    MAX_PORT,
+    HostPort,
+    LogConfig,
+    ProxyConfig,
+)
+from config.sources import apply_overrides, read_yaml_file
+from config.values import (
+    is_wildcard,
+    parse_bootstrap,
+    parse_broker_ports,
+    parse_choice,
+    parse_host,
+    parse_host_port,
+    parse_int,
+    parse_number,
+)
+
+TOP_LEVEL_KEYS = (
+    "listen",
+    "advertised_host",
+    "broker_port_base",
+    "broker_ports",
+    "upstream",
+    "max_frame_bytes",
+    "idle_timeout_s",
+    "shutdown_timeout_s",
+    "metrics",
+    "log",
+    "quota",
+)
+# Sections whose keys we know; broker_ports (keyed by node id) and quota (reserved) are open mappings.
+SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    "upstream": ("bootstrap",),
+    "metrics": ("listen",),
+    "log": ("level", "format"),
+}
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("json", "console")
+MIN_FRAME_BYTES = 1024
+MAX_FRAME_BYTES = 2**31 - 1  # a Kafka frame length is an int32
+
+T = TypeVar("T")
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, overrides: Mapping[str, object] | None = None
+) -> ProxyConfig:
+    """Read the YAML file (if any), set the dotted-key overrides on top (flags beat the file), validate.
+
+    Raises ConfigError for the first problem found. A key set to null (or an override set to None)
+    counts as not given.
+    """
+    tree = read_yaml_file(path) if path is not None else {}
+    if overrides:
+        tree = apply_overrides(tree, overrides)
+    return config_from_mapping(tree)
+
+
+def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
+    """Validate a nested mapping shaped like the YAML file and build the ProxyConfig."""
+    _reject_unknown_keys(tree, TOP_LEVEL_KEYS, prefix="")
+    upstream = _section(tree, "upstream")
+    metrics = _section(tree, "metrics")
+    log = _section(tree, "log")
+    quota = _get(tree, "quota")
+    if quota is not MISSING and not isinstance(quota, Mapping):
+        raise ConfigError("quota", quota, "a mapping (its keys arrive with the quota feature)")
+
+    listen = parse_host_port(_required(tree, "listen"), "listen")
+    bootstrap = parse_bootstrap(_required(upstream, "upstream.bootstrap"), "upstream.bootstrap")
+    metrics_listen = _metrics_listen(metrics, listen)
+    advertised_host = _advertised_host(tree, listen)
+    broker_port_base = _broker_port_base(tree, listen, metrics_listen)
+    broker_ports = _broker_ports(tree, listen, metrics_listen)
+    max_frame_bytes = _optional(
+        tree,
+        "max_frame_bytes",
+        DEFAULT_MAX_FRAME_BYTES,
+        partial(parse_int, low=MIN_FRAME_BYTES, high=MAX_FRAME_BYTES),
+    )
+    idle_timeout_s = _optional(tree, "idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S, partial(parse_number, above=0))
+    shutdown_timeout_s = _optional(
+        tree, "shutdown_timeout_s", DEFAULT_SHUTDOWN_TIMEOUT_S, partial(parse_number, at_least=0)
+    )
+    log_level = _optional(log, "log.level", "info", partial(parse_choice, choices=LOG_LEVELS))
+    log_format = _optional(log, "log.format", "json", partial(parse_choice, choices=LOG_FORMATS))
+    return ProxyConfig(
+        listen=listen,
+        upstream_bootstrap=bootstrap,
+        advertised_host=advertised_host,
+        broker_port_base=broker_port_base,
+        broker_ports=broker_ports,
+        max_frame_bytes=max_frame_bytes,
+        idle_timeout_s=idle_timeout_s,
+        shutdown_timeout_s=shutdown_timeout_s,
+        metrics_listen=metrics_listen,
+        log=LogConfig(level=log_level, format=log_format),
+        quota={} if quota is MISSING else quota,
+    )
+
+
+def _get(mapping: Mapping[object, object], key: str) -> object:
+    """The value at `key` (the last part of a dotted key); null counts as not given."""
+    value = mapping.get(key.rpartition(".")[2])
+    return MISSING if value is None else value
+
+
+def _required(mapping: Mapping[object, object], key: str) -> object:
+    value = _get(mapping, key)
+    if value is MISSING:
+        raise ConfigError(key, MISSING, "a value: this key is required (see docs/config-example.yaml)")
+    return value
+
+
+def _optional(mapping: Mapping[object, object], key: str, default: T, parse: Callable[[object, str], T]) -> T:
+    value = _get(mapping, key)
+    return default if value is MISSING else parse(value, key)
+
+
+def _reject_unknown_keys(mapping: Mapping[object, object], known: tuple[str, ...], prefix: str) -> None:
+    for key in mapping:
+        if key in known:
+            continue
+        where = f"under {prefix[:-1]}" if prefix else "at the top level"
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            f"{prefix}{key}",
+            mapping[key],
+            f"a known key: {key!r} is unknown{hint}; known keys {where}: {', '.join(known)}",
+        )
+
+
+def _section(tree: Mapping[object, object], name: str) -> Mapping[object, object]:
+    section = _get(tree, name)
+    if section is MISSING:
+        return {}
+    known = SECTION_KEYS[name]
+    if not isinstance(section, Mapping):
+        raise ConfigError(name, section, f"a mapping with the keys {', '.join(known)}")
+    _reject_unknown_keys(section, known, prefix=f"{name}.")
+    return section
+
+
+def _metrics_listen(metrics: Mapping[object, object], listen: HostPort) -> HostPort | None:
+    raw = _get(metrics, "metrics.listen")
+    if raw is MISSING:
+        return None
+    metrics_listen = parse_host_port(raw, "metrics.listen")
+    if metrics_listen.port == listen.port:
+        raise ConfigError("metrics.listen", raw, f"a port other than the listen port {listen.port}")
+    return metrics_listen
+
+
+def _advertised_host(tree: Mapping[object, object], listen: HostPort) -> str:
+    raw = _get(tree, "advertised_host")
+    if raw is MISSING:
+        if is_wildcard(listen.host):
+            raise ConfigError(
+                "advertised_host",
+                MISSING,
+                f"a host clients can reach: required because listen binds the wildcard address "
+                f"{listen.host}, which clients cannot connect to",
+            )
+        return listen.host
+    host = parse_host(raw, "advertised_host")
+    if is_wildcard(host):
+        raise ConfigError("advertised_host", raw, "a host clients can connect to, not a wildcard address")
+    return host
+
+
+def _broker_port_base(tree: Mapping[object, object], listen: HostPort, metrics: HostPort | None) -> int:
+    """Node N gets port base + N; the default base is the listen port + 1."""
+    raw = _get(tree, "broker_port_base")
+    if raw is MISSING:
+        if listen.port == MAX_PORT:
+            raise ConfigError(
+                "broker_port_base", MISSING, f"a value: the default, listen port + 1, is above {MAX_PORT}"
+            )
+        return listen.port + 1
+    base = parse_int(raw, "broker_port_base", 1, MAX_PORT)
+    # Only node 0 is checked: later ids are known at run time, where ProxyConfig.broker_port checks them.
+    for port, name in ((listen.port, "listen"), (metrics.port if metrics else None, "metrics")):
+        if base == port:
+            raise ConfigError(
+                "broker_port_base", raw, f"a port other than the {name} port {port} (node 0 would use it)"
+            )
+    return base
+
+
+def _broker_ports(
+    tree: Mapping[object, object], listen: HostPort, metrics: HostPort | None
+) -> dict[int, int]:
+    raw = _get(tree, "broker_ports")
+    if raw is MISSING:
+        return {}
+    ports = parse_broker_ports(raw, "broker_ports")
+    for node, port in ports.items():
+        for taken, name in ((listen.port, "listen"), (metrics.port if metrics else None, "metrics")):
+            if port == taken:
+                raise ConfigError(f"broker_ports.{node}", port, f"a port other than the {name} port {taken}")
+    return ports

@@ -1,0 +1,83 @@
+"""The validated configuration. Build it with `config.load_config`, which checks every rule."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from config.errors import MISSING, ConfigError
+
+MAX_PORT = 65535
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+
+
+def _empty_mapping() -> Mapping[object, object]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    host: str  # IPv6 addresses are kept without brackets
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    level: str = "info"  # debug | info | warning | error
+    format: str = "json"  # json | console
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    listen: HostPort
+    upstream_bootstrap: tuple[HostPort, ...]
+    advertised_host: str
+    broker_port_base: int  # node N gets its own listener on broker_port_base + N, unless ...
+    broker_ports: Mapping[int, int] = field(default_factory=_empty_mapping, hash=False)  # ... listed here
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S  # how long SIGTERM waits for in-flight requests
+    metrics_listen: HostPort | None = None
+    log: LogConfig = LogConfig()
+    # Reserved for the quota keys of the next issue; only checked to be a mapping so far.
+    quota: Mapping[str, object] = field(default_factory=_empty_mapping, hash=False)
+
+    def __post_init__(self) -> None:
+        # Read-only copies, so a config shared between tasks cannot be changed behind their backs.
+        object.__setattr__(self, "upstream_bootstrap", tuple(self.upstream_bootstrap))
+        object.__setattr__(self, "broker_ports", MappingProxyType(dict(self.broker_ports)))
+        object.__setattr__(self, "quota", MappingProxyType(dict(self.quota)))
+
+    def broker_port(self, node_id: int) -> int:
+        """The port the proxy listens on for broker `node_id`: broker_ports first, else base + node_id.
+
+        Node ids are only known once the cluster answers, so a derived port that is out of range or
+        taken by another listener is reported here, as a ConfigError asking for a broker_ports entry.
+        """
+        explicit = self.broker_ports.get(node_id)
+        if explicit is not None:
+            return explicit
+        key = f"broker_ports.{node_id}"
+        if node_id < 0:
+            raise ConfigError(key, node_id, "a non-negative broker node id")
+        port = self.broker_port_base + node_id
+        taken_by = None
+        if port > MAX_PORT:
+            taken_by = f"beyond {MAX_PORT}"
+        elif port == self.listen.port:
+            taken_by = "the listen port"
+        elif self.metrics_listen is not None and port == self.metrics_listen.port:
+            taken_by = "the metrics port"
+        elif port in self.broker_ports.values():
+            taken_by = "an explicit broker_ports entry"
+        if taken_by is not None:
+            raise ConfigError(
+                key, MISSING, f"an explicit port: broker_port_base + {node_id} = {port} is {taken_by}"
+            )
+        return port

@@ -1,0 +1,116 @@
+"""Incremental splitting of a Kafka byte stream into 4-byte big-endian length-prefixed frames.
+
+Sans-IO in the h11 style: bytes in (`feed`), complete frames out. Each frame is returned as a
+`memoryview` covering the length prefix and the payload, so a proxy can forward it unchanged.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ProtocolError
+from protocol.primitives import INT32_UNPACK
+
+DEFAULT_MAX_FRAME_BYTES = 104857600
+# A response needs at least its 4-byte correlation id; a request needs more, but that is the
+# request-header parser's business.
+MIN_FRAME_PAYLOAD_BYTES = 4
+_PREFIX = 4
+
+
+class FrameSplitter:
+    """Incremental splitter over a receive stream of 4-byte big-endian length-prefixed frames.
+
+    Returned views stay valid forever: they are only ever sliced from immutable `bytes` objects (the
+    chunk passed to `feed`, or one bytes object joined from several chunks when a frame spans
+    chunks). A frame inside one chunk costs no copy; a frame spanning chunks costs exactly one join,
+    because pending chunks are kept in a list rather than re-concatenated on every feed.
+
+    After a ProtocolError the stream is unusable; the caller is expected to close the connection.
+    """
+
+    __slots__ = ("_max_frame_bytes", "_pending", "_pending_len", "_pending_need")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._max_frame_bytes = max_frame_bytes
+        self._pending: list[bytes | memoryview] = []
+        self._pending_len = 0
+        # Total size (prefix included) of the frame being assembled, or -1 while fewer than 4 bytes
+        # of it are known.
+        self._pending_need = -1
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._pending_len
+
+    def feed(self, data: bytes) -> list[memoryview]:
+        if type(data) is not bytes:
+            # Views over a mutable buffer could change under the caller's feet; pay one copy instead.
+            data = bytes(data)
+        frames: list[memoryview] = []
+        view = memoryview(data)
+        pos = 0
+        if self._pending_len:
+            pos = self._continue_pending(data, view, frames)
+            if pos < 0:
+                return frames
+        size = len(data)
+        max_frame = self._max_frame_bytes
+        while size - pos >= _PREFIX:
+            length = INT32_UNPACK(data, pos)[0]
+            if length < MIN_FRAME_PAYLOAD_BYTES or length > max_frame:
+                self._raise_bad_length(length)
+            end = pos + _PREFIX + length
+            if end > size:
+                self._pending.append(view[pos:])
+                self._pending_len = size - pos
+                self._pending_need = end - pos
+                return frames
+            frames.append(view[pos:end])
+            pos = end
+        if pos < size:
+            self._pending.append(view[pos:])
+            self._pending_len = size - pos
+            self._pending_need = -1
+        return frames
+
+    def eof(self) -> None:
+        if self._pending_len:
+            raise ProtocolError(
+                "truncated_frame", f"stream ended with {self._pending_len} bytes of an incomplete frame"
+            )
+
+    def _continue_pending(self, data: bytes, view: memoryview, frames: list[memoryview]) -> int:
+        """Extend the pending frame with `data`. Return the offset in `data` where parsing resumes, or
+        -1 when all of `data` was absorbed into a still-incomplete frame."""
+        if self._pending_need < 0:
+            have = self._pending_len
+            if have + len(data) < _PREFIX:
+                self._pending.append(view)
+                self._pending_len += len(data)
+                return -1
+            # At most 3 bytes are pending here, so this join is negligible.
+            prefix = b"".join(self._pending) + data[: _PREFIX - have]
+            length = INT32_UNPACK(prefix, 0)[0]
+            if length < MIN_FRAME_PAYLOAD_BYTES or length > self._max_frame_bytes:
+                self._raise_bad_length(length)
+            self._pending_need = _PREFIX + length
+        missing = self._pending_need - self._pending_len
+        if len(data) < missing:
+            self._pending.append(view)
+            self._pending_len += len(data)
+            return -1
+        self._pending.append(view[:missing])
+        joined = b"".join(self._pending)
+        frames.append(memoryview(joined))
+        self._pending = []
+        self._pending_len = 0
+        self._pending_need = -1
+        return missing
+
+    def _raise_bad_length(self, length: int) -> None:
+        if length < 0:
+            raise ProtocolError("negative_frame_length", f"length prefix {length}")
+        if length < MIN_FRAME_PAYLOAD_BYTES:
+            raise ProtocolError("frame_too_small", f"length prefix {length} < {MIN_FRAME_PAYLOAD_BYTES}")
+        raise ProtocolError(
+            "frame_too_large", f"length prefix {length} > max_frame_bytes {self._max_frame_bytes}"
+        )

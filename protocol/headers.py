@@ -1,0 +1,173 @@
+"""Request and response headers, read with `struct` straight from a frame (prefix included)."""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from kafka.protocol.metadata import MetadataRequest
+
+from protocol.apis import (
+    CONTROLLED_SHUTDOWN_KEY,
+    FLEXIBLE_FROM,
+    NOT_FLEXIBLE,
+    request_header_version,
+    response_header_version,
+)
+from protocol.errors import ProtocolError
+from protocol.primitives import INT32_PACK, INT32_UNPACK, skip_tagged_fields
+
+_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+_UNPACK_KEY_VERSION_CORRELATION = _KEY_VERSION_CORRELATION.unpack_from
+_UNPACK_HEADER_V1_FIXED = struct.Struct(">hhih").unpack_from  # key, version, correlation id, client_id length
+_INT16_PACK = struct.Struct(">h").pack
+_PREFIX = 4
+_CLIENT_ID_AT = _PREFIX + 8  # the int16 length of client_id, after key, version and correlation id
+_EMPTY_TAGGED_FIELDS = b"\x00"
+
+# Client ids repeat on every request of a connection; decoding them once saves a UTF-8 decode per
+# request. Cleared when full, since a flood of distinct ids (a misbehaving client) must not grow memory.
+_CLIENT_ID_CACHE_MAX = 4096
+_client_id_cache: dict[bytes, str] = {}
+
+
+class RequestHeader(NamedTuple):
+    """An immutable parsed request header.
+
+    A NamedTuple rather than a frozen dataclass: it is built once per request on the hot path, and a
+    frozen dataclass's __init__ costs about 6x as much (0.9 us against 0.15 us measured here).
+    """
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int  # bytes of the header itself: the body starts at frame offset 4 + size
+
+
+_new_header = tuple.__new__
+
+
+def parse_request_header(frame: memoryview | bytes) -> RequestHeader:
+    """Parse the request header of `frame` (which includes its 4-byte length prefix).
+
+    Header version per the API table (protocol.apis.request_header_version); unknown APIs are read
+    as v1 and never fail for being unknown. Memoryviews must be byte views (format 'B').
+    """
+    if type(frame) is not bytes and not (type(frame) is memoryview and frame.readonly):
+        frame = bytes(frame)  # slices of a mutable buffer cannot be hashed for the client-id cache
+    size = len(frame)
+    pos = _CLIENT_ID_AT + 2
+    if size >= pos:
+        api_key, api_version, correlation_id, length = _UNPACK_HEADER_V1_FIXED(frame, _PREFIX)
+    elif size >= _CLIENT_ID_AT:
+        api_key, api_version, correlation_id = _UNPACK_KEY_VERSION_CORRELATION(frame, _PREFIX)
+        length = None  # only header v0 (no client_id) fits
+    else:
+        raise ProtocolError("bad_request_header", f"frame of {size} bytes is shorter than a header")
+    flexible = api_version >= FLEXIBLE_FROM.get(api_key, NOT_FLEXIBLE)
+    if not flexible and api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+        return _new_header(
+            RequestHeader, (api_key, api_version, correlation_id, None, _CLIENT_ID_AT - _PREFIX)
+        )
+    if length is None:
+        raise ProtocolError("bad_request_header", "frame ends inside the client_id length")
+    client_id: str | None
+    if length < 0:
+        if length != -1:
+            raise ProtocolError("bad_request_header", f"client_id length {length}")
+        client_id = None
+    else:
+        end = pos + length
+        if end > size:
+            raise ProtocolError("bad_request_header", "frame ends inside the client_id")
+        raw = frame[pos:end]
+        # A read-only byte memoryview hashes and compares like the bytes it covers, so the lookup
+        # needs no copy.
+        client_id = _client_id_cache.get(raw)  # type: ignore[call-overload]
+        if client_id is None:
+            client_id = _decode_client_id(raw)
+        pos = end
+    if flexible:
+        if pos < size and frame[pos] == 0:  # the usual empty tagged-field block
+            pos += 1
+        else:
+            try:
+                pos = skip_tagged_fields(frame, pos)
+            except ProtocolError as exc:
+                raise ProtocolError("bad_request_header", f"tagged fields: {exc.reason}") from None
+    return _new_header(RequestHeader, (api_key, api_version, correlation_id, client_id, pos - _PREFIX))
+
+
+def _decode_client_id(raw: memoryview | bytes) -> str:
+    # The key is a (small) bytes copy, so the cache never pins a frame in memory.
+    key = bytes(raw)
+    decoded = key.decode("utf-8", errors="replace")
+    if len(_client_id_cache) >= _CLIENT_ID_CACHE_MAX:
+        _client_id_cache.clear()
+    _client_id_cache[key] = decoded
+    return decoded
+
+
+def response_header_size(api_key: int, api_version: int, frame: memoryview | bytes) -> int:
+    """Size of the response header of `frame` (prefix included in `frame`, excluded from the size):
+    4 for header v0, 4 + the tagged-field block for v1. ApiVersions always uses v0."""
+    size = len(frame)
+    if size < _PREFIX + 4:
+        raise ProtocolError("bad_response_header", f"frame of {size} bytes has no correlation id")
+    if response_header_version(api_key, api_version) == 0:
+        return 4
+    try:
+        return skip_tagged_fields(frame, _PREFIX + 4) - _PREFIX
+    except ProtocolError as exc:
+        raise ProtocolError("bad_response_header", f"tagged fields: {exc.reason}") from None
+
+
+def read_correlation_id(frame: memoryview | bytes) -> int:
+    """The correlation id of a response frame (int32 right after the length prefix)."""
+    if len(frame) < _PREFIX + 4:
+        raise ProtocolError("bad_response_header", f"frame of {len(frame)} bytes has no correlation id")
+    return INT32_UNPACK(frame, _PREFIX)[0]
+
+
+def encode_request_header(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None
+) -> bytes:
+    """Encode a request header (no length prefix) in the header version the API table prescribes."""
+    head = _KEY_VERSION_CORRELATION.pack(api_key, api_version, correlation_id)
+    header_version = request_header_version(api_key, api_version)
+    if header_version == 0:
+        return head
+    # client_id keeps the classic int16 length even in header v2, so any broker can read it.
+    if client_id is None:
+        head += b"\xff\xff"
+    else:
+        encoded = client_id.encode("utf-8")
+        head += _INT16_PACK(len(encoded)) + encoded
+    if header_version == 2:
+        head += _EMPTY_TAGGED_FIELDS
+    return head
+
+
+def frame(payload: bytes) -> bytes:
+    """Prefix `payload` with its 4-byte big-endian length."""
+    return INT32_PACK(len(payload)) + payload
+
+
+METADATA_KEY = 3
+
+
+def encode_metadata_request(
+    version: int, correlation_id: int, client_id: str | None, topics: list[str] | None
+) -> bytes:
+    """A framed Metadata request for the proxy's own start-up discovery of brokers.
+
+    `topics=None` asks for all topics (v0 spells that as an empty list; kafka-python translates).
+    Auto-creation is off: the proxy must never create topics as a side effect of looking.
+    """
+    topic_list = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+    request = MetadataRequest(version=version, topics=topic_list)
+    if version >= 4:
+        request.allow_auto_topic_creation = False
+    body = bytes(request.encode(version=version))
+    return frame(encode_request_header(METADATA_KEY, version, correlation_id, client_id) + body)

@@ -1,0 +1,28 @@
+"""The proxy's own Metadata request, used once at start-up to learn the cluster's brokers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from protocol.broker_addresses import decode_brokers
+from protocol.headers import encode_metadata_request, response_header_size
+
+METADATA = 3
+# v1 is the oldest version that can ask for brokers without topics (an empty topic array); every broker
+# this proxy can front speaks it.
+_METADATA_VERSION = 1
+_TIMEOUT_S = 5.0
+
+
+async def fetch_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
+    """Ask one broker for the cluster's brokers: [(node_id, host, port)]."""
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _TIMEOUT_S)
+    try:
+        writer.write(encode_metadata_request(_METADATA_VERSION, 1, "sluice-discovery", topics=[]))
+        length = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), _TIMEOUT_S), "big")
+        payload = await asyncio.wait_for(reader.readexactly(length), _TIMEOUT_S)
+    finally:
+        writer.close()
+    frame = length.to_bytes(4, "big") + payload
+    header_size = response_header_size(METADATA, _METADATA_VERSION, frame)
+    return decode_brokers(METADATA, _METADATA_VERSION, frame[4 + header_size :])

@@ -1,0 +1,144 @@
+"""A handle on `python -m proxy.mock_cluster` for the demo, benchmarks and tests: start, inject faults, stop.
+
+    with MockCluster(brokers=3, topics={"orders": 6}) as cluster:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap})
+        cluster.broker_down(2)
+
+The child process also stops by itself when our end of its stdin closes, so even a test process killed
+with SIGKILL leaves no broker behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import TracebackType
+
+from proxy.mock_cluster import MockClusterError, parse_bootstrap
+
+_START_TIMEOUT_S = 10.0
+_COMMAND_TIMEOUT_S = 10.0
+_STOP_TIMEOUT_S = 5.0
+
+_running: set[MockCluster] = set()
+
+
+class MockCluster:
+    """librdkafka's mock cluster in a child process; broker ids are 1..brokers."""
+
+    def __init__(self, brokers: int = 3, topics: dict[str, int] | None = None) -> None:
+        self.brokers = brokers
+        command = [sys.executable, "-m", "proxy.mock_cluster", "--brokers", str(brokers)]
+        for name, partitions in (topics or {}).items():
+            command += ["--topic", f"{name}:{partitions}"]
+        # stderr is inherited so pytest's fd capture shows the broker's log next to a failing test.
+        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._buffer = b""
+        self._lock = threading.Lock()
+        _running.add(self)
+        try:
+            line = self._read_line(_START_TIMEOUT_S)
+        except MockClusterError:
+            self.close()
+            raise
+        if not line.startswith("BOOTSTRAP "):
+            self.close()
+            raise MockClusterError(f"mock cluster announced {line!r} instead of BOOTSTRAP")
+        self.bootstrap: str = line.removeprefix("BOOTSTRAP ")
+        self.addresses: list[tuple[str, int]] = parse_bootstrap(self.bootstrap)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def __enter__(self) -> MockCluster:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def broker_down(self, broker_id: int) -> None:
+        self._command(f"down {broker_id}")
+
+    def broker_up(self, broker_id: int) -> None:
+        self._command(f"up {broker_id}")
+
+    def set_rtt(self, broker_id: int, rtt_ms: int) -> None:
+        self._command(f"rtt {broker_id} {rtt_ms}")
+
+    def create_topic(self, name: str, partitions: int, replication: int = 1) -> None:
+        if not name or any(char.isspace() for char in name):
+            # Whitespace would split (or, with a newline, multiply) the one-line command.
+            raise MockClusterError(f"topic name {name!r}: no whitespace allowed")
+        self._command(f"topic {name} {partitions} {replication}")
+
+    def close(self) -> None:
+        """SIGTERM the child, wait for it, SIGKILL it only if it hangs. Safe to call twice."""
+        _running.discard(self)
+        process = self._process
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for pipe in (process.stdin, process.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.poll()
+
+    def _command(self, line: str) -> None:
+        with self._lock:
+            stdin = self._process.stdin
+            assert stdin is not None
+            try:
+                stdin.write(line.encode() + b"\n")
+                stdin.flush()
+            except BrokenPipeError:
+                raise MockClusterError(f"{line!r}: the mock cluster has exited") from None
+            answer = self._read_line(_COMMAND_TIMEOUT_S)
+        if answer != "ok":
+            raise MockClusterError(f"{line!r}: {answer}")
+
+    def _read_line(self, timeout_s: float) -> str:
+        stdout = self._process.stdout
+        assert stdout is not None
+        deadline = time.monotonic() + timeout_s
+        # Raw reads on the fd: a buffered readline() could not be given a deadline.
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MockClusterError(f"no answer from the mock cluster within {timeout_s} s")
+            ready, _, _ = select.select([stdout], [], [], remaining)
+            if ready:
+                chunk = os.read(stdout.fileno(), 4096)
+                if not chunk:
+                    raise MockClusterError(f"the mock cluster exited (code {self._process.wait()})")
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
+
+
+def running_mock_cluster(brokers: int = 3, topics: dict[str, int] | None = None) -> Iterator[MockCluster]:
+    """Generator for a pytest fixture: ``yield from running_mock_cluster(3, {"t": 6})``."""
+    with MockCluster(brokers, topics) as cluster:
+        yield cluster
+
+
+@atexit.register
+def _close_all() -> None:
+    for cluster in list(_running):
+        cluster.close()

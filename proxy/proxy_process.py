@@ -1,0 +1,118 @@
+"""The real proxy (`python -m proxy run ...`) as a child process, for the demo, benchmarks and tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from .ports import free_port_block, wait_for_port
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class ProxyProcess:
+    """The proxy in front of `upstream`; bootstrap on `port`, broker node N on `broker_port_base + N`."""
+
+    def __init__(
+        self,
+        upstream: str,
+        extra_config: dict | None = None,
+        metrics: bool = True,
+        log_level: str = "info",
+    ) -> None:
+        block = free_port_block(16)
+        self.port = block
+        self.metrics_port = block + 1 if metrics else None
+        # Node ids of the mock cluster are small (1..N), so base + N stays inside the block.
+        self.broker_port_base = block + 2
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self._dir = tempfile.TemporaryDirectory(prefix="sluice-test-")
+        self.log_path = Path(self._dir.name) / "proxy.log"
+        config = {
+            "listen": self.bootstrap,
+            "advertised_host": "127.0.0.1",
+            "broker_port_base": self.broker_port_base,
+            "upstream": {"bootstrap": upstream.split(",")},
+            "log": {"level": log_level, "format": "json"},
+            "shutdown_timeout_s": 5,
+        }
+        if metrics:
+            config["metrics"] = {"listen": f"127.0.0.1:{self.metrics_port}"}
+        for key, value in (extra_config or {}).items():
+            config[key] = value
+        self.config_path = Path(self._dir.name) / "sluice.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self._log_file = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "run", "--config", str(self.config_path)],
+            cwd=REPO,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        try:
+            wait_for_port(self.port)
+            self.wait_for_event("brokers_discovered")
+        except Exception:
+            self.stop()
+            raise
+
+    def broker_port(self, node_id: int) -> int:
+        return self.broker_port_base + node_id
+
+    def events(self) -> list[dict]:
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                out.append(json.loads(line))
+        return out
+
+    def wait_for_event(self, name: str, timeout_s: float = 10.0, **match: object) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for event in self.events():
+                if event.get("event") == name and all(event.get(k) == v for k, v in match.items()):
+                    return event
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"proxy exited with {self.process.returncode}: {self.log_path.read_text()}"
+                )
+            time.sleep(0.05)
+        raise TimeoutError(f"no {name} {match} event in the proxy log:\n{self.log_path.read_text()}")
+
+    def metrics_text(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log_file.close()
+        return self.process.returncode
+
+    def close(self) -> None:
+        self.stop()
+        self._dir.cleanup()
+
+    def __enter__(self) -> ProxyProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,189 @@
+"""The proxy process: listeners, broker discovery, and a clean shutdown.
+
+One bootstrap listener forwards to any upstream bootstrap server; one listener per broker node id
+forwards to that node. Broker listeners are opened for every node the proxy learns of, whether from its own
+start-up Metadata request or from an answer it rewrites for a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import socket
+from typing import Any
+
+from config.errors import ConfigError
+from config.model import ProxyConfig
+from protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
+from protocol.errors import ProtocolError
+
+from .brokers import Address, BrokerDirectory
+from .connection import ClientSide, ConnectionRegistry, SessionSettings
+from .discovery import fetch_brokers
+from .filters import ApiVersionsClamp, BrokerAddressRewrite, FilterChain
+from .log import get_logger
+from .metrics import ProxyMetrics, start_metrics_endpoint
+
+_log = get_logger("sluice.server")
+
+BOOTSTRAP = "bootstrap"
+_DISCOVERY_RETRY_S = 5.0
+
+
+def _bind_listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class SluiceServer:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.metrics = ProxyMetrics()
+        self.registry = ConnectionRegistry(self.metrics)
+        self.directory = BrokerDirectory(
+            config.advertised_host, config.broker_port, self._open_broker_listener
+        )
+        chain = FilterChain([BrokerAddressRewrite(self.directory), ApiVersionsClamp(REWRITABLE_MAX_VERSIONS)])
+        self.settings = SessionSettings(
+            chain, self.metrics, self.registry, config.max_frame_bytes, config.idle_timeout_s
+        )
+        self._servers: dict[str, asyncio.AbstractServer] = {}
+        self._pending_listeners: set[asyncio.Task[None]] = set()
+        self._discovery: asyncio.Task[None] | None = None
+        self._metrics_http: Any = None
+        self._stop = asyncio.Event()
+
+    # ---- listeners ------------------------------------------------------------------------------
+
+    @property
+    def listen_ports(self) -> dict[str, int]:
+        ports: dict[str, int] = {}
+        for name, server in self._servers.items():
+            sockets = server.sockets
+            if sockets:
+                ports[name] = sockets[0].getsockname()[1]
+        return ports
+
+    def _bootstrap_candidates(self) -> list[Address]:
+        bootstrap = [(hp.host, hp.port) for hp in self.config.upstream_bootstrap]
+        # Spread new connections over the bootstrap servers; fall back to the others in order.
+        start = random.randrange(len(bootstrap))
+        return bootstrap[start:] + bootstrap[:start]
+
+    def _node_candidates(self, node_id: int) -> list[Address]:
+        address = self.directory.upstream_address(node_id)
+        return [address] if address is not None else []
+
+    async def _serve(self, name: str, sock: socket.socket, candidates) -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: ClientSide(self.settings, name, candidates), sock=sock)
+        self._servers[name] = server
+
+    def _open_broker_listener(self, node_id: int) -> None:
+        name = f"broker-{node_id}"
+        if name in self._servers or self._stop.is_set():
+            return
+        try:
+            port = self.config.broker_port(node_id)
+        except ConfigError as exc:
+            _log.error("listener_failed", node_id=node_id, error=str(exc))
+            return
+        try:
+            sock = _bind_listening_socket(self.config.listen.host, port)
+        except OSError as exc:
+            _log.error("listener_failed", node_id=node_id, port=port, error=str(exc))
+            return
+        # The socket already listens, so clients told about it can connect while asyncio catches up.
+        self._servers[name] = _PendingServer(sock)
+        task = asyncio.get_running_loop().create_task(
+            self._serve(name, sock, lambda: self._node_candidates(node_id))
+        )
+        self._pending_listeners.add(task)
+        task.add_done_callback(self._pending_listeners.discard)
+        _log.info("listener_opened", node_id=node_id, host=self.config.listen.host, port=port)
+
+    # ---- life cycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        sock = _bind_listening_socket(cfg.listen.host, cfg.listen.port)
+        await self._serve(BOOTSTRAP, sock, self._bootstrap_candidates)
+        _log.info("listener_opened", node_id=None, host=cfg.listen.host, port=self.listen_ports[BOOTSTRAP])
+        if cfg.metrics_listen is not None:
+            self._metrics_http = start_metrics_endpoint(
+                self.metrics, cfg.metrics_listen.host, cfg.metrics_listen.port
+            )
+            _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)
+        self._discovery = asyncio.get_running_loop().create_task(self._discover_brokers())
+
+    async def _discover_brokers(self) -> None:
+        """Learn the cluster's brokers once, so broker listeners exist before any client needs them."""
+        while not self._stop.is_set():
+            for host, port in self._bootstrap_candidates():
+                try:
+                    brokers = await fetch_brokers(host, port)
+                except (TimeoutError, OSError, EOFError, ValueError, ProtocolError) as exc:
+                    _log.warning("discovery_failed", upstream=f"{host}:{port}", error=str(exc))
+                    continue
+                for node_id, real_host, real_port in brokers:
+                    self.directory.advertise(node_id, real_host, real_port)
+                _log.info("brokers_discovered", brokers={n: f"{h}:{p}" for n, h, p in brokers})
+                return
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), _DISCOVERY_RETRY_S)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run_until_stopped(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        try:
+            await self._stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let forwarded requests get their answers (bounded), then close everything."""
+        self._stop.set()
+        _log.info("shutdown_started", connections=len(self.registry))
+        if self._discovery is not None:
+            self._discovery.cancel()
+        for task in list(self._pending_listeners):
+            task.cancel()
+        for server in self._servers.values():
+            server.close()
+        for conn in self.registry:
+            conn.drain()
+        try:
+            await asyncio.wait_for(self.registry.wait_empty(), self.config.shutdown_timeout_s)
+        except TimeoutError:
+            for conn in self.registry:
+                conn.close("shutdown_timeout", in_flight=conn.in_flight)
+        if self._metrics_http is not None:
+            self._metrics_http.shutdown()
+        _log.info("shutdown_complete")
+
+
+class _PendingServer:
+    """Stands in for a broker listener between binding its socket and asyncio serving it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sockets = (sock,)
+
+    def close(self) -> None:
+        self.sockets[0].close()

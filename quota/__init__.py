@@ -1,0 +1,92 @@
+"""Sluice's quota engine: Kafka's quota arithmetic, exact to the millisecond, sans-IO and clock-free.
+
+Every function that needs time takes ``now_ms`` (integer milliseconds on any monotonic origin). The
+behaviour is specified in ``../shared/spec/kafka-quotas.md`` §1-§4; ``docs/quotas.md`` explains the
+choices in an operator's words.
+
+Typical use by the proxy::
+
+    managers = QuotaManagers(QuotaConfig())
+    managers.set_quota(QuotaEntity(user="alice", client_id="pump"), QuotaKey.PRODUCER_BYTE_RATE, 100_000)
+    throttle_ms = managers.produce.record_and_get_throttle_ms("alice", "pump", request_size, now_ms)
+"""
+
+from quota.entities import ANONYMOUS, DEFAULT, QuotaEntity, QuotaRules, QuotaTags, Resolution, sanitize_user
+from quota.errors import QuotaConfigError, QuotaViolation, ThrottlingQuotaExceeded
+from quota.keys import QuotaKey, SensorKind
+from quota.managers import (
+    NANOS_TO_PERCENTAGE_PER_SECOND,
+    ClientQuotaManager,
+    ControllerMutationQuotaManager,
+    QuotaManagers,
+    RequestQuotaManager,
+    kip219_throttle_ms,
+    pre_kip219_throttle_ms,
+)
+from quota.mutations import (
+    ControllerMutationQuota,
+    PermissiveControllerMutationQuota,
+    StrictControllerMutationQuota,
+    charge_topics,
+    is_strict,
+)
+from quota.quota_config import QuotaConfig, QuotaWindow
+from quota.sensor import QuotaSensor, TokenBucketQuotaSensor, WindowQuotaSensor, new_quota_sensor
+from quota.throttle import (
+    UNLIMITED,
+    bounded_throttle_time,
+    java_round,
+    saturating_int32,
+    throttle_time,
+    to_int32,
+    token_bucket_throttle_time,
+)
+from quota.throttled_channel import ThrottledChannel, ThrottleQueue
+from quota.token_bucket import TokenBucket
+from quota.topic_quotas import TopicQuotas
+from quota.window import SampledRate
+
+__all__ = [
+    "ANONYMOUS",
+    "DEFAULT",
+    "NANOS_TO_PERCENTAGE_PER_SECOND",
+    "UNLIMITED",
+    "ClientQuotaManager",
+    "ControllerMutationQuota",
+    "ControllerMutationQuotaManager",
+    "PermissiveControllerMutationQuota",
+    "QuotaConfig",
+    "QuotaConfigError",
+    "QuotaEntity",
+    "QuotaKey",
+    "QuotaManagers",
+    "QuotaRules",
+    "QuotaSensor",
+    "QuotaTags",
+    "QuotaViolation",
+    "QuotaWindow",
+    "RequestQuotaManager",
+    "Resolution",
+    "SampledRate",
+    "SensorKind",
+    "StrictControllerMutationQuota",
+    "ThrottleQueue",
+    "ThrottledChannel",
+    "ThrottlingQuotaExceeded",
+    "TokenBucket",
+    "TokenBucketQuotaSensor",
+    "TopicQuotas",
+    "WindowQuotaSensor",
+    "bounded_throttle_time",
+    "charge_topics",
+    "is_strict",
+    "java_round",
+    "kip219_throttle_ms",
+    "new_quota_sensor",
+    "pre_kip219_throttle_ms",
+    "sanitize_user",
+    "saturating_int32",
+    "throttle_time",
+    "to_int32",
+    "token_bucket_throttle_time",
+]

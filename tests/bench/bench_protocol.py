@@ -1,0 +1,155 @@
+"""Benchmarks for protocol/: Metadata broker rewrite, frame splitting + header parsing, feed throughput.
+
+Run: `.venv/bin/python tests/bench/bench_protocol.py` prints one JSON object per line.
+`run()` returns the same records as dicts: {"name", "value", "unit", "target"} (target None = no
+budget, just a number to watch). Timings are the best of several repeats, to report the code's cost
+rather than the machine's noise.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
+
+from kafka.protocol.metadata import MetadataResponse
+
+from protocol.broker_addresses import rewrite_broker_addresses, rewrite_metadata_with_codec
+from protocol.frames import FrameSplitter
+from protocol.headers import encode_request_header, frame, parse_request_header
+
+METADATA_TARGET_MS = 1.0
+SMALL_REQUEST_TARGET_NS = 2000.0
+FEED_TARGET_MIB_S = 1000.0
+
+
+def _best_seconds(fn: Callable[[], object], repeats: int, number: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter_ns() - start) / number)
+    return best / 1e9
+
+
+def large_metadata_body(version: int, topics: int = 1000, partitions: int = 10, brokers: int = 6) -> bytes:
+    broker_cls = MetadataResponse.MetadataResponseBroker
+    topic_cls = MetadataResponse.MetadataResponseTopic
+    partition_cls = topic_cls.MetadataResponsePartition
+    message = MetadataResponse(
+        version=version,
+        throttle_time_ms=0,
+        brokers=[
+            broker_cls(node_id=b, host=f"kafka-{b}.cluster.internal", port=9092, rack=f"rack-{b % 3}")
+            for b in range(brokers)
+        ],
+        cluster_id="bench-cluster",
+        controller_id=0,
+        topics=[
+            topic_cls(
+                error_code=0,
+                name=f"bench-topic-{t:04d}",
+                topic_id=uuid.UUID(int=t + 1),
+                is_internal=False,
+                partitions=[
+                    partition_cls(
+                        error_code=0,
+                        partition_index=p,
+                        leader_id=(t + p) % brokers,
+                        leader_epoch=3,
+                        replica_nodes=[(t + p + r) % brokers for r in range(3)],
+                        isr_nodes=[(t + p + r) % brokers for r in range(3)],
+                        offline_replicas=[],
+                    )
+                    for p in range(partitions)
+                ],
+                authorized_operations=None,
+            )
+            for t in range(topics)
+        ],
+        authorized_operations=None,
+        error_code=0,
+    )
+    return bytes(message.encode(version=version))
+
+
+def _advertise(node_id: int, _host: str, _port: int) -> tuple[str, int]:
+    return "sluice-proxy.example.com", 19092 + node_id
+
+
+def bench_metadata(version: int) -> list[dict[str, Any]]:
+    body = large_metadata_body(version)
+    fast = _best_seconds(
+        lambda: rewrite_broker_addresses(3, version, body, _advertise), repeats=5, number=200
+    )
+    codec = _best_seconds(lambda: rewrite_metadata_with_codec(version, body, _advertise), repeats=3, number=3)
+    label = f"metadata_rewrite_v{version}_1000x10"
+    return [
+        {
+            "name": f"{label}_fast_path",
+            "value": round(fast * 1e3, 4),
+            "unit": "ms",
+            "target": METADATA_TARGET_MS,
+        },
+        {"name": f"{label}_codec", "value": round(codec * 1e3, 3), "unit": "ms", "target": None},
+        {"name": f"{label}_body_size", "value": len(body), "unit": "bytes", "target": None},
+    ]
+
+
+def bench_small_requests(count: int = 1000) -> dict[str, Any]:
+    # A realistic small request: a Fetch v12 header (flexible) plus a ~60-byte body.
+    request = frame(encode_request_header(1, 12, 7, "consumer-bench-1") + b"\x00" * 60)
+    chunk = request * count
+
+    def split_and_parse() -> None:
+        for view in FrameSplitter().feed(chunk):
+            parse_request_header(view)
+
+    per_chunk = _best_seconds(split_and_parse, repeats=7, number=20)
+    return {
+        "name": "split_and_parse_small_request",
+        "value": round(per_chunk / count * 1e9, 1),
+        "unit": "ns/request",
+        "target": SMALL_REQUEST_TARGET_NS,
+    }
+
+
+def bench_feed_throughput(frames: int = 16) -> dict[str, Any]:
+    one_mib_frame = frame(b"\xab" * (1024 * 1024 - 4))
+    stream = one_mib_frame * frames
+    chunk_size = 64 * 1024
+    chunks = [stream[i : i + chunk_size] for i in range(0, len(stream), chunk_size)]
+
+    def feed_all() -> None:
+        splitter = FrameSplitter()
+        for c in chunks:
+            splitter.feed(c)
+
+    seconds = _best_seconds(feed_all, repeats=7, number=3)
+    return {
+        "name": "feed_1mib_frames_in_64kib_chunks",
+        "value": round(len(stream) / seconds / (1024 * 1024), 1),
+        "unit": "MiB/s",
+        "target": FEED_TARGET_MIB_S,
+    }
+
+
+def run() -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    for version in (12, 1):
+        results.extend(bench_metadata(version))
+    results.append(bench_small_requests())
+    results.append(bench_feed_throughput())
+    return results
+
+
+if __name__ == "__main__":
+    for record in run():
+        print(json.dumps(record))

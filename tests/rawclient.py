@@ -1,0 +1,65 @@
+"""A minimal blocking Kafka client for tests: requests built from kafka-python's generated codecs plus the
+request header from `protocol/`, answers returned as decoded objects. For probing the proxy with exact
+API versions that no real client lets you choose."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from protocol.headers import encode_request_header, frame, response_header_size
+
+
+class RawClient:
+    def __init__(self, host: str, port: int, client_id: str = "raw-test", timeout_s: float = 10.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.client_id = client_id
+        self._correlation_id = 0
+
+    def send(self, request: Any, version: int) -> int:
+        """Send `request` (a kafka-python request object) at `version`; returns its correlation id."""
+        self._correlation_id += 1
+        body = bytes(request.encode(version=version))
+        header = encode_request_header(request.API_KEY, version, self._correlation_id, self.client_id)
+        self.sock.sendall(frame(header + body))
+        return self._correlation_id
+
+    def receive_frame(self) -> bytes:
+        length = struct.unpack(">i", self._read_exactly(4))[0]
+        return struct.pack(">i", length) + self._read_exactly(length)
+
+    def call(self, request: Any, version: int, response_class: Any) -> Any:
+        correlation_id = self.send(request, version)
+        data = self.receive_frame()
+        assert struct.unpack_from(">i", data, 4)[0] == correlation_id
+        header_size = response_header_size(request.API_KEY, version, data)
+        return response_class[version].decode(data[4 + header_size :])
+
+    def _read_exactly(self, n: int) -> bytes:
+        chunks = []
+        while n:
+            chunk = self.sock.recv(n)
+            if not chunk:
+                raise ConnectionError("closed by peer")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def is_closed_by_peer(self, timeout_s: float = 5.0) -> bool:
+        self.sock.settimeout(timeout_s)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

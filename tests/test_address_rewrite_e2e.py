@@ -1,0 +1,62 @@
+"""Every Metadata and FindCoordinator version the proxy advertises answers with proxy addresses only."""
+
+from __future__ import annotations
+
+import pytest
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from rawclient import RawClient
+
+METADATA, FIND_COORDINATOR = 3, 10
+
+
+def advertised_range(proxy, api_key: int) -> range:
+    with RawClient("127.0.0.1", proxy.port) as client:
+        response = client.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+    (entry,) = [k for k in response.api_keys if k.api_key == api_key]
+    return range(entry.min_version, entry.max_version + 1)
+
+
+def proxy_addresses(proxy) -> set[tuple[str, int]]:
+    return {("127.0.0.1", proxy.broker_port(n)) for n in (1, 2, 3)}
+
+
+def test_metadata_every_advertised_version(proxy, cluster) -> None:
+    versions = advertised_range(proxy, METADATA)
+    assert len(versions) > 5
+    mock_ports = {port for _, port in cluster.addresses}
+    for version in versions:
+        with RawClient("127.0.0.1", proxy.port) as client:
+            request = MetadataRequest[version](topics=[MetadataRequest.MetadataRequestTopic(name="faults")])
+            response = client.call(request, version, MetadataResponse)
+        brokers = {(b.host, b.port) for b in response.brokers}
+        assert brokers == proxy_addresses(proxy), (version, brokers)
+        assert not {port for _, port in brokers} & mock_ports
+        topics = [t for t in response.topics if t.name == "faults"]
+        assert topics and len(topics[0].partitions) == 6, version
+
+
+@pytest.mark.parametrize("key_type", [0])
+def test_find_coordinator_every_advertised_version(proxy, key_type: int) -> None:
+    versions = advertised_range(proxy, FIND_COORDINATOR)
+    assert len(versions) > 1
+    for version in versions:
+        with RawClient("127.0.0.1", proxy.port) as client:
+            if version >= 4:
+                request = FindCoordinatorRequest[version](key_type=key_type, coordinator_keys=["g1", "g2"])
+            else:
+                request = FindCoordinatorRequest[version](key="g1", key_type=key_type)
+            response = client.call(request, version, FindCoordinatorResponse)
+        if version >= 4:
+            found = [(c.host, c.port) for c in response.coordinators if c.error_code == 0]
+            assert len(found) == 2, (version, response)
+        else:
+            assert response.error_code == 0, (version, response)
+            found = [(response.host, response.port)]
+        assert set(found) <= proxy_addresses(proxy), (version, found)

@@ -1,0 +1,165 @@
+"""Bad input, broker faults and shutdown: one bad connection costs only itself, and nothing else notices."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from rawclient import RawClient
+
+from proxy.proxy_process import REPO, ProxyProcess
+
+BAD_INPUTS = {
+    # A browser pointed at the port: "GET " read as a length is ~1.1 GB, far over max_frame_bytes.
+    "garbage": (b"GET / HTTP/1.1\r\nHost: kafka\r\n\r\n", "frame_too_large"),
+    "negative_length": (b"\xff\xff\xff\xfe" + b"\x00" * 16, "negative_frame_length"),
+    "two_gib_length": (b"\x7f\xff\xff\xff" + b"\x00" * 16, "frame_too_large"),
+    "truncated_frame": (b"\x00\x00\x00\x64" + b"\x00\x12\x00\x00\x00\x00\x00\x01\x00", "truncated_frame"),
+}
+
+
+def api_versions_ok(client: RawClient) -> bool:
+    response = client.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+    return response.error_code == 0 and len(response.api_keys) > 0
+
+
+class SteadyProducer(threading.Thread):
+    """A healthy confluent-kafka client producing the whole time the bad inputs arrive."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
+
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 1, "message.timeout.ms": 60000}
+        )
+        self.topic = topic
+        self.sent = 0
+        self.delivered = 0
+        self.errors: list[str] = []
+        self.stop_flag = threading.Event()
+
+    def _on_delivery(self, err, _msg) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self.errors.append(str(err))
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            self.producer.produce(self.topic, b"steady-%d" % self.sent, on_delivery=self._on_delivery)
+            self.sent += 1
+            self.producer.poll(0.005)
+        self.producer.flush(60)
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_frame_closes_only_that_connection(proxy, name: str) -> None:
+    payload, reason = BAD_INPUTS[name]
+    steady = SteadyProducer(proxy.bootstrap, "faults")
+    steady.start()
+    with RawClient("127.0.0.1", proxy.port) as healthy, RawClient("127.0.0.1", proxy.port) as bad:
+        assert api_versions_ok(healthy)
+        bad_peer = "{}:{}".format(*bad.sock.getsockname()[:2])
+        bad.sock.sendall(payload)
+        if name == "truncated_frame":
+            bad.sock.shutdown(socket.SHUT_WR)
+        assert bad.is_closed_by_peer(), "the proxy kept the bad connection open"
+        event = proxy.wait_for_event("protocol_error", peer=bad_peer)
+        assert event["reason"] == reason
+        assert api_versions_ok(healthy), "a healthy connection was disturbed"
+    time.sleep(0.3)
+    steady.stop_flag.set()
+    steady.join(60)
+    assert steady.errors == []
+    assert steady.delivered == steady.sent > 0
+    assert proxy.process.poll() is None, "the proxy process died"
+
+
+def test_broker_down_and_up(proxy, cluster) -> None:
+    steady = SteadyProducer(proxy.bootstrap, "faults")
+    steady.start()
+    time.sleep(1.0)
+    for node in (1, 2):
+        cluster.broker_down(node)
+        time.sleep(1.5)
+        cluster.broker_up(node)
+        time.sleep(1.0)
+    steady.stop_flag.set()
+    steady.join(90)
+    assert proxy.process.poll() is None
+    assert steady.errors == []
+    assert steady.delivered == steady.sent > 0
+    # A fresh client after the outage works as well.
+    with RawClient("127.0.0.1", proxy.port) as client:
+        assert api_versions_ok(client)
+
+
+def run_sluice(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args], cwd=REPO, capture_output=True, text=True, timeout=30
+    )
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "flags", "key"),
+    [
+        (
+            "listen: 127.0.0.1:9092\nupstream: {bootstrap: ['127.0.0.1:1']}\nlisten_port: 3\n",
+            [],
+            "listen_port",
+        ),
+        ("", ["--listen", "127.0.0.1:99999", "--upstream", "127.0.0.1:9092"], "listen"),
+        ("", ["--listen", "127.0.0.1:9092"], "upstream.bootstrap"),
+        (
+            "listen: 127.0.0.1:9092\nupstream: {bootstrap: ['127.0.0.1:1']}\nidle_timeout_s: -1\n",
+            [],
+            "idle_timeout_s",
+        ),
+    ],
+)
+def test_bad_config_exits_2_naming_the_key(tmp_path, yaml_text: str, flags: list[str], key: str) -> None:
+    args = ["run", *flags]
+    if yaml_text:
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml_text)
+        args += ["--config", str(path)]
+    result = run_sluice(*args)
+    assert result.returncode == 2, result
+    assert key in result.stderr
+
+
+def test_sigterm_lets_in_flight_requests_finish(cluster) -> None:
+    with ProxyProcess(cluster.bootstrap) as proxy:
+        for node in (1, 2, 3):
+            cluster.set_rtt(node, 1500)
+        try:
+            with RawClient("127.0.0.1", proxy.port) as client:
+                correlation_id = client.send(MetadataRequest[1](topics=[]), 1)
+                time.sleep(0.3)  # the request is now held by the slow broker
+                proxy.process.send_signal(15)
+                data = client.receive_frame()
+                assert int.from_bytes(data[4:8], "big") == correlation_id
+                response = MetadataResponse[1].decode(data[8:])
+                assert {b.port for b in response.brokers} <= {proxy.broker_port(n) for n in (1, 2, 3)}
+                assert client.is_closed_by_peer()
+            assert proxy.process.wait(15) == 0
+        finally:
+            for node in (1, 2, 3):
+                cluster.set_rtt(node, 0)
+        proxy.wait_for_event("shutdown_complete")
+
+
+def test_idle_connection_is_closed(cluster) -> None:
+    with ProxyProcess(cluster.bootstrap, extra_config={"idle_timeout_s": 0.5}) as proxy:
+        with RawClient("127.0.0.1", proxy.port) as client:
+            peer = "{}:{}".format(*client.sock.getsockname()[:2])
+            assert api_versions_ok(client)
+            assert client.is_closed_by_peer(timeout_s=10)
+        proxy.wait_for_event("connection_closed", peer=peer, cause="idle_timeout")
+        assert proxy.stop() == 0
