@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .metrics import ProxyMetrics
 
 PRODUCE = 0
+_ACKS0_REMEMBERED = 1024
 _log = get_logger("sluice.connection")
 
 Address = tuple[str, int]
@@ -115,6 +116,8 @@ class ClientSide(asyncio.Protocol):
         self._responses = FrameSplitter(settings.max_frame_bytes)
         self._in_flight: deque[RequestHeader] = deque()
         self._waiting_for_upstream: list[Frame] = []
+        # Correlation ids of recent acks=0 Produce requests, to recognise a broker that answers them anyway.
+        self._acks0_sent: deque[int] = deque(maxlen=_ACKS0_REMEMBERED)
         self._connect_task: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
@@ -180,6 +183,8 @@ class ClientSide(asyncio.Protocol):
         frame = self._chain.on_request(self, header, frame)
         if header.api_key != PRODUCE or produce_acks(frame, header) != 0:
             self._in_flight.append(header)
+        else:
+            self._acks0_sent.append(header.correlation_id)
         return frame
 
     def _send_upstream(self, frames: list[Frame]) -> None:
@@ -216,7 +221,11 @@ class ClientSide(asyncio.Protocol):
     def upstream_data(self, data: bytes) -> None:
         self._last_activity = self._loop.time()
         try:
-            outgoing = [self._return_response(frame) for frame in self._responses.feed(data)]
+            outgoing = [
+                out
+                for frame in self._responses.feed(data)
+                if (out := self._return_response(frame)) is not None
+            ]
             if outgoing:
                 assert self._transport is not None
                 self._transport.writelines(outgoing)
@@ -230,11 +239,16 @@ class ClientSide(asyncio.Protocol):
         if self._draining and not self._in_flight:
             self.close("shutdown")
 
-    def _return_response(self, frame: memoryview) -> Frame:
-        if not self._in_flight:
-            raise ProtocolError("unexpected_response", "the broker answered a request that was not sent")
-        request = self._in_flight.popleft()
+    def _return_response(self, frame: memoryview) -> Frame | None:
         correlation_id = read_correlation_id(frame)
+        if not self._in_flight or correlation_id != self._in_flight[0].correlation_id:
+            if correlation_id in self._acks0_sent:
+                # Some brokers (librdkafka's mock among them) answer acks=0 Produce; Kafka clients expect
+                # no answer and kafka-python drops the connection on an unknown correlation id.
+                return None
+            if not self._in_flight:
+                raise ProtocolError("unexpected_response", f"no request is waiting for id {correlation_id}")
+        request = self._in_flight.popleft()
         if correlation_id != request.correlation_id:
             raise ProtocolError(
                 "correlation_mismatch",

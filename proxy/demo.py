@@ -123,9 +123,9 @@ def run_demo(records: int, size: int) -> int:
             table = _traffic_table(proxy.metrics_text())
             exit_code = proxy.stop()
         print("\nWhat flowed through Sluice:")
-        print(f"  {'API':<18}{'requests':>10}{'bytes in':>14}{'bytes out':>14}")
+        print(f"  {'API':<28}{'requests':>10}{'bytes in':>14}{'bytes out':>14}")
         for api, requests, bytes_in, bytes_out in table:
-            print(f"  {api:<18}{requests:>10,}{bytes_in:>14,}{bytes_out:>14,}")
+            print(f"  {api:<28}{requests:>10,}{bytes_in:>14,}{bytes_out:>14,}")
     intact = produced == consumed
     print(f"\nEvery record came back byte for byte: {'yes' if intact else 'NO'}")
     print(f"Proxy stopped on SIGTERM with exit code {exit_code}")

@@ -52,7 +52,7 @@ class SampledRate:
         self._num_samples = require_positive_int("num_samples", num_samples)
         self._window_ms = require_positive_int("window_ms", window_ms)
         self._legacy = bool(legacy)
-        self._slots = num_samples + 1
+        self._slots = num_samples if legacy else num_samples + 1
         self._expire_age_ms = num_samples * window_ms
         self._min_full_windows = num_samples - 1
         self._starts: list[int] = []

@@ -17,13 +17,18 @@ class RawClient:
         self.client_id = client_id
         self._correlation_id = 0
 
-    def send(self, request: Any, version: int) -> int:
-        """Send `request` (a kafka-python request object) at `version`; returns its correlation id."""
+    def encode(self, request: Any, version: int) -> tuple[int, bytes]:
+        """The framed request and its correlation id, without sending it (for pipelining)."""
         self._correlation_id += 1
         body = bytes(request.encode(version=version))
         header = encode_request_header(request.API_KEY, version, self._correlation_id, self.client_id)
-        self.sock.sendall(frame(header + body))
-        return self._correlation_id
+        return self._correlation_id, frame(header + body)
+
+    def send(self, request: Any, version: int) -> int:
+        """Send `request` (a kafka-python request object) at `version`; returns its correlation id."""
+        correlation_id, data = self.encode(request, version)
+        self.sock.sendall(data)
+        return correlation_id
 
     def receive_frame(self) -> bytes:
         length = struct.unpack(">i", self._read_exactly(4))[0]

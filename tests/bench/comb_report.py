@@ -7,6 +7,7 @@ committed section is what this script produces, so the numbers in the doc are al
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import sys
 from pathlib import Path
@@ -35,8 +36,8 @@ SHOWN_S = 120
 BURST_BYTES = 500_000
 MODES = (Enforcement.LEGACY, Enforcement.WINDOW, Enforcement.TOKEN_BUCKET)
 LABELS = {
-    Enforcement.LEGACY: "sampled window, Kafka <= 3.7 (`legacy`)",
-    Enforcement.WINDOW: "sampled window, Kafka >= 3.8 (`window`)",
+    Enforcement.LEGACY: "sampled window, Kafka <= 3.7 (`window` + `legacy_windows`)",
+    Enforcement.WINDOW: "sampled window, Kafka >= 3.8 (`window`, the default)",
     Enforcement.TOKEN_BUCKET: "token bucket (`token_bucket`)",
 }
 
@@ -63,7 +64,7 @@ def _summary_row(mode: Enforcement, result: SimulationResult) -> str:
     series = result.per_second()
     steady = series[STEADY_FROM_S:]
     bursts = burst_seconds(result)
-    gaps = [b - a for a, b in zip(bursts, bursts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(bursts)]
     burst_text = "none"
     if bursts:
         median_gap = statistics.median(gaps) if gaps else 0
@@ -81,11 +82,12 @@ def render_section(runs: dict[Enforcement, SimulationResult]) -> str:
     lines = [
         BEGIN,
         "",
-        f"Simulated: one flat-out producer, {BOOK_REQUEST_BYTES:,}-byte produce requests (one ~10 kB record per",
-        f"16 KiB batch), unthrottled pace one request every {BOOK_SEND_INTERVAL_MS} ms, "
-        f"`producer_byte_rate={BOOK_PRODUCER_BYTE_RATE}`,",
-        f"N = 11, W = 1 s, {DURATION_S} simulated seconds. Coefficient of variation (CV) = population standard",
-        f"deviation / mean of the bytes per second; *steady* leaves out the first {STEADY_FROM_S} s, where every",
+        f"Simulated: one flat-out producer, {BOOK_REQUEST_BYTES:,}-byte produce requests "
+        "(one ~10 kB record per 16 KiB batch),",
+        f"unthrottled pace one request every {BOOK_SEND_INTERVAL_MS} ms, "
+        f"`producer_byte_rate={BOOK_PRODUCER_BYTE_RATE}`, N = 11, W = 1 s,",
+        f"{DURATION_S} simulated seconds. Coefficient of variation (CV) = population standard deviation /",
+        f"mean of the bytes per second; *steady* leaves out the first {STEADY_FROM_S} s, where every",
         "enforcement grants the same up-front allowance of about N x W x Q.",
         "",
         "| enforcement | steady mean, kB/s | bursts (>= 500 kB in a second) | between bursts, kB/s "

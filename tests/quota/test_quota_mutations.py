@@ -101,7 +101,9 @@ def test_v12_manager_strict_recording() -> None:
     ("api_key", "strict_version", "permissive_version"),
     [(CREATE_TOPICS, 6, 5), (DELETE_TOPICS, 5, 4), (CREATE_PARTITIONS, 3, 2)],
 )
-def test_strictness_is_chosen_by_request_version(api_key: int, strict_version: int, permissive_version: int) -> None:
+def test_strictness_is_chosen_by_request_version(
+    api_key: int, strict_version: int, permissive_version: int
+) -> None:
     assert is_strict(api_key, strict_version)
     assert is_strict(api_key, strict_version + 1)
     assert not is_strict(api_key, permissive_version)
@@ -120,7 +122,9 @@ def _v19_manager() -> ControllerMutationQuotaManager:
     ("api_key", "strict_version", "permissive_version"),
     [(CREATE_TOPICS, 7, 5), (DELETE_TOPICS, 6, 4), (CREATE_PARTITIONS, 3, 2)],
 )
-def test_v19_strict_and_permissive_requests(api_key: int, strict_version: int, permissive_version: int) -> None:
+def test_v19_strict_and_permissive_requests(
+    api_key: int, strict_version: int, permissive_version: int
+) -> None:
     strict_manager = _v19_manager()
     strict = strict_manager.new_quota_for_request("quota-user", "c", api_key, strict_version, 0)
     assert charge_topics(strict, [30, 30], 0) == [True, False]  # one NONE, one 89

@@ -19,7 +19,7 @@ from quota.keys import QuotaKey, SensorKind
 from quota.managers import ClientQuotaManager, RequestQuotaManager, kip219_throttle_ms
 from quota.sensor import TokenBucketQuotaSensor, WindowQuotaSensor
 from quota.simulation import Enforcement, FlatOutProducer, SimulationResult, simulate_produce_quota
-from quota.throttle import LONG_MAX, java_round
+from quota.throttle import LONG_MAX, java_round, to_int32
 from quota.token_bucket import TokenBucket
 from quota.window import SampledRate
 
@@ -92,11 +92,11 @@ def _rate_ops(draw: st.DrawFn) -> tuple[int, int, bool, list[tuple[int, int, str
     legacy = draw(st.booleans())
     # Clock steps land on window and expiry boundaries (k x W, off by at most 1 ms) as often as not,
     # and sometimes go backwards.
-    boundary = st.builds(
-        lambda k, d: k * w + d, st.integers(min_value=0, max_value=n + 1), st.integers(min_value=-1, max_value=1)
-    )
+    windows = st.integers(min_value=0, max_value=n + 1)
+    boundary = st.builds(lambda k, d: k * w + d, windows, st.integers(min_value=-1, max_value=1))
     step = st.one_of(boundary, st.integers(min_value=-200, max_value=4000))
-    op = st.tuples(step, st.integers(min_value=-5000, max_value=100_000), st.sampled_from(["record", "measure"]))
+    value = st.integers(min_value=-5000, max_value=100_000)
+    op = st.tuples(step, value, st.sampled_from(["record", "measure"]))
     return n, w, legacy, draw(st.lists(op, max_size=80))
 
 
@@ -174,16 +174,19 @@ def test_throttles_are_never_negative(bound: float, kind: SensorKind, records: l
     producer.update_quota(QuotaEntity("u"), bound)
     request = RequestQuotaManager(sensor_kind=kind)
     request.update_quota(QuotaEntity("u"), bound / 1e5)
+    # A twin of the producer's sensor: same kind, bound, N and W, fed the same records.
     sensor = WindowQuotaSensor(bound, 0) if kind is SensorKind.WINDOW else TokenBucketQuotaSensor(bound, 0)
     now = 0
     for step, value in records:
         now += step
         produce_ms = producer.record_and_get_throttle_ms("u", "c", value, now)
         request_ms = request.record_and_get_throttle_ms("u", "c", value / 1e4, now)
-        assert produce_ms >= 0
-        assert 0 <= request_ms <= request.max_throttle_ms
-        assert sensor.record(value, now) >= 0
+        unbounded_ms = sensor.record(value, now)
+        assert unbounded_ms >= 0
         assert sensor.throttle_ms(now) >= 0
+        # The only way the manager's int32 can be negative is Kafka's wrap beyond 2**31 - 1 ms.
+        assert produce_ms == to_int32(unbounded_ms)
+        assert 0 <= request_ms <= request.max_throttle_ms
         assert kip219_throttle_ms(produce_ms, request_ms, -value) >= 0
 
 

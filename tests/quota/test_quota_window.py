@@ -149,6 +149,15 @@ def test_a_clock_going_backwards_uses_java_truncating_division() -> None:
     assert rate.measure(9500) == 1000
 
 
+def test_a_record_at_an_earlier_time_moves_the_expiry_earlier() -> None:
+    # The sample's last event goes back from 10,000 to 9,900, so it expires at 9,900 + N x W.
+    rate = SampledRate(11, 1000)
+    rate.record(5, 10_000)
+    rate.record(5, 9_900)
+    assert rate.total(9_900 + 10_999) == 10
+    assert rate.total(9_900 + 11_000) == 0
+
+
 def test_negative_values_take_back_what_was_recorded() -> None:
     rate = SampledRate(11, 1000)
     rate.record(15_000, 100)

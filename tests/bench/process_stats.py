@@ -1,0 +1,45 @@
+"""What a process costs, read from /proc (Linux): CPU seconds, resident memory, open descriptors."""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used so far (all its threads)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    # The command name may hold spaces and parentheses; the fields after the last ')' are fixed.
+    fields = stat.rsplit(")", 1)[1].split()
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5), 1-based
+    return (utime + stime) / _CLOCK_TICKS
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def children_cpu_seconds() -> float:
+    """CPU time of this process's children that have been waited for (load generator subprocesses)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def raise_fd_limit(wanted: int) -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE towards `wanted` (up to the hard limit); children inherit it.
+    Returns the (soft, hard) limits now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -1,0 +1,311 @@
+"""A raw-socket Kafka load generator for the benchmarks: pre-built requests, pipelined, responses counted.
+
+Requests are encoded once with kafka-python's generated codecs and the request header from `protocol/`,
+then written again and again, so the generator spends its CPU on system calls rather than on encoding,
+and the process under test (proxy, bare relay or broker) is the bottleneck. Every connection keeps
+``--in-flight`` requests outstanding, writing ``--batch`` requests per system call whenever ``--batch``
+answers have come back. Every answer is length-checked; every ``--check-every``-th (and the first) is
+decoded and its error code checked, so a broker refusing the load cannot pass for a fast one.
+
+Run: ``.venv/bin/python tests/bench/wire_load.py --port P --kind produce --record-bytes 104857 --records 10
+--requests 2048 --in-flight 4`` (bulk: a fixed number of requests) or ``... --kind apiversions
+--connections 8 --in-flight 256 --batch 32 --warmup 1 --duration 5`` (rate: answers per second). Prints
+``{"event": "window_start"}`` and ``{"event": "window_end"}`` around the counted window, then the result
+as one JSON object, on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, cast
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
+
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+from protocol.headers import encode_request_header, frame, response_header_size
+
+PRODUCE_VERSION = 7  # the newest non-flexible Produce: a fixed-size header, nothing to patch
+CLIENT_ID = "sluice-bench"
+
+
+@dataclass(frozen=True)
+class RequestKind:
+    api_key: int
+    version: int
+    body: bytes
+    check: Callable[[bytes], int]  # response body -> error code (0 = fine)
+
+
+def _produce_errors(version: int) -> Callable[[bytes], int]:
+    def check(body: bytes) -> int:
+        response = ProduceResponse[version].decode(body)
+        for topic in response.responses:
+            for partition in topic.partition_responses:
+                if partition.error_code:
+                    return partition.error_code
+        return 0
+
+    return check
+
+
+def produce_body(topic: str, partition: int, record_bytes: int, records: int, acks: int) -> bytes:
+    """A Produce v7 body with one uncompressed v2 record batch of `records` values of `record_bytes`."""
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=records * (record_bytes + 64))
+    value = bytes(65 + i % 26 for i in range(record_bytes))
+    for _ in range(records):
+        builder.append(0, None, value, [])
+    builder.close()
+    data = ProduceRequest.TopicProduceData.PartitionProduceData(
+        index=partition, records=bytes(builder.buffer())
+    )
+    request = ProduceRequest(
+        version=PRODUCE_VERSION,
+        acks=acks,
+        timeout_ms=30000,
+        topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[data])],
+    )
+    request.transactional_id = None
+    return bytes(request.encode(version=PRODUCE_VERSION))
+
+
+def request_kind(name: str, topic: str, partition: int, record_bytes: int, records: int) -> RequestKind:
+    if name == "produce":
+        body = produce_body(topic, partition, record_bytes, records, acks=1)
+        return RequestKind(0, PRODUCE_VERSION, body, _produce_errors(PRODUCE_VERSION))
+    if name == "apiversions":
+        return RequestKind(
+            18,
+            0,
+            bytes(ApiVersionsRequest[0]().encode(version=0)),
+            lambda body: ApiVersionsResponse[0].decode(body).error_code,
+        )
+    if name == "metadata":
+        return RequestKind(
+            3,
+            1,
+            bytes(MetadataRequest[1](topics=[]).encode(version=1)),
+            lambda body: 0 if MetadataResponse[1].decode(body).brokers else -1,
+        )
+    raise ValueError(f"unknown request kind {name!r}")
+
+
+class Tally:
+    """Answers counted by every connection of this process."""
+
+    def __init__(self, check_every: int) -> None:
+        self.answers = 0
+        self.errors = 0
+        self.failures: list[str] = []
+        self.check_every = check_every
+        self.closed_early = 0
+
+
+class PipelinedConnection(asyncio.Protocol):
+    def __init__(
+        self, kind: RequestKind, in_flight: int, batch: int, tally: Tally, budget: list[int] | None
+    ) -> None:
+        self._kind = kind
+        self._batch = batch
+        self._in_flight_target = in_flight
+        self._tally = tally
+        self._budget = budget  # shared [requests still to send]; None = send until stopped
+        # One write carries `batch` requests with consecutive correlation ids, reused from write to write.
+        self._frames = [
+            frame(encode_request_header(kind.api_key, kind.version, i, CLIENT_ID) + kind.body)
+            for i in range(batch)
+        ]
+        self._blob = b"".join(self._frames)
+        self._buffer = bytearray()
+        self._since_write = 0
+        self._outstanding = 0
+        self._transport: asyncio.Transport | None = None
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.stopping = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def begin(self) -> None:
+        for _ in range(max(1, self._in_flight_target // self._batch)):
+            self._write_batch()
+
+    def _write_batch(self) -> None:
+        if self.stopping:
+            return
+        count = self._batch
+        if self._budget is not None:
+            count = min(count, self._budget[0])
+            if count <= 0:
+                return
+            self._budget[0] -= count
+        assert self._transport is not None
+        if count == self._batch:
+            self._transport.write(self._blob)
+        else:
+            self._transport.writelines(self._frames[:count])
+        self._outstanding += count
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        pos = 0
+        end = len(buffer)
+        tally = self._tally
+        answered = 0
+        while end - pos >= 4:
+            size = int.from_bytes(buffer[pos : pos + 4], "big")
+            if end - pos - 4 < size:
+                break
+            if tally.answers % tally.check_every == 0:
+                self._check(bytes(buffer[pos : pos + 4 + size]))
+            tally.answers += 1
+            answered += 1
+            pos += 4 + size
+        del buffer[:pos]
+        self._outstanding -= answered
+        self._since_write += answered
+        while self._since_write >= self._batch:
+            self._since_write -= self._batch
+            self._write_batch()
+        if self._outstanding == 0 and (self.stopping or (self._budget is not None and self._budget[0] <= 0)):
+            self._finish()
+
+    def _check(self, response: bytes) -> None:
+        kind = self._kind
+        try:
+            offset = 4 + response_header_size(kind.api_key, kind.version, response)
+            error = kind.check(response[offset:])
+        except Exception as exc:  # any undecodable answer is a failed benchmark, not a crash
+            error = -1
+            self._tally.failures.append(f"undecodable answer: {exc!r}")
+        if error:
+            self._tally.errors += 1
+            if len(self._tally.failures) < 5:
+                self._tally.failures.append(f"error code {error}")
+
+    def stop(self) -> None:
+        self.stopping = True
+        if self._outstanding == 0:
+            self._finish()
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+        if self._transport is not None:
+            self._transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self._tally.closed_early += 1
+            self._tally.failures.append(f"connection closed by peer: {exc!r}")
+            self.done.set_result(None)
+
+
+@dataclass
+class LoadResult:
+    kind: str
+    connections: int
+    answers: int
+    seconds: float
+    answers_per_s: float
+    request_bytes: int
+    errors: int
+    closed_early: int
+    failures: list[str]
+
+
+async def generate(args: argparse.Namespace) -> LoadResult:
+    kind = request_kind(args.kind, args.topic, args.partition, args.record_bytes, args.records)
+    frame_bytes = len(frame(encode_request_header(kind.api_key, kind.version, 0, CLIENT_ID) + kind.body))
+    tally = Tally(args.check_every)
+    budget = [args.requests] if args.requests else None
+    loop = asyncio.get_running_loop()
+    connections: list[PipelinedConnection] = []
+    for _ in range(args.connections):
+        _, conn = await loop.create_connection(
+            lambda: PipelinedConnection(kind, args.in_flight, args.batch, tally, budget), args.host, args.port
+        )
+        connections.append(conn)
+    if budget is not None:
+        _mark("window_start")
+        start, start_answers = time.perf_counter(), 0
+        for conn in connections:
+            conn.begin()
+        await asyncio.gather(*(c.done for c in connections))
+    else:
+        for conn in connections:
+            conn.begin()
+        await asyncio.sleep(args.warmup)
+        _mark("window_start")
+        start, start_answers = time.perf_counter(), tally.answers
+        await asyncio.sleep(args.duration)
+    elapsed = time.perf_counter() - start
+    _mark("window_end")
+    answers = tally.answers - start_answers
+    for conn in connections:
+        conn.stop()
+    await asyncio.wait_for(asyncio.gather(*(c.done for c in connections)), 30)
+    return LoadResult(
+        kind=args.kind,
+        connections=args.connections,
+        answers=answers,
+        seconds=round(elapsed, 4),
+        answers_per_s=round(answers / elapsed, 1) if elapsed > 0 else 0.0,
+        request_bytes=answers * frame_bytes,
+        errors=tally.errors,
+        closed_early=tally.closed_early,
+        failures=tally.failures[:5],
+    )
+
+
+def _mark(event: str) -> None:
+    """Tell the harness (reading our stdout line by line) that the counted window opens or closes, so it
+    can read the CPU clocks of the processes under test at the same moments."""
+    print(json.dumps({"event": event}), flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--kind", choices=("produce", "apiversions", "metadata"), default="produce")
+    p.add_argument("--topic", default="bench")
+    p.add_argument("--partition", type=int, default=0)
+    p.add_argument("--record-bytes", type=int, default=100, help="bytes per record value (produce)")
+    p.add_argument("--records", type=int, default=1, help="records per request (produce)")
+    p.add_argument("--connections", type=int, default=1)
+    p.add_argument("--in-flight", type=int, default=1, help="requests outstanding per connection")
+    p.add_argument("--batch", type=int, default=1, help="requests per write")
+    p.add_argument("--requests", type=int, default=0, help="bulk mode: send this many, then stop")
+    p.add_argument("--warmup", type=float, default=1.0, help="rate mode: seconds before counting")
+    p.add_argument("--duration", type=float, default=5.0, help="rate mode: seconds counted")
+    p.add_argument("--check-every", type=int, default=1000, help="decode every Nth answer")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        import uvloop
+    except ImportError:
+        result = asyncio.run(generate(args))
+    else:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            result = runner.run(generate(args))
+    out: dict[str, Any] = asdict(result)
+    print(json.dumps(out), flush=True)
+    return 0 if not result.errors and not result.closed_early else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

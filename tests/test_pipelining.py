@@ -1,0 +1,83 @@
+"""Pipelined requests through the proxy: answers come back in request order, acks=0 Produce gets none and
+still lands, and nothing is lost."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.memory_records import MemoryRecordsBuilder
+from rawclient import RawClient
+
+from proxy.mock_cluster_process import MockCluster
+from proxy.proxy_process import ProxyProcess
+
+TOPIC = "pipeline"
+RECORDS_PER_BATCH = 5
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with MockCluster(brokers=3, topics={TOPIC: 1}) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def proxy(cluster):
+    with ProxyProcess(cluster.bootstrap) as p:
+        yield p
+
+
+def produce_request(acks: int, batch_no: int) -> ProduceRequest:
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+    for i in range(RECORDS_PER_BATCH):
+        builder.append(0, b"k%d" % i, b"batch-%d-record-%d" % (batch_no, i), [])
+    builder.close()
+    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=bytes(builder.buffer()))
+    topic = ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[partition])
+    request = ProduceRequest(version=3, acks=acks, timeout_ms=10000, topic_data=[topic])
+    request.transactional_id = None
+    return request
+
+
+def latest_offset(client: RawClient) -> int:
+    partition = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=-1)
+    request = ListOffsetsRequest[1](
+        replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(name=TOPIC, partitions=[partition])]
+    )
+    response = client.call(request, 1, ListOffsetsResponse)
+    (topic,) = response.topics
+    (part,) = topic.partitions
+    assert part.error_code == 0
+    return part.offset
+
+
+def test_pipelined_answers_in_order_and_acks0_lands(proxy) -> None:
+    # Partition 0 of a single-replica topic lives on broker 1; talk to the proxy's listener for it.
+    with RawClient("127.0.0.1", proxy.broker_port(1)) as client:
+        start = latest_offset(client)
+        expected: list[int] = []
+        wire = []
+        batches = 0
+        for i in range(80):
+            kind = i % 4
+            if kind == 0:
+                correlation_id, data = client.encode(ApiVersionsRequest[0](), 0)
+            elif kind == 1:
+                correlation_id, data = client.encode(MetadataRequest[1](topics=[]), 1)
+            else:
+                acks = 0 if kind == 2 else 1
+                correlation_id, data = client.encode(produce_request(acks, batches), 3)
+                batches += 1
+                if acks == 0:
+                    wire.append(data)
+                    continue
+            expected.append(correlation_id)
+            wire.append(data)
+        client.sock.sendall(b"".join(wire))
+        answered = [struct.unpack_from(">i", client.receive_frame(), 4)[0] for _ in expected]
+        assert answered == expected
+        assert latest_offset(client) - start == batches * RECORDS_PER_BATCH

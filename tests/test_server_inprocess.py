@@ -1,0 +1,108 @@
+"""The proxy in this test's own event loop, for what only its insides can show: a listener that opens the
+moment a broker is first seen, and back-pressure holding a slow client's responses at the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from rawclient import RawClient
+
+from config.load import load_config
+from proxy.mock_cluster_process import MockCluster
+from proxy.perf_test import run_perf_test
+from proxy.ports import free_port_block
+from proxy.server import SluiceServer
+
+TOPIC = "backpressure"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with MockCluster(brokers=3, topics={TOPIC: 1}) as c:
+        yield c
+
+
+async def started_server(cluster) -> SluiceServer:
+    base = free_port_block(16)
+    config = load_config(
+        None,
+        {
+            "listen": f"127.0.0.1:{base}",
+            "upstream.bootstrap": cluster.bootstrap,
+            "broker_port_base": base + 1,
+            "log.level": "warning",
+        },
+    )
+    server = SluiceServer(config)
+    await server.start()
+    for _ in range(200):
+        if len(server.directory.known_nodes()) == 3:
+            break
+        await asyncio.sleep(0.01)
+    return server
+
+
+async def test_broker_first_seen_in_an_answer_gets_a_listener_at_once(cluster) -> None:
+    server = await started_server(cluster)
+    try:
+        real_host, real_port = cluster.addresses[0]
+        new_node = 9
+        host, port = server.directory.advertise(new_node, real_host, real_port)
+        assert port == server.config.broker_port(new_node)
+        # No await in between: the answer naming this node could reach a client right now.
+        with socket.create_connection((host, port), timeout=2):
+            pass
+
+        def ask() -> ApiVersionsResponse:
+            with RawClient(host, port) as client:
+                return client.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+
+        response = await asyncio.to_thread(ask)
+        assert response.error_code == 0 and response.api_keys
+    finally:
+        await server.shutdown()
+
+
+async def test_slow_client_pauses_reading_from_the_broker(cluster) -> None:
+    # ~4 MB in the one partition, so fetches return large answers.
+    await asyncio.to_thread(run_perf_test, TOPIC, 4000, 1000, -1, {}, bootstrap_servers=cluster.bootstrap)
+    server = await started_server(cluster)
+    try:
+        host, port = "127.0.0.1", server.config.broker_port(1)  # partition 0 lives on broker 1
+        client = RawClient(host, port)
+        partition = FetchRequest.FetchTopic.FetchPartition(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+        )
+        request = FetchRequest[4](
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            topics=[FetchRequest.FetchTopic(topic=TOPIC, partitions=[partition])],
+        )
+        sent = [client.encode(request, 4)[1] for _ in range(40)]
+        await asyncio.to_thread(client.sock.sendall, b"".join(sent))
+        # The client reads nothing: ~40 MB of answers cannot fit in its socket, so the proxy must stop
+        # reading from the broker instead of buffering them.
+        conn = None
+        for _ in range(500):
+            conn = next((c for c in server.registry if c.listener == "broker-1"), None)
+            if conn is not None and conn._upstream_pauses and "client_backlog" in conn._upstream_pauses:
+                break
+            await asyncio.sleep(0.01)
+        assert conn is not None and conn._upstream_pauses is not None
+        assert "client_backlog" in conn._upstream_pauses
+        buffered = conn._transport.get_write_buffer_size()
+        assert buffered < 8 << 20, f"{buffered} bytes held for a client that does not read"
+        # Once the client reads again, every answer arrives.
+        frames = await asyncio.to_thread(lambda: [client.receive_frame() for _ in sent])
+        assert len(frames) == 40 and all(len(f) > 1_000_000 for f in frames)
+        assert "client_backlog" not in conn._upstream_pauses
+        client.close()
+    finally:
+        await server.shutdown()
