@@ -6,23 +6,28 @@ requests in flight; a Produce with acks=0 gets no response and takes no place in
 thin protocol that hands the broker's bytes and flow-control events to its `ClientSide`.
 
 Back-pressure runs both ways: when one side's write buffer passes the high-water mark, reading from the
-other side pauses until it drains.
+other side pauses until it drains. A throttle mutes the client through its `ThrottleGate`: reading stops
+and requests already read are held, not forwarded, until the mute ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, cast
 
 from protocol.apis import produce_acks
 from protocol.errors import ProtocolError
 from protocol.frames import FrameSplitter
-from protocol.headers import RequestHeader, parse_request_header, read_correlation_id
+from protocol.headers import parse_request_header, read_correlation_id
+from quota import ANONYMOUS
 
+from .filters.base import InFlight
 from .flow import ReadPauses
 from .log import get_logger
+from .throttle_gate import ThrottleGate
 
 if TYPE_CHECKING:
     from .filters import FilterChain, Frame
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
 PRODUCE = 0
 _ACKS0_REMEMBERED = 1024
 _log = get_logger("sluice.connection")
+_thread_time_ns = time.thread_time_ns
 
 Address = tuple[str, int]
 
@@ -47,7 +53,7 @@ class ConnectionRegistry:
     def __len__(self) -> int:
         return len(self._live)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[ClientSide]:
         return iter(list(self._live))
 
     def add(self, conn: ClientSide) -> None:
@@ -69,7 +75,7 @@ class ConnectionRegistry:
 class SessionSettings:
     """What every connection of one proxy shares."""
 
-    __slots__ = ("chain", "idle_timeout_s", "max_frame_bytes", "metrics", "registry")
+    __slots__ = ("chain", "idle_timeout_s", "max_frame_bytes", "measure_cpu", "metrics", "registry")
 
     def __init__(
         self,
@@ -78,12 +84,16 @@ class SessionSettings:
         registry: ConnectionRegistry,
         max_frame_bytes: int,
         idle_timeout_s: float,
+        measure_cpu: bool = False,
     ) -> None:
         self.chain = chain
         self.metrics = metrics
         self.registry = registry
         self.max_frame_bytes = max_frame_bytes
         self.idle_timeout_s = idle_timeout_s
+        # Only a request_percentage quota needs the proxy's CPU time per connection; the thread clock
+        # costs a system call per read, so it is not read otherwise.
+        self.measure_cpu = measure_cpu
 
 
 def _format_peer(peername: object) -> str:
@@ -108,16 +118,23 @@ class ClientSide(asyncio.Protocol):
         self._upstream_candidates = upstream_candidates
         self.peer = "?"
         self.upstream_peer = ""
+        # The authenticated principal; ANONYMOUS until an identity filter proves otherwise.
+        self.user = ANONYMOUS
+        # CPU time spent on this connection and not yet charged to a request_percentage quota.
+        self.cpu_ns = 0
         self._transport: asyncio.Transport | None = None
         self._upstream: asyncio.Transport | None = None
         self._upstream_pauses: ReadPauses | None = None
         self._pauses: ReadPauses | None = None
+        self._gate: ThrottleGate | None = None
         self._requests = FrameSplitter(settings.max_frame_bytes)
         self._responses = FrameSplitter(settings.max_frame_bytes)
-        self._in_flight: deque[RequestHeader] = deque()
-        self._waiting_for_upstream: list[Frame] = []
+        self._in_flight: deque[InFlight] = deque()
+        # Requests read but not forwarded yet: the upstream is still connecting, or a throttle muted us.
+        self._held: list[memoryview] = []
         # Correlation ids of recent acks=0 Produce requests, to recognise a broker that answers them anyway.
         self._acks0_sent: deque[int] = deque(maxlen=_ACKS0_REMEMBERED)
+        self._response_delay_ms = 0
         self._connect_task: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
@@ -135,6 +152,9 @@ class ClientSide(asyncio.Protocol):
         self._pauses = ReadPauses(transport)
         # Nothing can be forwarded until the upstream connection exists.
         self._pauses.add("connecting")
+        self._gate = ThrottleGate(
+            self._loop, transport, self._pauses, self._release_held, self._metrics.count_muted
+        )
         self._settings.registry.add(self)
         self._last_activity = self._loop.time()
         self._arm_idle_timer(self._settings.idle_timeout_s)
@@ -143,16 +163,19 @@ class ClientSide(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_activity = self._loop.time()
+        started = _thread_time_ns() if self._settings.measure_cpu else 0
         try:
-            # One writelines per read: pipelined requests leave in one system call, not one each.
-            outgoing = [self._forward_request(frame) for frame in self._requests.feed(data)]
-            if outgoing:
-                self._send_upstream(outgoing)
+            frames = self._requests.feed(data)
+            if self._held:
+                self._held.extend(frames)
+            else:
+                self._forward(frames)
         except ProtocolError as exc:
             self._protocol_error("client", exc)
         except Exception as exc:  # a filter bug must cost one connection, never the process
-            _log.exception("filter_failed", peer=self.peer, upstream=self.upstream_peer)
-            self.close("filter_error", error=repr(exc))
+            self._filter_failed(exc)
+        if started:
+            self.cpu_ns += _thread_time_ns() - started
 
     def eof_received(self) -> bool:
         try:
@@ -177,22 +200,59 @@ class ClientSide(asyncio.Protocol):
 
     # ---- requests -------------------------------------------------------------------------------
 
+    def _forward(self, frames: list[memoryview]) -> None:
+        """Forward `frames` in order, stopping (and holding the rest) the moment forwarding must wait."""
+        outgoing: list[Frame] = []
+        gate = self._gate
+        for i, frame in enumerate(frames):
+            # uvloop may deliver data that arrived with the connection before our pause took effect.
+            if self._upstream is None or (gate is not None and gate.muted):
+                self._held.extend(frames[i:])
+                break
+            outgoing.append(self._forward_request(frame))
+        if outgoing and self._upstream is not None:
+            # One writelines per read: pipelined requests leave in one system call, not one each.
+            self._upstream.writelines(outgoing)
+
+    def _release_held(self) -> None:
+        """The upstream is ready or the mute ended: forward what was held, in order."""
+        held, self._held = self._held, []
+        try:
+            self._forward(held)
+        except ProtocolError as exc:
+            self._protocol_error("client", exc)
+        except Exception as exc:  # a filter bug must cost one connection, never the process
+            self._filter_failed(exc)
+
     def _forward_request(self, frame: memoryview) -> Frame:
         header = parse_request_header(frame)
-        self._metrics.count_request(header.api_key, len(frame) - 4)
-        frame = self._chain.on_request(self, header, frame)
+        size = len(frame) - 4
+        self._metrics.count_request(header.api_key, size)
+        out = self._chain.on_request(self, header, frame)
         if header.api_key != PRODUCE or produce_acks(frame, header) != 0:
-            self._in_flight.append(header)
+            self._in_flight.append(InFlight(header, size))
         else:
             self._acks0_sent.append(header.correlation_id)
-        return frame
+        return out
 
-    def _send_upstream(self, frames: list[Frame]) -> None:
-        if self._upstream is None:
-            # uvloop may deliver data that arrived with the connection before our pause takes effect.
-            self._waiting_for_upstream.extend(frames)
-        else:
-            self._upstream.writelines(frames)
+    # ---- what filters may ask of the connection --------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(self._loop.time() * 1000)
+
+    def take_cpu_ns(self) -> int:
+        """CPU time spent on this connection since the last call, for request_percentage charging."""
+        spent, self.cpu_ns = self.cpu_ns, 0
+        return spent
+
+    def mute_for(self, throttle_ms: int) -> None:
+        """KIP-219: stop reading and forwarding for `throttle_ms` and until the current response has left."""
+        if self._gate is not None:
+            self._gate.mute_for(throttle_ms)
+
+    def delay_response(self, delay_ms: int) -> None:
+        """Pre-KIP-219: hold the response being processed for `delay_ms` (call from on_response only)."""
+        self._response_delay_ms = max(self._response_delay_ms, delay_ms)
 
     # ---- upstream ------------------------------------------------------------------------------
 
@@ -210,9 +270,7 @@ class ClientSide(asyncio.Protocol):
             self._upstream = cast(asyncio.Transport, transport)
             self.upstream_peer = f"{host}:{port}"
             self._upstream_pauses = ReadPauses(self._upstream)
-            if self._waiting_for_upstream:
-                self._upstream.writelines(self._waiting_for_upstream)
-                self._waiting_for_upstream = []
+            self._release_held()
             assert self._pauses is not None
             self._pauses.discard("connecting")
             return
@@ -220,28 +278,44 @@ class ClientSide(asyncio.Protocol):
 
     def upstream_data(self, data: bytes) -> None:
         self._last_activity = self._loop.time()
+        started = _thread_time_ns() if self._settings.measure_cpu else 0
         try:
-            outgoing = [
-                out
-                for frame in self._responses.feed(data)
-                if (out := self._return_response(frame)) is not None
-            ]
-            if outgoing:
-                assert self._transport is not None
-                self._transport.writelines(outgoing)
+            self._return_responses(self._responses.feed(data))
         except ProtocolError as exc:
             self._protocol_error("upstream", exc)
-            return
         except Exception as exc:  # a filter bug must cost one connection, never the process
-            _log.exception("filter_failed", peer=self.peer, upstream=self.upstream_peer)
-            self.close("filter_error", error=repr(exc))
-            return
-        if self._draining and not self._in_flight:
+            self._filter_failed(exc)
+        if started:
+            self.cpu_ns += _thread_time_ns() - started
+        if self._draining and not self._in_flight and not self._holding_responses():
             self.close("shutdown")
+
+    def _holding_responses(self) -> bool:
+        return self._gate is not None and self._gate.holding_responses
+
+    def _return_responses(self, frames: list[memoryview]) -> None:
+        transport, gate = self._transport, self._gate
+        assert transport is not None and gate is not None
+        outgoing: list[Frame] = []
+        for frame in frames:
+            self._response_delay_ms = 0
+            out = self._return_response(frame)
+            if out is None:
+                continue
+            if self._response_delay_ms > 0 or gate.holding_responses:
+                # Delayed (pre-KIP-219), or queued behind one that is: the gate keeps request order.
+                if outgoing:
+                    transport.writelines(outgoing)
+                    outgoing = []
+                gate.hold_response(out, self._response_delay_ms)
+            else:
+                outgoing.append(out)
+        if outgoing:
+            transport.writelines(outgoing)
 
     def _return_response(self, frame: memoryview) -> Frame | None:
         correlation_id = read_correlation_id(frame)
-        if not self._in_flight or correlation_id != self._in_flight[0].correlation_id:
+        if not self._in_flight or correlation_id != self._in_flight[0].header.correlation_id:
             if correlation_id in self._acks0_sent:
                 # Some brokers (librdkafka's mock among them) answer acks=0 Produce; Kafka clients expect
                 # no answer and kafka-python drops the connection on an unknown correlation id.
@@ -249,14 +323,14 @@ class ClientSide(asyncio.Protocol):
             if not self._in_flight:
                 raise ProtocolError("unexpected_response", f"no request is waiting for id {correlation_id}")
         request = self._in_flight.popleft()
-        if correlation_id != request.correlation_id:
+        if correlation_id != request.header.correlation_id:
             raise ProtocolError(
                 "correlation_mismatch",
-                f"expected correlation id {request.correlation_id}, got {correlation_id}",
+                f"expected correlation id {request.header.correlation_id}, got {correlation_id}",
             )
-        frame = self._chain.on_response(self, request, frame)
-        self._metrics.count_response(request.api_key, len(frame) - 4)
-        return frame
+        out = self._chain.on_response(self, request, frame)
+        self._metrics.count_response(request.header.api_key, len(out) - 4)
+        return out
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
@@ -280,8 +354,11 @@ class ClientSide(asyncio.Protocol):
         # One timer per connection, re-armed only when it fires: activity costs a float store, not a timer.
         timeout = self._settings.idle_timeout_s
         idle_for = self._loop.time() - self._last_activity
-        if idle_for < timeout or self._in_flight:
-            self._arm_idle_timer(max(timeout - idle_for, 0.05) if not self._in_flight else timeout)
+        busy = self._in_flight or self._held or (self._gate is not None and self._gate.muted)
+        if busy:
+            self._arm_idle_timer(timeout)
+        elif idle_for < timeout:
+            self._arm_idle_timer(max(timeout - idle_for, 0.05))
         else:
             self.close("idle_timeout", idle_s=round(idle_for, 3))
 
@@ -290,12 +367,16 @@ class ClientSide(asyncio.Protocol):
         self._draining = True
         if self._pauses is not None:
             self._pauses.add("shutdown")
-        if not self._in_flight:
+        if not self._in_flight and not self._holding_responses():
             self.close("shutdown")
 
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    def _filter_failed(self, exc: Exception) -> None:
+        _log.exception("filter_failed", peer=self.peer, upstream=self.upstream_peer)
+        self.close("filter_error", error=repr(exc))
 
     def _protocol_error(self, side: str, exc: ProtocolError) -> None:
         self._metrics.count_protocol_error(exc.reason)
@@ -309,6 +390,8 @@ class ClientSide(asyncio.Protocol):
         self._closed = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self._gate is not None:
+            self._gate.close()
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         if self._transport is not None:

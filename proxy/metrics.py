@@ -33,6 +33,7 @@ class ProxyMetrics:
         "connections_active",
         "connections_total",
         "disconnects",
+        "muted_connections",
         "protocol_errors",
         "request_bytes",
         "requests",
@@ -47,6 +48,7 @@ class ProxyMetrics:
         self.response_bytes = [0] * _KEYS
         self.connections_active = 0
         self.connections_total = 0
+        self.muted_connections = 0
         self.disconnects: dict[str, int] = {}
         self.protocol_errors: dict[str, int] = {}
 
@@ -59,6 +61,9 @@ class ProxyMetrics:
         slot = _slot(api_key)
         self.responses[slot] += 1
         self.response_bytes[slot] += size
+
+    def count_muted(self, change: int) -> None:
+        self.muted_connections += change
 
     def count_disconnect(self, cause: str) -> None:
         self.disconnects[cause] = self.disconnects.get(cause, 0) + 1
@@ -78,6 +83,11 @@ class _ProxyCollector(Collector):
         )
         yield CounterMetricFamily(
             "sluice_connections", "Client connections accepted", value=m.connections_total
+        )
+        yield GaugeMetricFamily(
+            "sluice_muted_connections",
+            "Client connections muted by a throttle now",
+            value=m.muted_connections,
         )
         for name, doc, values in (
             ("sluice_requests", "Requests forwarded, by API", m.requests),

@@ -10,9 +10,8 @@ from collections.abc import Mapping
 
 from protocol.api_versions_clamp import clamp_api_versions
 from protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
-from protocol.headers import RequestHeader
 
-from .base import ConnectionInfo, Filter, Frame
+from .base import ConnectionInfo, Filter, Frame, InFlight
 from .frames import with_body
 
 API_VERSIONS = 18
@@ -26,7 +25,7 @@ class ApiVersionsClamp(Filter):
     def __init__(self, max_versions: Mapping[int, int] = REWRITABLE_MAX_VERSIONS) -> None:
         self._max_versions = dict(max_versions)
 
-    def on_response(self, conn: ConnectionInfo, request: RequestHeader, frame: Frame) -> Frame:
+    def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
         body = memoryview(frame)[4 + _HEADER_SIZE :]
-        new_body = clamp_api_versions(request.api_version, body, self._max_versions)
+        new_body = clamp_api_versions(request.header.api_version, body, self._max_versions)
         return frame if new_body is None else with_body(frame, _HEADER_SIZE, new_body)

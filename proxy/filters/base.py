@@ -7,18 +7,34 @@ predicate); every other frame is forwarded as the same bytes without any filter 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import ClassVar, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 from protocol.headers import RequestHeader
 
 Frame = memoryview | bytes
 
 
+class InFlight(NamedTuple):
+    """A forwarded request waiting for its response: its header and its size as Kafka counts it."""
+
+    header: RequestHeader
+    size: int  # header + body, without the 4-byte length prefix (spec 2.7)
+
+
 class ConnectionInfo(Protocol):
-    """What a filter may know about the client connection it works for."""
+    """What a filter may know about, and ask of, the client connection it works for."""
 
     peer: str
     listener: str
+    user: str  # the authenticated principal, ANONYMOUS until proven otherwise
+
+    def now_ms(self) -> int: ...
+
+    def take_cpu_ns(self) -> int: ...
+
+    def mute_for(self, throttle_ms: int) -> None: ...
+
+    def delay_response(self, delay_ms: int) -> None: ...
 
 
 class Filter:
@@ -31,7 +47,7 @@ class Filter:
         """Return the request frame to forward (the same object when nothing changes)."""
         return frame
 
-    def on_response(self, conn: ConnectionInfo, request: RequestHeader, frame: Frame) -> Frame:
+    def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
         """Return the response frame to send to the client (the same object when nothing changes)."""
         return frame
 
@@ -66,7 +82,7 @@ class FilterChain:
             frame = f.on_request(conn, header, frame)
         return frame
 
-    def on_response(self, conn: ConnectionInfo, request: RequestHeader, frame: Frame) -> Frame:
-        for f in self.response_filters(request.api_key):
+    def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
+        for f in self.response_filters(request.header.api_key):
             frame = f.on_response(conn, request, frame)
         return frame
