@@ -3,5 +3,16 @@
 from config.errors import ConfigError
 from config.load import load_config
 from config.model import HostPort, LogConfig, ProxyConfig
+from config.quota_settings import FetchThrottle, QuotaRule, QuotaSettings, ThrottleMode
 
-__all__ = ["ConfigError", "HostPort", "LogConfig", "ProxyConfig", "load_config"]
+__all__ = [
+    "ConfigError",
+    "FetchThrottle",
+    "HostPort",
+    "LogConfig",
+    "ProxyConfig",
+    "QuotaRule",
+    "QuotaSettings",
+    "ThrottleMode",
+    "load_config",
+]

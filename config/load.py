@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -18,6 +17,7 @@ from config.model import (
     LogConfig,
     ProxyConfig,
 )
+from config.quota_section import parse_quota_section
 from config.sources import apply_overrides, read_yaml_file
 from config.values import (
     is_wildcard,
@@ -28,6 +28,7 @@ from config.values import (
     parse_host_port,
     parse_int,
     parse_number,
+    reject_unknown_keys,
 )
 
 TOP_LEVEL_KEYS = (
@@ -43,7 +44,7 @@ TOP_LEVEL_KEYS = (
     "log",
     "quota",
 )
-# Sections whose keys we know; broker_ports (keyed by node id) and quota (reserved) are open mappings.
+# Sections whose keys we know here; broker_ports is keyed by node id, quota is checked by quota_section.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "upstream": ("bootstrap",),
     "metrics": ("listen",),
@@ -73,13 +74,12 @@ def load_config(
 
 def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     """Validate a nested mapping shaped like the YAML file and build the ProxyConfig."""
-    _reject_unknown_keys(tree, TOP_LEVEL_KEYS, prefix="")
+    reject_unknown_keys(tree, TOP_LEVEL_KEYS, prefix="")
     upstream = _section(tree, "upstream")
     metrics = _section(tree, "metrics")
     log = _section(tree, "log")
-    quota = _get(tree, "quota")
-    if quota is not MISSING and not isinstance(quota, Mapping):
-        raise ConfigError("quota", quota, "a mapping (its keys arrive with the quota feature)")
+    # Checked with the sections, so a typo under quota is reported before a missing required key.
+    quota = parse_quota_section(_get(tree, "quota"), "quota")
 
     listen = parse_host_port(_required(tree, "listen"), "listen")
     bootstrap = parse_bootstrap(_required(upstream, "upstream.bootstrap"), "upstream.bootstrap")
@@ -110,7 +110,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         shutdown_timeout_s=shutdown_timeout_s,
         metrics_listen=metrics_listen,
         log=LogConfig(level=log_level, format=log_format),
-        quota={} if quota is MISSING else quota,
+        quota=quota,
     )
 
 
@@ -132,20 +132,6 @@ def _optional(mapping: Mapping[object, object], key: str, default: T, parse: Cal
     return default if value is MISSING else parse(value, key)
 
 
-def _reject_unknown_keys(mapping: Mapping[object, object], known: tuple[str, ...], prefix: str) -> None:
-    for key in mapping:
-        if key in known:
-            continue
-        where = f"under {prefix[:-1]}" if prefix else "at the top level"
-        close = difflib.get_close_matches(str(key), known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(
-            f"{prefix}{key}",
-            mapping[key],
-            f"a known key: {key!r} is unknown{hint}; known keys {where}: {', '.join(known)}",
-        )
-
-
 def _section(tree: Mapping[object, object], name: str) -> Mapping[object, object]:
     section = _get(tree, name)
     if section is MISSING:
@@ -153,7 +139,7 @@ def _section(tree: Mapping[object, object], name: str) -> Mapping[object, object
     known = SECTION_KEYS[name]
     if not isinstance(section, Mapping):
         raise ConfigError(name, section, f"a mapping with the keys {', '.join(known)}")
-    _reject_unknown_keys(section, known, prefix=f"{name}.")
+    reject_unknown_keys(section, known, prefix=f"{name}.")
     return section
 
 

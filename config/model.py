@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from config.errors import MISSING, ConfigError
+from config.quota_settings import QuotaSettings
 
 MAX_PORT = 65535
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
@@ -45,14 +46,12 @@ class ProxyConfig:
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S  # how long SIGTERM waits for in-flight requests
     metrics_listen: HostPort | None = None
     log: LogConfig = LogConfig()
-    # Reserved for the quota keys of the next issue; only checked to be a mapping so far.
-    quota: Mapping[str, object] = field(default_factory=_empty_mapping, hash=False)
+    quota: QuotaSettings = field(default_factory=QuotaSettings)
 
     def __post_init__(self) -> None:
         # Read-only copies, so a config shared between tasks cannot be changed behind their backs.
         object.__setattr__(self, "upstream_bootstrap", tuple(self.upstream_bootstrap))
         object.__setattr__(self, "broker_ports", MappingProxyType(dict(self.broker_ports)))
-        object.__setattr__(self, "quota", MappingProxyType(dict(self.quota)))
 
     def broker_port(self, node_id: int) -> int:
         """The port the proxy listens on for broker `node_id`: broker_ports first, else base + node_id.

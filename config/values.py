@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import re
@@ -110,11 +111,33 @@ def parse_number(
     return number
 
 
+def parse_bool(value: object, key: str) -> bool:
+    """YAML true/false (and the YAML 1.1 spellings yes/no/on/off, which PyYAML reads as booleans)."""
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(key, value, "true or false")
+
+
 def parse_choice(value: object, key: str, choices: Collection[str]) -> str:
     """One of `choices`, case-insensitively; returned in lower case."""
     if isinstance(value, str) and value.strip().lower() in choices:
         return value.strip().lower()
     raise ConfigError(key, value, "one of " + ", ".join(choices))
+
+
+def reject_unknown_keys(mapping: Mapping[object, object], known: tuple[str, ...], prefix: str) -> None:
+    """ConfigError for the first key of `mapping` not in `known`; `prefix` is the dotted path plus a dot."""
+    for key in mapping:
+        if key in known:
+            continue
+        where = f"under {prefix[:-1]}" if prefix else "at the top level"
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            f"{prefix}{key}",
+            mapping[key],
+            f"a known key: {key!r} is unknown{hint}; known keys {where}: {', '.join(known)}",
+        )
 
 
 def _parse_node_id(raw: object, key: str) -> int:

@@ -81,10 +81,10 @@ def parse_request_header(frame: memoryview | bytes) -> RequestHeader:
         end = pos + length
         if end > size:
             raise ProtocolError("bad_request_header", "frame ends inside the client_id")
-        raw = frame[pos:end]
-        # A read-only byte memoryview hashes and compares like the bytes it covers, so the lookup
-        # needs no copy.
-        client_id = _client_id_cache.get(raw)  # type: ignore[call-overload]
+        # A copy of the (short) id, not a memoryview slice: hashing a memoryview first hashes the whole
+        # object beneath it, which for a 1 MiB Produce frame costs ~350 us per request.
+        raw = bytes(frame[pos:end])
+        client_id = _client_id_cache.get(raw)
         if client_id is None:
             client_id = _decode_client_id(raw)
         pos = end

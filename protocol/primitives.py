@@ -18,6 +18,7 @@ _INT32 = struct.Struct(">i")
 INT16_UNPACK = _INT16.unpack_from
 INT32_UNPACK = _INT32.unpack_from
 INT32_PACK = _INT32.pack
+INT32_MAX = 0x7FFFFFFF
 
 # An unsigned varint carrying an int32 never needs more than 5 bytes (7 bits each).
 _MAX_VARINT_SHIFT = 28
@@ -97,4 +98,16 @@ def skip_compact_nullable_string(buf: Buffer, pos: int) -> int:
         pos += length_plus_one - 1
         if pos > len(buf):
             raise ProtocolError("truncated", "compact string")
+    return pos
+
+
+def skip_nullable_bytes(buf: Buffer, pos: int) -> int:
+    """Skip classic (int32 length, -1 = null) nullable bytes."""
+    length, pos = read_int32(buf, pos)
+    if length < -1:
+        raise ProtocolError("bad_bytes_length", str(length))
+    if length > 0:
+        pos += length
+        if pos > len(buf):
+            raise ProtocolError("truncated", "bytes")
     return pos

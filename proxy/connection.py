@@ -250,6 +250,10 @@ class ClientSide(asyncio.Protocol):
         if self._gate is not None:
             self._gate.mute_for(throttle_ms)
 
+    def mute_remaining_ms(self) -> int:
+        """How long the connection stays muted from now (0 when it is not muted)."""
+        return self._gate.remaining_ms() if self._gate is not None else 0
+
     def delay_response(self, delay_ms: int) -> None:
         """Pre-KIP-219: hold the response being processed for `delay_ms` (call from on_response only)."""
         self._response_delay_ms = max(self._response_delay_ms, delay_ms)

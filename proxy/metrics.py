@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -30,6 +30,7 @@ def api_name(api_key: int) -> str:
 
 class ProxyMetrics:
     __slots__ = (
+        "broker_listeners",
         "connections_active",
         "connections_total",
         "disconnects",
@@ -49,6 +50,7 @@ class ProxyMetrics:
         self.connections_active = 0
         self.connections_total = 0
         self.muted_connections = 0
+        self.broker_listeners = 0
         self.disconnects: dict[str, int] = {}
         self.protocol_errors: dict[str, int] = {}
 
@@ -78,6 +80,9 @@ class _ProxyCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         m = self._m
+        yield GaugeMetricFamily(
+            "sluice_broker_listeners", "Listeners open for broker node ids", value=m.broker_listeners
+        )
         yield GaugeMetricFamily(
             "sluice_connections_active", "Client connections open now", value=m.connections_active
         )
@@ -110,9 +115,8 @@ class _ProxyCollector(Collector):
             yield family
 
 
-def start_metrics_endpoint(metrics: ProxyMetrics, host: str, port: int) -> Any:
-    """Serve /metrics on a background thread; returns the HTTP server so shutdown can stop it."""
+def metrics_registry(metrics: ProxyMetrics) -> CollectorRegistry:
+    """A registry holding only Sluice's own series (not the process-global default registry)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ProxyCollector(metrics))
-    server, _thread = start_http_server(port, addr=host, registry=registry)
-    return server
+    return registry

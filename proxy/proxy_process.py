@@ -62,10 +62,28 @@ class ProxyProcess:
         )
         try:
             wait_for_port(self.port)
-            self.wait_for_event("brokers_discovered")
+            self.wait_until_ready()
         except Exception:
             self.stop()
             raise
+
+    def wait_until_ready(self, timeout_s: float = 10.0) -> None:
+        """Until the proxy knows the cluster's brokers (and so listens for each of them)."""
+        if self.metrics_port is None:
+            self.wait_for_event("brokers_discovered", timeout_s)
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                for line in self.metrics_text().splitlines():
+                    if line.startswith("sluice_broker_listeners ") and float(line.split()[1]) > 0:
+                        return
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"proxy exited with {self.process.returncode}: {self.log_path.read_text()}"
+                )
+            time.sleep(0.05)
+        raise TimeoutError(f"the proxy did not discover the brokers:\n{self.log_path.read_text()}")
 
     def broker_port(self, node_id: int) -> int:
         return self.broker_port_base + node_id

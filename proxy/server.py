@@ -22,14 +22,18 @@ from protocol.errors import ProtocolError
 from .brokers import Address, BrokerDirectory
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
 from .discovery import fetch_brokers
-from .filters import ApiVersionsClamp, BrokerAddressRewrite, FilterChain
+from .filters import ApiVersionsClamp, BrokerAddressRewrite, Filter, FilterChain
+from .filters.client_quotas import ClientQuotas
 from .log import get_logger
-from .metrics import ProxyMetrics, start_metrics_endpoint
+from .metrics import ProxyMetrics, metrics_registry
+from .metrics_http import serve_metrics
+from .quota_metrics import QuotaCollector, ThrottleStats
 
 _log = get_logger("sluice.server")
 
 BOOTSTRAP = "bootstrap"
 _DISCOVERY_RETRY_S = 5.0
+_SENSOR_SWEEP_S = 30.0
 
 
 def _bind_listening_socket(host: str, port: int) -> socket.socket:
@@ -54,10 +58,31 @@ class SluiceServer:
         self.directory = BrokerDirectory(
             config.advertised_host, config.broker_port, self._open_broker_listener
         )
-        chain = FilterChain([BrokerAddressRewrite(self.directory), ApiVersionsClamp(REWRITABLE_MAX_VERSIONS)])
+        self.quota_managers = config.quota.new_managers()
+        self.throttle_stats = ThrottleStats()
+        filters: list[Filter] = [
+            BrokerAddressRewrite(self.directory),
+            ApiVersionsClamp(REWRITABLE_MAX_VERSIONS),
+        ]
+        quotas: ClientQuotas | None = None
+        if config.quota.rules:
+            # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
+            quotas = ClientQuotas(
+                self.quota_managers,
+                config.quota.throttle_mode,
+                config.quota.fetch_throttle,
+                self.throttle_stats,
+            )
+            filters.append(quotas)
         self.settings = SessionSettings(
-            chain, self.metrics, self.registry, config.max_frame_bytes, config.idle_timeout_s
+            FilterChain(filters),
+            self.metrics,
+            self.registry,
+            config.max_frame_bytes,
+            config.idle_timeout_s,
+            measure_cpu=quotas is not None and quotas.request_percentage,
         )
+        self._sensor_sweep: asyncio.TimerHandle | None = None
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._discovery: asyncio.Task[None] | None = None
@@ -111,6 +136,7 @@ class SluiceServer:
         )
         self._pending_listeners.add(task)
         task.add_done_callback(self._pending_listeners.discard)
+        self.metrics.broker_listeners += 1
         _log.info("listener_opened", node_id=node_id, host=self.config.listen.host, port=port)
 
     # ---- life cycle -----------------------------------------------------------------------------
@@ -120,12 +146,24 @@ class SluiceServer:
         sock = _bind_listening_socket(cfg.listen.host, cfg.listen.port)
         await self._serve(BOOTSTRAP, sock, self._bootstrap_candidates)
         _log.info("listener_opened", node_id=None, host=cfg.listen.host, port=self.listen_ports[BOOTSTRAP])
+        loop = asyncio.get_running_loop()
         if cfg.metrics_listen is not None:
-            self._metrics_http = start_metrics_endpoint(
-                self.metrics, cfg.metrics_listen.host, cfg.metrics_listen.port
+            registry = metrics_registry(self.metrics)
+            registry.register(
+                QuotaCollector(self.quota_managers, self.throttle_stats, lambda: int(loop.time() * 1000))
+            )
+            self._metrics_http = await serve_metrics(
+                registry, cfg.metrics_listen.host, cfg.metrics_listen.port
             )
             _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)
-        self._discovery = asyncio.get_running_loop().create_task(self._discover_brokers())
+        self._discovery = loop.create_task(self._discover_brokers())
+        self._sweep_idle_sensors()
+
+    def _sweep_idle_sensors(self) -> None:
+        # Kafka drops quota sensors idle for an hour, checking every 30 s (spec 1.5).
+        loop = asyncio.get_running_loop()
+        self.quota_managers.expire_idle_sensors(int(loop.time() * 1000))
+        self._sensor_sweep = loop.call_later(_SENSOR_SWEEP_S, self._sweep_idle_sensors)
 
     async def _discover_brokers(self) -> None:
         """Learn the cluster's brokers once, so broker listeners exist before any client needs them."""
@@ -174,8 +212,10 @@ class SluiceServer:
         except TimeoutError:
             for conn in self.registry:
                 conn.close("shutdown_timeout", in_flight=conn.in_flight)
+        if self._sensor_sweep is not None:
+            self._sensor_sweep.cancel()
         if self._metrics_http is not None:
-            self._metrics_http.shutdown()
+            self._metrics_http.close()
         _log.info("shutdown_complete")
 
 

@@ -75,6 +75,11 @@ class ThrottleGate:
             self._on_mute_change(+1)
         self._wake_at(self._deadline)
 
+    def remaining_ms(self) -> int:
+        if not self.muted:
+            return 0
+        return max(0, round((self._deadline - self._loop.time()) * 1000))
+
     def _unmute(self) -> None:
         self.muted = False
         self._pauses.discard(MUTE)

@@ -7,7 +7,7 @@ predicate); every other frame is forwarded as the same bytes without any filter 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import ClassVar, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from protocol.headers import RequestHeader
 
@@ -34,14 +34,16 @@ class ConnectionInfo(Protocol):
 
     def mute_for(self, throttle_ms: int) -> None: ...
 
+    def mute_remaining_ms(self) -> int: ...
+
     def delay_response(self, delay_ms: int) -> None: ...
 
 
 class Filter:
     """Base class: override the hooks for the API keys named in the class variables."""
 
-    request_api_keys: ClassVar[frozenset[int]] = frozenset()
-    response_api_keys: ClassVar[frozenset[int]] = frozenset()
+    request_api_keys: frozenset[int] = frozenset()
+    response_api_keys: frozenset[int] = frozenset()
 
     def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame:
         """Return the request frame to forward (the same object when nothing changes)."""

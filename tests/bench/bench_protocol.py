@@ -1,4 +1,5 @@
-"""Benchmarks for protocol/: Metadata broker rewrite, frame splitting + header parsing, feed throughput.
+"""Benchmarks for protocol/: Metadata broker rewrite, frame splitting + header parsing, feed throughput,
+patching throttle_time_ms in Produce and Fetch responses.
 
 Run: `.venv/bin/python tests/bench/bench_protocol.py` prints one JSON object per line.
 `run()` returns the same records as dicts: {"name", "value", "unit", "target"} (target None = no
@@ -18,11 +19,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
 
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import ProduceResponse
 
 from protocol.broker_addresses import rewrite_broker_addresses, rewrite_metadata_with_codec
 from protocol.frames import FrameSplitter
 from protocol.headers import encode_request_header, frame, parse_request_header
+from protocol.throttle_field import patch_throttle_ms
 
 METADATA_TARGET_MS = 1.0
 SMALL_REQUEST_TARGET_NS = 2000.0
@@ -141,12 +145,65 @@ def bench_feed_throughput(frames: int = 16) -> dict[str, Any]:
     }
 
 
+def produce_response_body(version: int, partitions: int = 10) -> bytes:
+    partition_cls = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+    topic = ProduceResponse.TopicProduceResponse(
+        name="bench-topic",
+        partition_responses=[
+            partition_cls(
+                index=p, error_code=0, base_offset=1_000_000 + p, log_append_time_ms=-1, log_start_offset=0
+            )
+            for p in range(partitions)
+        ],
+    )
+    message = ProduceResponse(version=version, responses=[topic], throttle_time_ms=0)
+    return bytes(message.encode(version=version))
+
+
+def fetch_response_body(version: int, record_bytes: int = 16384) -> bytes:
+    topic_cls = FetchResponse.FetchableTopicResponse
+    partition = topic_cls.PartitionData(
+        partition_index=0,
+        error_code=0,
+        high_watermark=1000,
+        last_stable_offset=1000,
+        log_start_offset=0,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=b"\x00" * record_bytes,
+    )
+    message = FetchResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=7,
+        responses=[topic_cls(topic="bench-topic", partitions=[partition])],
+    )
+    return bytes(message.encode(version=version))
+
+
+def bench_throttle_patch(name: str, api_key: int, version: int, body: bytes) -> dict[str, Any]:
+    writable = bytearray(body)
+    assert patch_throttle_ms(api_key, version, writable, 1234)
+    per_call = _best_seconds(
+        lambda: patch_throttle_ms(api_key, version, writable, 1234), repeats=7, number=20000
+    )
+    return {"name": name, "value": round(per_call * 1e9, 1), "unit": "ns/call", "target": None}
+
+
 def run() -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     for version in (12, 1):
         results.extend(bench_metadata(version))
     results.append(bench_small_requests())
     results.append(bench_feed_throughput())
+    results.append(
+        bench_throttle_patch("patch_throttle_produce_v9_10_partitions", 0, 9, produce_response_body(9))
+    )
+    results.append(
+        bench_throttle_patch("patch_throttle_produce_v7_10_partitions", 0, 7, produce_response_body(7))
+    )
+    results.append(bench_throttle_patch("patch_throttle_fetch_v12", 1, 12, fetch_response_body(12)))
     return results
 
 

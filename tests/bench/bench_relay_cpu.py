@@ -162,8 +162,9 @@ def run(rounds: int = ROUNDS) -> list[Record]:
             notes=[
                 f"{rounds} rounds of {REQUESTS_PER_RUN} Produce v7 requests of "
                 f"{side['request_bytes']:,} bytes (one batch of {RECORDS_PER_REQUEST} records of "
-                f"{RECORD_BYTES:,} B, acks=1), {IN_FLIGHT} in flight on one connection, alternating proxy and bare relay, each in front of "
-                "a 1-broker mock cluster; the proxy's own counters saw "
+                f"{RECORD_BYTES:,} B, acks=1), {IN_FLIGHT} in flight on one connection, alternating "
+                "proxy and bare relay, each in front of a 1-broker mock cluster; the proxy's own "
+                "counters saw "
                 f"{side['proxy_avg_request']:,.0f} bytes per Produce request (frame minus length prefix).",
                 f"bare asyncio Protocol relay (uvloop): median {side['relay']:.3f} CPU s/GiB "
                 "(the issue quotes 0.42 for a bare relay and 0.38 for socat on these machines); "

@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywher
 
 from process_stats import children_cpu_seconds, cpu_seconds
 
-from proxy.ports import wait_for_port
 from proxy.proxy_process import ProxyProcess
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -31,23 +30,12 @@ PYTHON = sys.executable
 
 
 class QuietProxy(ProxyProcess):
-    """The real proxy with log level "warning", so no per-connection log line costs CPU.
-
-    ProxyProcess waits for the info-level `brokers_discovered` event, which a warning-level proxy never
-    writes; here readiness is every broker listener accepting connections instead (the proxy opens them
-    when discovery has succeeded).
-    """
+    """The real proxy with log level "warning", so no per-connection log line costs CPU."""
 
     def __init__(self, upstream: str, brokers: int, extra_config: dict | None = None) -> None:
-        self._broker_ids = range(1, brokers + 1)  # the mock cluster numbers its brokers 1..N
+        # `brokers` is kept for the callers; readiness comes from the proxy's own broker-listener gauge.
+        self.brokers = brokers
         super().__init__(upstream, extra_config=extra_config, metrics=True, log_level="warning")
-
-    def wait_for_event(self, name: str, timeout_s: float = 10.0, **match: object) -> dict:
-        if name != "brokers_discovered":
-            return super().wait_for_event(name, timeout_s, **match)
-        for node_id in self._broker_ids:
-            wait_for_port(self.broker_port(node_id), timeout_s=timeout_s)
-        return {}
 
     @property
     def pid(self) -> int:

@@ -43,3 +43,16 @@ def raise_fd_limit(wanted: int) -> tuple[int, int]:
     if target > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def machine_busy_cpu_seconds() -> float:
+    """CPU time every process on the machine has used since boot (all cores), from /proc/stat."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / _CLOCK_TICKS
+
+
+def own_cpu_seconds() -> float:
+    """CPU time of this process and of its children that have been waited for."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime + children_cpu_seconds()

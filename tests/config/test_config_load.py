@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from config import ConfigError, HostPort, LogConfig, load_config
+from config import ConfigError, HostPort, LogConfig, QuotaRule, QuotaSettings, ThrottleMode, load_config
+from quota import QuotaEntity, QuotaKey
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "config-example.yaml"
 
@@ -26,7 +27,9 @@ log:
   level: debug
   format: console
 quota:
-  anything: [1, 2]
+  throttle_mode: delay
+  entities:
+    - {client_id: pump, producer_byte_rate: 1000}
 """
 
 MINIMAL_FLAGS = {"listen": "127.0.0.1:9092", "upstream.bootstrap": ["kafka-1:19092"]}
@@ -50,7 +53,10 @@ def test_file_only_sets_every_key(tmp_path: Path) -> None:
     assert config.shutdown_timeout_s == 0.0
     assert config.metrics_listen == HostPort("127.0.0.1", 9404)
     assert config.log == LogConfig(level="debug", format="console")
-    assert dict(config.quota) == {"anything": [1, 2]}
+    assert config.quota.throttle_mode is ThrottleMode.DELAY
+    assert config.quota.rules == (
+        QuotaRule(QuotaEntity(client_id="pump"), {QuotaKey.PRODUCER_BYTE_RATE: 1000}),
+    )
 
 
 def test_file_path_may_be_a_string(tmp_path: Path) -> None:
@@ -116,7 +122,7 @@ def test_defaults() -> None:
     assert config.shutdown_timeout_s == 30.0
     assert config.metrics_listen is None
     assert config.log == LogConfig(level="info", format="json")
-    assert dict(config.quota) == {}
+    assert config.quota == QuotaSettings()
 
 
 def test_bootstrap_as_comma_separated_string() -> None:

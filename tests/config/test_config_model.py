@@ -5,7 +5,7 @@ from types import MappingProxyType
 
 import pytest
 
-from config import ConfigError, HostPort, ProxyConfig
+from config import ConfigError, HostPort, ProxyConfig, QuotaSettings
 from config.errors import MISSING
 
 
@@ -36,7 +36,7 @@ def test_defaults_of_optional_fields() -> None:
     assert config.metrics_listen is None
     assert (config.log.level, config.log.format) == ("info", "json")
     assert dict(config.broker_ports) == {}
-    assert dict(config.quota) == {}
+    assert config.quota == QuotaSettings()
 
 
 def test_broker_port_is_base_plus_node_id() -> None:
@@ -52,12 +52,12 @@ def test_broker_port_explicit_entry_wins() -> None:
 
 def test_mapping_fields_are_read_only_copies() -> None:
     source = {1: 9201}
-    config = make_config(broker_ports=source, quota={"a": 1})
+    config = make_config(broker_ports=source)
     source[2] = 9202
     assert dict(config.broker_ports) == {1: 9201}
     assert isinstance(config.broker_ports, MappingProxyType)
     with pytest.raises(TypeError):
-        config.quota["b"] = 2  # type: ignore[index]
+        config.broker_ports[2] = 9202  # type: ignore[index]
 
 
 def test_config_is_frozen_and_hashable() -> None:

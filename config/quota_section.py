@@ -1,0 +1,247 @@
+"""Turn the raw `quota:` mapping into QuotaSettings, or raise ConfigError naming the full key.
+
+Rules are checked in a fixed order (the order of QUOTA_KEYS, then entity by entity, user before
+client_id before the quota keys), so the same bad file always reports the same first problem.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Mapping
+from enum import StrEnum
+from functools import partial
+from typing import TypeVar
+
+from config.errors import MISSING, ConfigError
+from config.quota_settings import FetchThrottle, QuotaRule, QuotaSettings, ThrottleMode
+from config.values import parse_bool, parse_choice, parse_int, reject_unknown_keys
+from quota import DEFAULT, QuotaConfig, QuotaEntity, QuotaKey, QuotaWindow, SensorKind, sanitize_user
+from quota.entities import EntityName
+
+QUOTA_KEYS = (
+    "window",
+    "controller_window",
+    "legacy_windows",
+    "sensor",
+    "throttle_mode",
+    "fetch_throttle",
+    "entities",
+)
+WINDOW_KEYS = ("samples", "size_seconds")
+ENTITY_NAME_KEYS = ("user", "client_id")
+QUOTA_KEY_NAMES = tuple(key.value for key in QuotaKey)
+ENTITY_KEYS = ENTITY_NAME_KEYS + QUOTA_KEY_NAMES
+# The three quotas a scalar `quota.sensor` applies to; controller mutations are always a token bucket.
+CLIENT_QUOTA_KEYS = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE)
+
+DEFAULT_NAME = "<default>"
+INT_MAX = 2**31 - 1  # Kafka's window settings are Java ints
+LONG_MAX = 2**63 - 1  # and the byte rates Java longs
+# Kafka's AlterClientQuotas accepts a LONG quota within this distance of a whole number (spec §7.5).
+FRACTION_TOLERANCE = 1e-6
+ENTITY_EXAMPLE = "{client_id: pump, producer_byte_rate: 100000}"
+
+Choice = TypeVar("Choice", bound=StrEnum)
+
+_window_int = partial(parse_int, low=1, high=INT_MAX)
+
+
+def _get(mapping: Mapping[object, object], name: str) -> object:
+    """The value at `name`; null counts as not given, as everywhere in the file."""
+    value = mapping.get(name)
+    return MISSING if value is None else value
+
+
+def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
+    """The `quota` section (MISSING or null: every default) as validated QuotaSettings."""
+    if raw is MISSING or raw is None:
+        return QuotaSettings()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(key, raw, f"a mapping with the keys {', '.join(QUOTA_KEYS)}")
+    reject_unknown_keys(raw, QUOTA_KEYS, prefix=f"{key}.")
+    client_window = _window(_get(raw, "window"), f"{key}.window")
+    controller_window = _window(_get(raw, "controller_window"), f"{key}.controller_window")
+    legacy = _get(raw, "legacy_windows")
+    legacy_windows = False if legacy is MISSING else parse_bool(legacy, f"{key}.legacy_windows")
+    sensor_kinds = _sensor_kinds(_get(raw, "sensor"), f"{key}.sensor")
+    mode = _enum_choice(_get(raw, "throttle_mode"), f"{key}.throttle_mode", ThrottleMode.KIP219)
+    fetch = _enum_choice(_get(raw, "fetch_throttle"), f"{key}.fetch_throttle", FetchThrottle.EMPTY)
+    rules = _rules(_get(raw, "entities"), f"{key}.entities")
+    engine = QuotaConfig(
+        client_window=client_window,
+        controller_window=controller_window,
+        legacy_windows=legacy_windows,
+        sensor_kinds=sensor_kinds,
+    )
+    return QuotaSettings(engine=engine, rules=rules, throttle_mode=mode, fetch_throttle=fetch)
+
+
+def _enum_choice(raw: object, key: str, default: Choice) -> Choice:
+    """One of the values of `default`'s enum, case-insensitively; `default` when not given."""
+    if raw is MISSING:
+        return default
+    choices = type(default)
+    return choices(parse_choice(raw, key, [choice.value for choice in choices]))
+
+
+def _window(raw: object, key: str) -> QuotaWindow:
+    default = QuotaWindow()
+    if raw is MISSING:
+        return default
+    if not isinstance(raw, Mapping):
+        raise ConfigError(key, raw, f"a mapping with the keys {', '.join(WINDOW_KEYS)}")
+    reject_unknown_keys(raw, WINDOW_KEYS, prefix=f"{key}.")
+    samples = _get(raw, "samples")
+    size = _get(raw, "size_seconds")
+    return QuotaWindow(
+        num_samples=default.num_samples if samples is MISSING else _window_int(samples, f"{key}.samples"),
+        size_s=default.size_s if size is MISSING else _window_int(size, f"{key}.size_seconds"),
+    )
+
+
+def _sensor_kinds(raw: object, key: str) -> dict[QuotaKey, SensorKind]:
+    kinds = [kind.value for kind in SensorKind]
+    if raw is MISSING:
+        return {}
+    if isinstance(raw, str):
+        kind = SensorKind(parse_choice(raw, key, kinds))
+        return dict.fromkeys(CLIENT_QUOTA_KEYS, kind)
+    if not isinstance(raw, Mapping):
+        raise ConfigError(key, raw, f"one of {', '.join(kinds)}, or a mapping from quota key to one of them")
+    reject_unknown_keys(raw, QUOTA_KEY_NAMES, prefix=f"{key}.")
+    chosen: dict[QuotaKey, SensorKind] = {}
+    for quota_key in QuotaKey:
+        value = _get(raw, quota_key.value)
+        if value is MISSING:
+            continue
+        entry_key = f"{key}.{quota_key.value}"
+        kind = SensorKind(parse_choice(value, entry_key, kinds))
+        if quota_key is QuotaKey.CONTROLLER_MUTATION_RATE and kind is not SensorKind.TOKEN_BUCKET:
+            raise ConfigError(
+                entry_key, value, "token_bucket (Kafka's mutation quota is always a token bucket)"
+            )
+        chosen[quota_key] = kind
+    return chosen
+
+
+def _rules(raw: object, key: str) -> tuple[QuotaRule, ...]:
+    if raw is MISSING:
+        return ()
+    if not isinstance(raw, list | tuple):
+        raise ConfigError(key, raw, f"a list of entities, each a mapping such as {ENTITY_EXAMPLE}")
+    rules: list[QuotaRule] = []
+    # Kafka keys users by their sanitised (URL-encoded) name, so two spellings that encode alike
+    # would be one entity there; compare the same way so neither silently replaces the other.
+    seen: dict[tuple[object, object], int] = {}
+    for index, entry in enumerate(raw):
+        entry_key = f"{key}[{index}]"
+        rule = _rule(entry, entry_key)
+        user = rule.entity.user
+        identity = (sanitize_user(user) if isinstance(user, str) else user, rule.entity.client_id)
+        if identity in seen:
+            raise ConfigError(
+                entry_key,
+                entry,
+                f"an entity not configured before: {key}[{seen[identity]}] already sets quotas on "
+                f"{_describe(rule.entity)}; put all of an entity's quota keys in one entry",
+            )
+        seen[identity] = index
+        rules.append(rule)
+    return tuple(rules)
+
+
+def _describe(entity: QuotaEntity) -> str:
+    """The entity in the file's own words: `user=alice, client_id=<default>`."""
+    named = (("user", entity.user), ("client_id", entity.client_id))
+    return ", ".join(f"{name}={value!r}" for name, value in named if value is not None)
+
+
+def _rule(entry: object, key: str) -> QuotaRule:
+    if not isinstance(entry, Mapping):
+        expected = f"a mapping with user and/or client_id and at least one quota key, e.g. {ENTITY_EXAMPLE}"
+        raise ConfigError(key, entry, expected)
+    reject_unknown_keys(entry, ENTITY_KEYS, prefix=f"{key}.")
+    user = _entity_name(_get(entry, "user"), f"{key}.user", "user")
+    client_id = _entity_name(_get(entry, "client_id"), f"{key}.client_id", "client-id")
+    if user is None and client_id is None:
+        raise ConfigError(key, entry, "a user, a client_id, or both (either may be <default>)")
+    values: dict[QuotaKey, float] = {}
+    for quota_key in QuotaKey:
+        value = _get(entry, quota_key.value)
+        if value is not MISSING:
+            values[quota_key] = _quota_value(value, f"{key}.{quota_key.value}", quota_key)
+    if not values:
+        raise ConfigError(key, entry, f"at least one quota key: {', '.join(QUOTA_KEY_NAMES)}")
+    return QuotaRule(QuotaEntity(user=user, client_id=client_id), values)
+
+
+def _entity_name(raw: object, key: str, kafka_name: str) -> EntityName | None:
+    """A name, DEFAULT for the string `<default>`, or None when not given."""
+    if raw is MISSING:
+        return None
+    if isinstance(raw, str):
+        if not raw:
+            raise ConfigError(
+                key,
+                raw,
+                f"a non-empty name or <default> (Kafka: 'Empty {kafka_name} not supported'); "
+                "leave the key out for a rule that does not depend on it",
+            )
+        return DEFAULT if raw == DEFAULT_NAME else raw
+    if isinstance(raw, bool | int | float | datetime.date):
+        # Stringifying is lossy (0x10 -> 16, 1_000 -> 1000, yes -> True), so ask for quotes instead.
+        raise ConfigError(
+            key,
+            raw,
+            f"a name or <default> as a string: YAML read this value as a number, boolean or date "
+            f'({type(raw).__name__}), so put the name in quotes as the client sends it, e.g. "123"',
+        )
+    raise ConfigError(key, raw, "a name (a string) or <default>")
+
+
+def _quota_value(raw: object, key: str, quota_key: QuotaKey) -> float:
+    """A positive, finite quota; byte rates must be whole numbers, as Kafka stores them as LONG."""
+    if quota_key.is_long:
+        expected = f"a whole number in 1..{LONG_MAX} ({quota_key.value} is a LONG in Kafka, no fractions)"
+    else:
+        expected = "a finite number > 0"
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ConfigError(key, raw, expected + _string_number_hint(raw))
+    if quota_key.is_long:
+        return _whole_rate(raw, key, expected)
+    try:
+        number = float(raw)
+    except OverflowError:  # an int too large for a float
+        raise ConfigError(key, raw, expected) from None
+    if not math.isfinite(number) or not number > 0:
+        raise ConfigError(key, raw, expected)
+    return number
+
+
+def _whole_rate(raw: int | float, key: str, expected: str) -> float:
+    if isinstance(raw, int):
+        if not 1 <= raw <= LONG_MAX:
+            raise ConfigError(key, raw, expected)
+        return float(raw)
+    if not math.isfinite(raw):
+        raise ConfigError(key, raw, expected)
+    whole = round(raw)
+    # Kafka's check (spec §7.5); 2**63 is float(LONG_MAX), which Kafka's Math.round clamps to LONG_MAX.
+    if abs(whole - raw) > FRACTION_TOLERANCE or not 1 <= whole <= 2**63:
+        raise ConfigError(key, raw, expected)
+    return float(whole)
+
+
+def _string_number_hint(raw: object) -> str:
+    """PyYAML follows YAML 1.1, where 1e5 (no dot) is a string: say so rather than just 'not a number'."""
+    if not isinstance(raw, str):
+        return ""
+    try:
+        float(raw)
+    except ValueError:
+        return ""
+    return (
+        "; YAML read this as a string (it was quoted, or an exponent without a dot such as 1e5): "
+        "write 100000 or 1.0e+5"
+    )

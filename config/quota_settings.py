@@ -1,0 +1,81 @@
+"""The validated `quota` section: the engine's settings, the configured quotas and how throttles are applied.
+
+Build it with `config.load_config` (or `config.quota_section.parse_quota_section`), which checks every rule
+and names the offending key; the constructors here trust their arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from quota import QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
+
+
+class ThrottleMode(StrEnum):
+    """How a throttled client is held (`quota.throttle_mode`, spec §2.8, §2.9)."""
+
+    # Kafka >= 2.0: answer at once with throttle_time_ms set, then mute the client until the deadline.
+    KIP219 = "kip219"
+    # Kafka <= 1.1: hold the response until the deadline; the field carries the summed throttles.
+    DELAY = "delay"
+    # kip219 for request versions whose clients back off on their own, delay for older versions.
+    AUTO = "auto"
+
+
+class FetchThrottle(StrEnum):
+    """What a throttled Fetch gets back in kip219 mode (`quota.fetch_throttle`, spec §2.7, §8.4)."""
+
+    # Kafka's behaviour: the response is un-charged and replaced by an empty one keeping the session id.
+    EMPTY = "empty"
+    # Forward the broker's response as it is (charged), with throttle_time_ms set.
+    PASS = "pass"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRule:
+    """One entry of `quota.entities`: an entity and the quotas configured on it.
+
+    `entity.user` / `entity.client_id` is a name, `quota.DEFAULT` (`<default>` in the file) or None when
+    that component is not part of the rule. `values` holds at least one key; byte rates are whole numbers.
+    """
+
+    entity: QuotaEntity
+    # Not part of the hash (a read-only mapping is unhashable); equal rules still hash equal by entity.
+    values: Mapping[QuotaKey, float] = field(hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", MappingProxyType(dict(self.values)))
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSettings:
+    """Everything under `quota:` in the configuration file."""
+
+    # Windows (quota.window.*, quota.controller_window.*), legacy_windows and sensor kinds.
+    # QuotaConfig holds a read-only mapping, so it is left out of the hash like QuotaRule.values.
+    engine: QuotaConfig = field(default_factory=QuotaConfig, hash=False)
+    rules: tuple[QuotaRule, ...] = ()
+    throttle_mode: ThrottleMode = ThrottleMode.KIP219
+    fetch_throttle: FetchThrottle = FetchThrottle.EMPTY
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", tuple(self.rules))
+
+    def apply_to(self, managers: QuotaManagers) -> None:
+        """Set every configured quota on `managers` (which should be built from `self.engine`).
+
+        Only sets: a quota the managers already hold for an entity or key not listed here is left as it
+        is. To start from exactly this configuration use `new_managers`.
+        """
+        for rule in self.rules:
+            for key, value in rule.values.items():
+                managers.set_quota(rule.entity, key, value)
+
+    def new_managers(self) -> QuotaManagers:
+        """Fresh managers built from `self.engine`, with every configured quota set."""
+        managers = QuotaManagers(self.engine)
+        self.apply_to(managers)
+        return managers

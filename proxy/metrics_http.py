@@ -1,0 +1,48 @@
+"""The Prometheus endpoint, served on the proxy's own event loop.
+
+prometheus_client's own server runs collectors on a separate thread; ours read the quota engine's sensors,
+which only the event loop may touch, so scrapes are answered on the loop instead (they are rare and cheap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+_READ_TIMEOUT_S = 5.0
+_MAX_HEADER_LINES = 100
+
+
+async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> asyncio.AbstractServer:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = await asyncio.wait_for(reader.readline(), _READ_TIMEOUT_S)
+            for _ in range(_MAX_HEADER_LINES):
+                if (await asyncio.wait_for(reader.readline(), _READ_TIMEOUT_S)) in (b"\r\n", b"\n", b""):
+                    break
+            parts = request_line.split()
+            path = parts[1] if len(parts) > 1 else b""
+            if path.split(b"?")[0] in (b"/metrics", b"/"):
+                status, content_type, body = (
+                    b"200 OK",
+                    CONTENT_TYPE_LATEST.encode(),
+                    generate_latest(registry),
+                )
+            else:
+                status, content_type, body = b"404 Not Found", b"text/plain", b"try /metrics\n"
+            writer.write(
+                b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                % (status, content_type, len(body))
+                + body
+            )
+            await writer.drain()
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    return await asyncio.start_server(answer, host, port)

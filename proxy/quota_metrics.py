@@ -1,0 +1,104 @@
+"""Quota metrics named after Kafka's (`byte-rate`, `request-time`, `throttle-time`, `tokens`), per quota type
+with `user` and `client_id` labels, read from the quota engine's sensors when Prometheus scrapes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from quota import QuotaManagers, WindowQuotaSensor
+
+from .metrics import api_name
+
+
+def _labels(kind: str, user: str, client_id: str | None) -> list[str]:
+    return [kind, user, client_id or ""]
+
+
+class ThrottleStats:
+    """Throttles handed out.
+
+    * per quota type (Produce, Fetch, Request) and entity: Kafka's `throttle-time`, the throttle each quota
+      computed, as count, sum and max;
+    * per API: the `throttle_time_ms` values Sluice wrote into responses (what clients were told).
+    """
+
+    def __init__(self) -> None:
+        self.by_quota: dict[tuple[str, str, str | None], list[int]] = {}
+        self.by_response: dict[int, list[int]] = {}
+
+    def record_quota(self, kind: str, user: str, client_id: str | None, throttle_ms: int) -> None:
+        _add(self.by_quota, (kind, user, client_id), throttle_ms)
+
+    def record_response(self, api_key: int, throttle_ms: int) -> None:
+        _add(self.by_response, api_key, throttle_ms)
+
+
+def _add(stats: dict, key: object, throttle_ms: int) -> None:
+    entry = stats.get(key)
+    if entry is None:
+        stats[key] = [1, throttle_ms, throttle_ms]
+    else:
+        entry[0] += 1
+        entry[1] += throttle_ms
+        entry[2] = max(entry[2], throttle_ms)
+
+
+class QuotaCollector(Collector):
+    def __init__(self, managers: QuotaManagers, stats: ThrottleStats, now_ms: Callable[[], int]) -> None:
+        self._managers = managers
+        self._stats = stats
+        self._now_ms = now_ms
+
+    def collect(self) -> Iterator[Any]:
+        now = self._now_ms()
+        labels = ["type", "user", "client_id"]
+        rate = GaugeMetricFamily(
+            "sluice_byte_rate", "Measured bytes/s of a quota sensor (Kafka byte-rate)", labels=labels
+        )
+        request_time = GaugeMetricFamily(
+            "sluice_request_time", "Measured % of a thread (Kafka request-time)", labels=labels
+        )
+        tokens = GaugeMetricFamily(
+            "sluice_quota_tokens", "Tokens left in a token-bucket quota sensor", labels=labels
+        )
+        bound = GaugeMetricFamily("sluice_quota_bound", "The quota a sensor enforces", labels=labels)
+        for kind, manager in (
+            ("Produce", self._managers.produce),
+            ("Fetch", self._managers.fetch),
+            ("Request", self._managers.request),
+        ):
+            for tags, sensor in manager.sensors():
+                values = _labels(kind, tags.user, tags.client_id)
+                bound.add_metric(values, sensor.bound)
+                if not isinstance(sensor, WindowQuotaSensor):
+                    tokens.add_metric(values, sensor.measure(now))
+                elif kind == "Request":
+                    request_time.add_metric(values, sensor.measure(now))
+                else:
+                    rate.add_metric(values, sensor.measure(now))
+        yield from (rate, request_time, tokens, bound)
+        count = CounterMetricFamily("sluice_throttles", "Throttles computed, by quota type", labels=labels)
+        total = CounterMetricFamily(
+            "sluice_throttle_time_ms", "Sum of throttles computed (Kafka throttle-time)", labels=labels
+        )
+        largest = GaugeMetricFamily("sluice_throttle_time_max_ms", "Largest throttle computed", labels=labels)
+        for (kind, user, client_id), (n, ms, most) in list(self._stats.by_quota.items()):
+            values = _labels(kind, user, client_id)
+            count.add_metric(values, n)
+            total.add_metric(values, ms)
+            largest.add_metric(values, most)
+        yield from (count, total, largest)
+        told = CounterMetricFamily(
+            "sluice_throttled_responses", "Responses whose throttle_time_ms Sluice set", labels=["api"]
+        )
+        told_ms = CounterMetricFamily(
+            "sluice_throttled_response_ms", "Sum of the throttle_time_ms values Sluice set", labels=["api"]
+        )
+        for api_key, (n, ms, _most) in list(self._stats.by_response.items()):
+            told.add_metric([api_name(api_key)], n)
+            told_ms.add_metric([api_name(api_key)], ms)
+        yield from (told, told_ms)
