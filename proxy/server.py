@@ -18,6 +18,7 @@ from config.errors import ConfigError
 from config.model import ProxyConfig
 from protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
 from protocol.errors import ProtocolError
+from quota import QuotaKey
 
 from .brokers import Address, BrokerDirectory
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
@@ -65,6 +66,8 @@ class SluiceServer:
             ApiVersionsClamp(REWRITABLE_MAX_VERSIONS),
         ]
         quotas: ClientQuotas | None = None
+        if any(QuotaKey.CONTROLLER_MUTATION_RATE in rule.values for rule in config.quota.rules):
+            _log.warning("quota_not_enforced", key="controller_mutation_rate", reason="not built yet")
         if config.quota.rules:
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
             quotas = ClientQuotas(

@@ -228,6 +228,7 @@ def test_consumer_byte_rate(cluster) -> None:
         sampler.stop()
         consumer.close()
         start = sampler.seconds_until(burst) + 2
+        print("per second:", [round(b) for b in sampler.per_second()], "from", start)
         assert_near_quota(sampler.average_rate(start, start + MEASURE_S), quota)
         text = proxy.metrics_text()
         assert metric_value(text, "sluice_throttles_total", type="Fetch", client_id="sipper") > 5
