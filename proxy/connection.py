@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 
 PRODUCE = 0
 _ACKS0_REMEMBERED = 1024
+# asyncio's default high-water mark (64 KiB) is below one typical Produce request (librdkafka batches up to
+# 1 MiB), so every large request would pause the client until the broker drained it. A 1 MiB mark keeps
+# large requests flowing; memory is only used while a peer is actually slower than the other.
+_WRITE_HIGH_WATER = 1 << 20
+# A broker address that silently drops SYNs would otherwise hold the client for the kernel's ~2 minutes.
+_CONNECT_TIMEOUT_S = 10.0
 _log = get_logger("sluice.connection")
 _thread_time_ns = time.thread_time_ns
 
@@ -135,6 +141,7 @@ class ClientSide(asyncio.Protocol):
         # Correlation ids of recent acks=0 Produce requests, to recognise a broker that answers them anyway.
         self._acks0_sent: deque[int] = deque(maxlen=_ACKS0_REMEMBERED)
         self._response_delay_ms = 0
+        self._request_throttle_ms = 0
         self._connect_task: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
@@ -147,6 +154,7 @@ class ClientSide(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but they have its methods.
         transport = cast(asyncio.Transport, transport)
+        transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
         self._transport = transport
         self.peer = _format_peer(transport.get_extra_info("peername"))
         self._pauses = ReadPauses(transport)
@@ -216,6 +224,8 @@ class ClientSide(asyncio.Protocol):
 
     def _release_held(self) -> None:
         """The upstream is ready or the mute ended: forward what was held, in order."""
+        if self._draining:
+            return  # shutting down: requests never forwarded stay unanswered, and the client retries them
         held, self._held = self._held, []
         try:
             self._forward(held)
@@ -226,11 +236,13 @@ class ClientSide(asyncio.Protocol):
 
     def _forward_request(self, frame: memoryview) -> Frame:
         header = parse_request_header(frame)
-        size = len(frame) - 4
-        self._metrics.count_request(header.api_key, size)
+        self._metrics.count_request(header.api_key, len(frame) - 4)
+        self._request_throttle_ms = 0
         out = self._chain.on_request(self, header, frame)
         if header.api_key != PRODUCE or produce_acks(frame, header) != 0:
-            self._in_flight.append(InFlight(header, size))
+            self._in_flight.append(InFlight(header, self._request_throttle_ms))
+            if self._request_throttle_ms > 0 and self._gate is not None:
+                self._gate.expect_response()
         else:
             self._acks0_sent.append(header.correlation_id)
         return out
@@ -250,6 +262,12 @@ class ClientSide(asyncio.Protocol):
         if self._gate is not None:
             self._gate.mute_for(throttle_ms)
 
+    def throttle_request(self, throttle_ms: int) -> None:
+        """Throttle the request being forwarded (call from on_request): mute now, and let its response
+        carry `throttle_ms` and end the mute no earlier than that response is sent."""
+        self._request_throttle_ms = max(self._request_throttle_ms, throttle_ms)
+        self.mute_for(throttle_ms)
+
     def mute_remaining_ms(self) -> int:
         """How long the connection stays muted from now (0 when it is not muted)."""
         return self._gate.remaining_ms() if self._gate is not None else 0
@@ -264,14 +282,17 @@ class ClientSide(asyncio.Protocol):
         failures: list[str] = []
         for host, port in self._upstream_candidates():
             try:
-                transport, _ = await self._loop.create_connection(lambda: UpstreamSide(self), host, port)
-            except OSError as exc:
-                failures.append(f"{host}:{port}: {exc.strerror or exc}")
+                transport, _ = await asyncio.wait_for(
+                    self._loop.create_connection(lambda: UpstreamSide(self), host, port), _CONNECT_TIMEOUT_S
+                )
+            except (OSError, TimeoutError) as exc:
+                failures.append(f"{host}:{port}: {getattr(exc, 'strerror', None) or exc or 'timed out'}")
                 continue
             if self._closed:
                 transport.close()
                 return
             self._upstream = cast(asyncio.Transport, transport)
+            self._upstream.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
             self.upstream_peer = f"{host}:{port}"
             self._upstream_pauses = ReadPauses(self._upstream)
             self._release_held()
@@ -291,11 +312,10 @@ class ClientSide(asyncio.Protocol):
             self._filter_failed(exc)
         if started:
             self.cpu_ns += _thread_time_ns() - started
-        if self._draining and not self._in_flight and not self._holding_responses():
+        if self._draining and not self._in_flight:
+            if self._gate is not None:
+                self._gate.flush_held()
             self.close("shutdown")
-
-    def _holding_responses(self) -> bool:
-        return self._gate is not None and self._gate.holding_responses
 
     def _return_responses(self, frames: list[memoryview]) -> None:
         transport, gate = self._transport, self._gate
@@ -334,10 +354,16 @@ class ClientSide(asyncio.Protocol):
             )
         out = self._chain.on_response(self, request, frame)
         self._metrics.count_response(request.header.api_key, len(out) - 4)
+        if request.throttle_ms > 0 and self._gate is not None:
+            self._gate.response_sent()  # written in this same pass; the gate also waits for the flush
         return out
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
+            # Answers held back by a delay are the client's: send them before closing (a throttle delays,
+            # it never drops; a producer that lost its ack would retry and duplicate).
+            if self._gate is not None:
+                self._gate.flush_held()
             self.close("upstream_closed", upstream=self.upstream_peer, error=str(exc) if exc else None)
 
     def upstream_pause_writing(self) -> None:
@@ -358,7 +384,8 @@ class ClientSide(asyncio.Protocol):
         # One timer per connection, re-armed only when it fires: activity costs a float store, not a timer.
         timeout = self._settings.idle_timeout_s
         idle_for = self._loop.time() - self._last_activity
-        busy = self._in_flight or self._held or (self._gate is not None and self._gate.muted)
+        # A throttle past its deadline does not count: a muted client that stopped reading is idle.
+        busy = self._in_flight or (self._gate is not None and self._gate.remaining_ms() > 0)
         if busy:
             self._arm_idle_timer(timeout)
         elif idle_for < timeout:
@@ -367,11 +394,16 @@ class ClientSide(asyncio.Protocol):
             self.close("idle_timeout", idle_s=round(idle_for, 3))
 
     def drain(self) -> None:
-        """Stop taking requests; close once every request already forwarded has its response."""
+        """Stop taking requests; close once every request already forwarded has its response.
+
+        Shutdown beats throttling: responses held back by a delay go out at once.
+        """
         self._draining = True
         if self._pauses is not None:
             self._pauses.add("shutdown")
-        if not self._in_flight and not self._holding_responses():
+        if self._gate is not None:
+            self._gate.flush_held()
+        if not self._in_flight:
             self.close("shutdown")
 
     @property

@@ -38,8 +38,8 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> as
                 + body
             )
             await writer.drain()
-        except (TimeoutError, ConnectionError):
-            pass
+        except (TimeoutError, ConnectionError, ValueError):
+            pass  # a slow, vanished or oversized scrape request: nothing to answer
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError):

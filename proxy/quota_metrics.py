@@ -9,9 +9,11 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from quota import QuotaManagers, WindowQuotaSensor
+from quota import QuotaManagers, QuotaTags, WindowQuotaSensor
 
 from .metrics import api_name
+
+_MAX_ENTITIES = 10_000
 
 
 def _labels(kind: str, user: str, client_id: str | None) -> list[str]:
@@ -27,11 +29,16 @@ class ThrottleStats:
     """
 
     def __init__(self) -> None:
-        self.by_quota: dict[tuple[str, str, str | None], list[int]] = {}
+        self.by_quota: dict[tuple[str, QuotaTags], list[int]] = {}
         self.by_response: dict[int, list[int]] = {}
 
-    def record_quota(self, kind: str, user: str, client_id: str | None, throttle_ms: int) -> None:
-        _add(self.by_quota, (kind, user, client_id), throttle_ms)
+    def record_quota(self, kind: str, tags: QuotaTags, throttle_ms: int) -> None:
+        """Keyed by the sensor's tags, as Kafka's throttle-time is, so label sets match sluice_byte_rate."""
+        if len(self.by_quota) >= _MAX_ENTITIES and (kind, tags) not in self.by_quota:
+            # Per-instance client-ids (producer-1, producer-2, ...) must not grow memory without bound;
+            # a counter that restarts is something Prometheus handles.
+            self.by_quota.clear()
+        _add(self.by_quota, (kind, tags), throttle_ms)
 
     def record_response(self, api_key: int, throttle_ms: int) -> None:
         _add(self.by_response, api_key, throttle_ms)
@@ -86,8 +93,8 @@ class QuotaCollector(Collector):
             "sluice_throttle_time_ms", "Sum of throttles computed (Kafka throttle-time)", labels=labels
         )
         largest = GaugeMetricFamily("sluice_throttle_time_max_ms", "Largest throttle computed", labels=labels)
-        for (kind, user, client_id), (n, ms, most) in list(self._stats.by_quota.items()):
-            values = _labels(kind, user, client_id)
+        for (kind, tags), (n, ms, most) in list(self._stats.by_quota.items()):
+            values = _labels(kind, tags.user, tags.client_id)
             count.add_metric(values, n)
             total.add_metric(values, ms)
             largest.add_metric(values, most)

@@ -18,6 +18,8 @@ from config.errors import ConfigError
 from config.model import ProxyConfig
 from protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
 from protocol.errors import ProtocolError
+from protocol.fetch import FETCH_MAX_VERSION
+from protocol.throttle_field import THROTTLE_PATCHABLE_MAX_VERSIONS
 from quota import QuotaKey
 
 from .brokers import Address, BrokerDirectory
@@ -35,6 +37,7 @@ _log = get_logger("sluice.server")
 BOOTSTRAP = "bootstrap"
 _DISCOVERY_RETRY_S = 5.0
 _SENSOR_SWEEP_S = 30.0
+FETCH_KEY = 1
 
 
 def _bind_listening_socket(host: str, port: int) -> socket.socket:
@@ -61,10 +64,12 @@ class SluiceServer:
         )
         self.quota_managers = config.quota.new_managers()
         self.throttle_stats = ThrottleStats()
-        filters: list[Filter] = [
-            BrokerAddressRewrite(self.directory),
-            ApiVersionsClamp(REWRITABLE_MAX_VERSIONS),
-        ]
+        # Never let a client pick a version of an API that a filter must rewrite but cannot.
+        max_versions = dict(REWRITABLE_MAX_VERSIONS)
+        if config.quota.rules:
+            for key, version in (*THROTTLE_PATCHABLE_MAX_VERSIONS.items(), (FETCH_KEY, FETCH_MAX_VERSION)):
+                max_versions[key] = min(version, max_versions.get(key, version))
+        filters: list[Filter] = [BrokerAddressRewrite(self.directory), ApiVersionsClamp(max_versions)]
         quotas: ClientQuotas | None = None
         if any(QuotaKey.CONTROLLER_MUTATION_RATE in rule.values for rule in config.quota.rules):
             _log.warning("quota_not_enforced", key="controller_mutation_rate", reason="not built yet")
@@ -178,7 +183,10 @@ class SluiceServer:
                     _log.warning("discovery_failed", upstream=f"{host}:{port}", error=str(exc))
                     continue
                 for node_id, real_host, real_port in brokers:
-                    self.directory.advertise(node_id, real_host, real_port)
+                    try:
+                        self.directory.advertise(node_id, real_host, real_port)
+                    except ConfigError as exc:
+                        _log.error("broker_not_mapped", node_id=node_id, error=str(exc))
                 _log.info("brokers_discovered", brokers={n: f"{h}:{p}" for n, h, p in brokers})
                 return
             with contextlib.suppress(asyncio.TimeoutError):

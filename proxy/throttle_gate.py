@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     from .filters import Frame
 
 MUTE = "mute"
-# How often to look again when the deadline has passed but the throttled response is still being written.
+# How soon to look again when the deadline has passed but a throttled response has not fully left yet;
+# doubled each time up to the cap, so a client that stopped reading does not cost 200 wake-ups a second.
 _FLUSH_POLL_S = 0.005
+_FLUSH_POLL_MAX_S = 1.0
 
 
 class ThrottleGate:
@@ -35,6 +37,8 @@ class ThrottleGate:
         "_on_mute_change",
         "_on_unmute",
         "_pauses",
+        "_poll_s",
+        "_responses_pending",
         "_timer",
         "_timer_at",
         "_transport",
@@ -58,6 +62,9 @@ class ThrottleGate:
         self._delayed: deque[tuple[float, Frame]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        self._poll_s = _FLUSH_POLL_S
+        # Throttled requests whose responses have not been sent yet: Kafka unmutes only after they have.
+        self._responses_pending = 0
         self.muted = False
 
     # ---- mute ----------------------------------------------------------------------------------
@@ -74,6 +81,15 @@ class ThrottleGate:
             self._pauses.add(MUTE)
             self._on_mute_change(+1)
         self._wake_at(self._deadline)
+
+    def expect_response(self) -> None:
+        """A throttled request went upstream: stay muted at least until its response has been sent."""
+        self._responses_pending += 1
+
+    def response_sent(self) -> None:
+        self._responses_pending = max(0, self._responses_pending - 1)
+        if self.muted and self._responses_pending == 0 and self._loop.time() >= self._deadline:
+            self._wake_at(self._loop.time())
 
     def remaining_ms(self) -> int:
         if not self.muted:
@@ -99,6 +115,10 @@ class ThrottleGate:
         if delay_ms > 0:
             self.mute_for(delay_ms)
         self._wake_at(max(self._delayed[0][0], self._loop.time()))
+
+    def flush_held(self) -> None:
+        """Send every held response now (shutdown, or the broker went away: an answer beats a delay)."""
+        self._release_due_responses(float("inf"))
 
     def _release_due_responses(self, now: float) -> None:
         due: list[Frame] = []
@@ -127,13 +147,16 @@ class ThrottleGate:
             return
         if now < self._deadline:
             self._wake_at(self._deadline)
-        elif self._delayed or self._transport.get_write_buffer_size() > 0:
+        elif self._delayed or self._responses_pending or self._transport.get_write_buffer_size() > 0:
             # The throttled response has not fully left yet: Kafka unmutes only after it has.
-            self._wake_at(now + _FLUSH_POLL_S)
+            self._wake_at(now + self._poll_s)
+            self._poll_s = min(self._poll_s * 2, _FLUSH_POLL_MAX_S)
         else:
+            self._poll_s = _FLUSH_POLL_S
             self._unmute()
 
     def close(self) -> None:
+        """Stop the timer and forget held responses (flush_held first to send them)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

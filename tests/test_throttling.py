@@ -113,6 +113,8 @@ async def test_aiokafka_honours_the_field(cluster) -> None:
         assert_near_quota(sampler.average_rate(WARM_UP_S))
         text = await asyncio.to_thread(proxy.metrics_text)
         assert metric_value(text, "sluice_throttles_total", type="Produce", client_id="pump") > 10
+        # The client was told, in the responses it read.
+        assert metric_value(text, "sluice_throttled_responses_total", api="Produce") > 10
 
 
 def test_kafka_python_honours_the_field(cluster) -> None:
@@ -141,10 +143,10 @@ def test_kafka_python_honours_the_field(cluster) -> None:
         producer.close()
         assert all(f.succeeded() for f in pending)
         assert_near_quota(sampler.average_rate(WARM_UP_S))
-        assert (
-            metric_value(proxy.metrics_text(), "sluice_throttles_total", type="Produce", client_id="pump")
-            > 10
-        )
+        text = proxy.metrics_text()
+        assert metric_value(text, "sluice_throttles_total", type="Produce", client_id="pump") > 10
+        # The client was told, in the responses it read.
+        assert metric_value(text, "sluice_throttled_responses_total", api="Produce") > 10
 
 
 def test_kafka_window_sensor_bounds_a_flat_out_producer(cluster) -> None:

@@ -15,10 +15,12 @@ Frame = memoryview | bytes
 
 
 class InFlight(NamedTuple):
-    """A forwarded request waiting for its response: its header and its size as Kafka counts it."""
+    """A forwarded request waiting for its response."""
 
     header: RequestHeader
-    size: int  # header + body, without the 4-byte length prefix (spec 2.7)
+    # The throttle a filter put on this request as it was forwarded (a Produce charged on the way in);
+    # its response must carry it, and the connection stays muted until that response has been sent.
+    throttle_ms: int = 0
 
 
 class ConnectionInfo(Protocol):
@@ -33,6 +35,8 @@ class ConnectionInfo(Protocol):
     def take_cpu_ns(self) -> int: ...
 
     def mute_for(self, throttle_ms: int) -> None: ...
+
+    def throttle_request(self, throttle_ms: int) -> None: ...
 
     def mute_remaining_ms(self) -> int: ...
 

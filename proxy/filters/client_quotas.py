@@ -27,6 +27,7 @@ import struct
 
 from config.quota_settings import FetchThrottle, ThrottleMode
 from protocol.apis import api_spec
+from protocol.errors import ProtocolError
 from protocol.fetch import (
     cap_fetch_request,
     empty_fetch_response,
@@ -34,7 +35,7 @@ from protocol.fetch import (
     fetch_response_session,
 )
 from protocol.headers import RequestHeader, response_header_size
-from protocol.throttle_field import throttle_field_offset
+from protocol.throttle_field import read_throttle_ms, throttle_field_offset
 from quota import QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
 from ..quota_metrics import ThrottleStats
@@ -81,16 +82,21 @@ class ClientQuotas(Filter):
         user, client_id = conn.user, header.client_id
         throttle = self._produce.record_and_get_throttle_ms(user, client_id, len(frame) - 4, conn.now_ms())
         if throttle > 0:
-            self._stats.record_quota("Produce", user, client_id, throttle)
+            self._stats.record_quota("Produce", self._produce.resolve(user, client_id).tags, throttle)
             # This request is forwarded; the ones behind it wait. acks=0 has no response: the mute is all.
-            conn.mute_for(throttle)
+            conn.throttle_request(throttle)
 
     def _cap_fetch(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame:
         cap = self._fetch.max_value_in_quota_window(conn.user, header.client_id)
         if cap >= _INT32_MAX:
             return frame
         view = memoryview(frame)[4 + header.size :]
-        limits = fetch_request_limits(header.api_version, view)
+        try:
+            limits = fetch_request_limits(header.api_version, view)
+        except ProtocolError as exc:
+            if exc.reason != "unsupported_version":
+                raise
+            return frame  # newer than Sluice knows: forwarded uncapped rather than refused
         if limits is None or limits[1] <= cap:
             return frame
         body = bytearray(view)
@@ -116,7 +122,9 @@ class ClientQuotas(Filter):
         if self.request_percentage:
             request_throttle = self._request.record_request_time_ns(user, client_id, conn.take_cpu_ns(), now)
             if request_throttle > 0:
-                self._stats.record_quota("Request", user, client_id, request_throttle)
+                self._stats.record_quota(
+                    "Request", self._request.resolve(user, client_id).tags, request_throttle
+                )
         fetch_throttle = fetch_size = 0
         header_size = -1
         if key == FETCH and self._fetch.quotas_enabled:
@@ -125,10 +133,11 @@ class ClientQuotas(Filter):
             fetch_size = len(frame) - 4 - header_size + 4
             fetch_throttle = self._fetch.record_and_get_throttle_ms(user, client_id, fetch_size, now)
             if fetch_throttle > 0:
-                self._stats.record_quota("Fetch", user, client_id, fetch_throttle)
+                self._stats.record_quota("Fetch", self._fetch.resolve(user, client_id).tags, fetch_throttle)
 
-        # A Produce was charged when forwarded: what is left of the mute it started is its throttle now.
-        muted_ms = conn.mute_remaining_ms()
+        # A Produce was charged as it was forwarded: its response carries that throttle (as a broker's
+        # would), or what is left of the connection's mute if that is longer.
+        muted_ms = max(conn.mute_remaining_ms(), request.throttle_ms)
         delays = self._delays(header)
         if delays:
             throttle = pre_kip219_throttle_ms(muted_ms, fetch_throttle, request_throttle)
@@ -138,11 +147,15 @@ class ClientQuotas(Filter):
             return frame
         if header_size < 0:
             header_size = response_header_size(key, header.api_version, frame)
+        told = False
         if key == FETCH and fetch_throttle + request_throttle > 0 and not delays and self._empty_fetches:
-            frame = self._empty_fetch(frame, header, header_size, throttle, fetch_size, user, now)
-        else:
-            frame = self._with_throttle_field(frame, header, header_size, throttle)
-        self._stats.record_response(key, throttle)
+            told, frame = self._empty_fetch(frame, header, header_size, throttle, fetch_size, user, now)
+        if not told:
+            patched = self._patch_throttle_field(frame, header, header_size, throttle)
+            if patched is not None:
+                told, frame = True, patched
+        if told:
+            self._stats.record_response(key, throttle)
         if delays:
             conn.delay_response(throttle)
         else:
@@ -162,23 +175,44 @@ class ClientQuotas(Filter):
         size: int,
         user: str,
         now: int,
-    ) -> bytes:
-        # Kafka drops the data of a throttled fetch and does not charge it; the client re-reads it from the
-        # same offset. The broker's session id is kept so an incremental session stays consistent (8.4).
+    ) -> tuple[bool, Frame]:
+        """Kafka's answer to a throttled fetch: no data, not charged, the broker's session id kept (8.4).
+
+        The client re-reads the same offsets after the throttle. A broker error answer is passed on as it
+        is (with the throttle patched in), since its error matters more than the throttle.
+        """
+        body = memoryview(frame)[4 + header_size :]
+        try:
+            error, session_id = fetch_response_session(header.api_version, body)
+            brokers_throttle = read_throttle_ms(FETCH, header.api_version, body) or 0
+        except ProtocolError as exc:
+            if exc.reason != "unsupported_version":
+                raise
+            return False, frame
+        if error != 0:
+            return False, frame
         if size:
             self._fetch.unrecord(user, header.client_id, size, now)
-        body = memoryview(frame)[4 + header_size :]
-        _error, session_id = fetch_response_session(header.api_version, body)
-        return with_body(frame, header_size, empty_fetch_response(header.api_version, throttle, session_id))
+        empty = empty_fetch_response(header.api_version, max(throttle, brokers_throttle), session_id)
+        return True, with_body(frame, header_size, empty)
 
     @staticmethod
-    def _with_throttle_field(frame: Frame, header: RequestHeader, header_size: int, throttle: int) -> Frame:
+    def _patch_throttle_field(
+        frame: Frame, header: RequestHeader, header_size: int, throttle: int
+    ) -> bytes | None:
+        """The frame with `throttle_time_ms` raised to `throttle`, or None if nothing was written (no such
+        field in this version, a version newer than Sluice knows, or the broker's own value is larger)."""
         view = memoryview(frame)
         start = 4 + header_size
-        offset = throttle_field_offset(header.api_key, header.api_version, view[start:])
+        try:
+            offset = throttle_field_offset(header.api_key, header.api_version, view[start:])
+        except ProtocolError as exc:
+            if exc.reason != "unsupported_version":
+                raise
+            return None
         if offset is None:
-            return frame
+            return None
         at = start + offset
         if _INT32.unpack_from(view, at)[0] >= throttle:
-            return frame  # the broker throttles longer than we do: its value stands
+            return None  # the broker throttles longer than we do: its value stands
         return b"".join((view[:at], _INT32.pack(throttle), view[at + 4 :]))

@@ -253,7 +253,8 @@ def per_second(samples: Sequence[tuple[float, float]], from_s: float, seconds: i
     times = [t for t, _ in samples]
     values = [b for _, b in samples]
     return [
-        _bytes_at(times, values, from_s + s + 1) - _bytes_at(times, values, from_s + s) for s in range(seconds)
+        _bytes_at(times, values, from_s + s + 1) - _bytes_at(times, values, from_s + s)
+        for s in range(seconds)
     ]
 
 
@@ -410,7 +411,7 @@ def records_from(runs: Sequence[CaseRun], run_s: float = RUN_S) -> list[Record]:
         + "; 1 MB = 100,000 B records, "
         + ", ".join(f"{k}={v}" for k, v in _LARGE_BATCHES.items())
         + ".",
-        "measured = the proxy's `sluice_request_bytes_total{api=\"Produce\"}` (what the quota charges), "
+        'measured = the proxy\'s `sluice_request_bytes_total{api="Produce"}` (what the quota charges), '
         f"sampled every {SAMPLE_S} s; the first {ALLOWANCE_S} s after the first byte (the initial "
         "allowance of about N x W x Q) are left out.",
         "whole periods: from the last sample before one burst to the last sample before a later one (a "
@@ -418,7 +419,7 @@ def records_from(runs: Sequence[CaseRun], run_s: float = RUN_S) -> list[Record]:
         "span: from the end of the allowance to the end of the run, ignoring the period phase; "
         f"any {SPAN_S:.0f} s span: every {SPAN_S:.0f} s span starting at a sample in the steady part.",
         "throttles told = non-zero throttle_time_ms values librdkafka reported to throttle_cb; largest "
-        "computed = the proxy's `sluice_throttle_time_max_ms{type=\"Produce\"}`. For comparison, the issue "
+        'computed = the proxy\'s `sluice_throttle_time_max_ms{type="Produce"}`. For comparison, the issue '
         "quotes a Kafka 3.7 broker with 1 MB batches at 1.15-1.30x its quota with throttles of up to 21 s.",
     ]
     for r in runs:
@@ -455,9 +456,13 @@ def records_from(runs: Sequence[CaseRun], run_s: float = RUN_S) -> list[Record]:
     for r in runs:
         a = r.accuracy
         if a.periods is not None:
-            records.append(measurement(f"quota_accuracy_{r.case.key}_periods", round(a.periods.ratio, 4), "x Q"))
+            records.append(
+                measurement(f"quota_accuracy_{r.case.key}_periods", round(a.periods.ratio, 4), "x Q")
+            )
         records.append(measurement(f"quota_accuracy_{r.case.key}_span", round(a.arbitrary.ratio, 4), "x Q"))
-        records.append(measurement(f"quota_accuracy_{r.case.key}_largest_throttle_told", round(r.largest_told_s, 3), "s"))
+        records.append(
+            measurement(f"quota_accuracy_{r.case.key}_largest_throttle_told", round(r.largest_told_s, 3), "s")
+        )
     return records
 
 

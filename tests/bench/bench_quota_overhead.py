@@ -192,7 +192,9 @@ def run(rounds: int = ROUNDS, num_records: int = NUM_RECORDS) -> list[Record]:
         "proxy's own CPU time on that client, in % of one thread, over the sampled window (11 x 1 s).",
     ]
     if request_time:
-        notes.append(f"request-time readings: median {median(request_time):.1f} % (bound {REQUEST_BOUND:g} %).")
+        notes.append(
+            f"request-time readings: median {median(request_time):.1f} % (bound {REQUEST_BOUND:g} %)."
+        )
     records = [
         measurement(
             "quota_overhead_window_vs_no_quota",
@@ -204,9 +206,7 @@ def run(rounds: int = ROUNDS, num_records: int = NUM_RECORDS) -> list[Record]:
             "(median with quotas / median without)",
             table=table,
             notes=notes,
-            commands=[
-                command + "   # <BOOTSTRAP> = a proxy without quotas, or one with the entities above"
-            ],
+            commands=[command + "   # <BOOTSTRAP> = a proxy without quotas, or one with the entities above"],
         ),
         measurement(
             "quota_overhead_token_bucket_vs_no_quota",
