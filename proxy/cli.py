@@ -33,7 +33,7 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--upstream", metavar="HOST:PORT[,HOST:PORT...]", help="bootstrap servers of the cluster")
     p.add_argument("--listen", metavar="HOST:PORT", help="bootstrap listener of the proxy")
     p.add_argument("--advertised-host", metavar="H", help="host clients are told to connect to")
-    p.add_argument("--broker-port-base", metavar="N", help="broker node N listens on N + this port")
+    p.add_argument("--broker-port-base", metavar="N", type=int, help="broker node N listens on N + this port")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here")
 
 

@@ -12,6 +12,7 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from rawclient import RawClient
 
+from proxy.ports import free_port_block, wait_for_port
 from proxy.proxy_process import REPO, ProxyProcess
 
 BAD_INPUTS = {
@@ -163,3 +164,39 @@ def test_idle_connection_is_closed(cluster) -> None:
             assert client.is_closed_by_peer(timeout_s=10)
         proxy.wait_for_event("connection_closed", peer=peer, cause="idle_timeout")
         assert proxy.stop() == 0
+
+
+def test_flags_alone_run_the_proxy(cluster) -> None:
+    # The documented command line, no file: every flag reaches the config with its proper type.
+    base = free_port_block(8)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "proxy",
+            "run",
+            "--upstream",
+            cluster.bootstrap,
+            "--listen",
+            f"127.0.0.1:{base}",
+            "--advertised-host",
+            "127.0.0.1",
+            "--broker-port-base",
+            str(base + 1),
+            "--metrics",
+            f"127.0.0.1:{base + 7}",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_port(base)
+        wait_for_port(base + 1 + 1)  # broker node 1's listener, opened after discovery
+        with RawClient("127.0.0.1", base) as client:
+            assert api_versions_ok(client)
+    finally:
+        process.send_signal(15)
+        _out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
