@@ -12,6 +12,8 @@ METADATA = 3
 # this proxy can front speaks it.
 _METADATA_VERSION = 1
 _TIMEOUT_S = 5.0
+# Even a cluster with 100,000 partitions answers a topic-less Metadata request in a few kB.
+_MAX_ANSWER_BYTES = 16 << 20
 
 
 async def fetch_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
@@ -19,7 +21,9 @@ async def fetch_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _TIMEOUT_S)
     try:
         writer.write(encode_metadata_request(_METADATA_VERSION, 1, "sluice-discovery", topics=[]))
-        length = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), _TIMEOUT_S), "big")
+        length = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), _TIMEOUT_S), "big", signed=True)
+        if not 4 <= length <= _MAX_ANSWER_BYTES:
+            raise ValueError(f"implausible Metadata answer length {length}")
         payload = await asyncio.wait_for(reader.readexactly(length), _TIMEOUT_S)
     finally:
         writer.close()

@@ -88,7 +88,15 @@ class TrafficSampler:
 class FlatOutProducer(threading.Thread):
     """A confluent-kafka (librdkafka) producer sending as fast as it can until stopped."""
 
-    def __init__(self, bootstrap: str, topic: str, client_id: str, record_size: int = 10_000, **conf: object):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        client_id: str,
+        record_size: int = 10_000,
+        partitions: int = 6,
+        **conf: object,
+    ):
         super().__init__(daemon=True)
         from confluent_kafka import Producer
 
@@ -104,6 +112,7 @@ class FlatOutProducer(threading.Thread):
         config.update(conf)
         self.producer = Producer(config)
         self.topic = topic
+        self.partitions = partitions
         self.record_size = record_size
         self.sent: list[bytes] = []
         self.delivered = 0
@@ -121,7 +130,11 @@ class FlatOutProducer(threading.Thread):
         while not self._stop_flag.is_set():
             value = i.to_bytes(8, "big") * (self.record_size // 8)
             try:
-                self.producer.produce(self.topic, value, on_delivery=self._on_delivery)
+                # Round-robin: the mock keeps only ~5 MB per partition; a sticky partitioner could pile a
+                # whole run onto one partition and lose its oldest records before they are read back.
+                self.producer.produce(
+                    self.topic, value, partition=i % self.partitions, on_delivery=self._on_delivery
+                )
                 self.sent.append(value)
                 i += 1
             except BufferError:
