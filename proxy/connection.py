@@ -174,14 +174,13 @@ class ClientSide(asyncio.Protocol):
         started = _thread_time_ns() if self._settings.measure_cpu else 0
         try:
             frames = self._requests.feed(data)
-            if self._held:
-                self._held.extend(frames)
-            else:
-                self._forward(frames)
         except ProtocolError as exc:
             self._protocol_error("client", exc)
-        except Exception as exc:  # a filter bug must cost one connection, never the process
-            self._filter_failed(exc)
+            return
+        if self._held:
+            self._held.extend(frames)
+        else:
+            self._forward_or_close(frames)
         if started:
             self.cpu_ns += _thread_time_ns() - started
 
@@ -208,6 +207,14 @@ class ClientSide(asyncio.Protocol):
 
     # ---- requests -------------------------------------------------------------------------------
 
+    def _forward_or_close(self, frames: list[memoryview]) -> None:
+        try:
+            self._forward(frames)
+        except ProtocolError as exc:
+            self._protocol_error("client", exc)
+        except Exception as exc:  # a filter bug must cost one connection, never the process
+            self._filter_failed(exc)
+
     def _forward(self, frames: list[memoryview]) -> None:
         """Forward `frames` in order, stopping (and holding the rest) the moment forwarding must wait."""
         outgoing: list[Frame] = []
@@ -227,12 +234,7 @@ class ClientSide(asyncio.Protocol):
         if self._draining:
             return  # shutting down: requests never forwarded stay unanswered, and the client retries them
         held, self._held = self._held, []
-        try:
-            self._forward(held)
-        except ProtocolError as exc:
-            self._protocol_error("client", exc)
-        except Exception as exc:  # a filter bug must cost one connection, never the process
-            self._filter_failed(exc)
+        self._forward_or_close(held)
 
     def _forward_request(self, frame: memoryview) -> Frame:
         header = parse_request_header(frame)

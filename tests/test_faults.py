@@ -5,12 +5,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from rawclient import RawClient
+from throttle_harness import FlatOutProducer
 
 from proxy.ports import free_port_block, wait_for_port
 from proxy.proxy_process import REPO, ProxyProcess
@@ -29,40 +29,15 @@ def api_versions_ok(client: RawClient) -> bool:
     return response.error_code == 0 and len(response.api_keys) > 0
 
 
-class SteadyProducer(threading.Thread):
-    """A healthy confluent-kafka client producing the whole time the bad inputs arrive."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        from confluent_kafka import Producer
-
-        self.producer = Producer(
-            {"bootstrap.servers": bootstrap, "linger.ms": 1, "message.timeout.ms": 60000}
-        )
-        self.topic = topic
-        self.sent = 0
-        self.delivered = 0
-        self.errors: list[str] = []
-        self.stop_flag = threading.Event()
-
-    def _on_delivery(self, err, _msg) -> None:
-        if err is None:
-            self.delivered += 1
-        else:
-            self.errors.append(str(err))
-
-    def run(self) -> None:
-        while not self.stop_flag.is_set():
-            self.producer.produce(self.topic, b"steady-%d" % self.sent, on_delivery=self._on_delivery)
-            self.sent += 1
-            self.producer.poll(0.005)
-        self.producer.flush(60)
+def steady_producer(bootstrap: str) -> FlatOutProducer:
+    """A healthy confluent-kafka client producing small records the whole time the bad inputs arrive."""
+    return FlatOutProducer(bootstrap, "faults", "steady", record_size=16, pause_s=0.005, **{"linger.ms": 1})
 
 
 @pytest.mark.parametrize("name", list(BAD_INPUTS))
 def test_bad_frame_closes_only_that_connection(proxy, name: str) -> None:
     payload, reason = BAD_INPUTS[name]
-    steady = SteadyProducer(proxy.bootstrap, "faults")
+    steady = steady_producer(proxy.bootstrap)
     steady.start()
     with RawClient("127.0.0.1", proxy.port) as healthy, RawClient("127.0.0.1", proxy.port) as bad:
         assert api_versions_ok(healthy)
@@ -75,15 +50,14 @@ def test_bad_frame_closes_only_that_connection(proxy, name: str) -> None:
         assert event["reason"] == reason
         assert api_versions_ok(healthy), "a healthy connection was disturbed"
     time.sleep(0.3)
-    steady.stop_flag.set()
-    steady.join(60)
+    steady.stop()
     assert steady.errors == []
-    assert steady.delivered == steady.sent > 0
+    assert steady.delivered == len(steady.sent) > 0
     assert proxy.process.poll() is None, "the proxy process died"
 
 
 def test_broker_down_and_up(proxy, cluster) -> None:
-    steady = SteadyProducer(proxy.bootstrap, "faults")
+    steady = steady_producer(proxy.bootstrap)
     steady.start()
     time.sleep(1.0)
     for node in (1, 2):
@@ -91,11 +65,10 @@ def test_broker_down_and_up(proxy, cluster) -> None:
         time.sleep(1.5)
         cluster.broker_up(node)
         time.sleep(1.0)
-    steady.stop_flag.set()
-    steady.join(90)
+    steady.stop()
     assert proxy.process.poll() is None
     assert steady.errors == []
-    assert steady.delivered == steady.sent > 0
+    assert steady.delivered == len(steady.sent) > 0
     # A fresh client after the outage works as well.
     with RawClient("127.0.0.1", proxy.port) as client:
         assert api_versions_ok(client)

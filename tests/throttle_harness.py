@@ -86,7 +86,8 @@ class TrafficSampler:
 
 
 class FlatOutProducer(threading.Thread):
-    """A confluent-kafka (librdkafka) producer sending as fast as it can until stopped."""
+    """A confluent-kafka (librdkafka) producer sending as fast as it can (or at a steady trickle, with
+    `pause_s`) until stopped."""
 
     def __init__(
         self,
@@ -95,6 +96,7 @@ class FlatOutProducer(threading.Thread):
         client_id: str,
         record_size: int = 10_000,
         partitions: int = 6,
+        pause_s: float = 0.0,
         **conf: object,
     ):
         super().__init__(daemon=True)
@@ -113,6 +115,7 @@ class FlatOutProducer(threading.Thread):
         self.producer = Producer(config)
         self.topic = topic
         self.partitions = partitions
+        self.pause_s = pause_s  # 0: flat out; otherwise a steady trickle
         self.record_size = record_size
         self.sent: list[bytes] = []
         self.delivered = 0
@@ -139,7 +142,7 @@ class FlatOutProducer(threading.Thread):
                 i += 1
             except BufferError:
                 self.producer.poll(0.05)
-            self.producer.poll(0)
+            self.producer.poll(self.pause_s)
 
     def stop(self) -> None:
         self._stop_flag.set()
