@@ -1,0 +1,85 @@
+"""A throttled Fetch, seen on the wire: Kafka's empty answer (`fetch_throttle: empty`, the default) or the
+data with the field set (`pass`), and in both cases nothing is lost.
+
+The partition holds one ~50.5 kB batch, which every fetch from offset 0 returns. 60 kB/s with N = 2
+samples of 1 s: the token bucket holds 120 kB (the fetch cap, Q x (N-1) x W = 60 kB, lets the batch
+through), so two fetches pass and the third overdraws by ~31.5 kB: a throttle of ~525 ms.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from rawclient import RawClient
+
+from proxy.mock_cluster_process import MockCluster
+from proxy.proxy_process import ProxyProcess
+
+TOPIC = "fetch-throttle"
+RECORDS = 50
+QUOTA = 60_000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with MockCluster(brokers=3, topics={TOPIC: 1}) as c:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 100})  # one batch
+        for i in range(RECORDS):
+            producer.produce(TOPIC, bytes([i]) * 1000, partition=0)
+        assert producer.flush(30) == 0
+        yield c
+
+
+def fetch(client: RawClient) -> FetchResponse:
+    partition = FetchRequest.FetchTopic.FetchPartition(
+        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+    )
+    request = FetchRequest[11](
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=TOPIC, partitions=[partition])],
+        forgotten_topics_data=[],
+    )
+    return client.call(request, 11, FetchResponse)
+
+
+def record_bytes(response: FetchResponse) -> int:
+    return sum(len(p.records or b"") for t in response.responses for p in t.partitions)
+
+
+@pytest.mark.parametrize("mode", ["empty", "pass"])
+def test_throttled_fetch(cluster, mode: str) -> None:
+    quota = {
+        "fetch_throttle": mode,
+        "sensor": "token_bucket",
+        "window": {"samples": 2, "size_seconds": 1},
+        "entities": [{"client_id": "raw-test", "consumer_byte_rate": QUOTA}],
+    }
+    # Partition 0 of a single-replica topic is led by broker 1 (the proxy's listener base + 1).
+    with (
+        ProxyProcess(cluster.bootstrap, extra_config={"quota": quota}) as proxy,
+        RawClient("127.0.0.1", proxy.broker_port(1)) as client,
+    ):
+        answers = [fetch(client) for _ in range(3)]
+        after = fetch(client)  # held by the mute until the throttle has passed
+    unthrottled, throttled = answers[:2], answers[2]
+    assert all(a.throttle_time_ms == 0 and record_bytes(a) >= RECORDS * 1000 for a in unthrottled)
+    assert 450 <= throttled.throttle_time_ms <= 600, throttled.throttle_time_ms
+    assert throttled.error_code == 0
+    if mode == "empty":
+        # Kafka's throttled answer: no data at all, and the bytes were not charged...
+        assert throttled.responses == []
+        # ...so the same offsets are read again, in full, once the throttle has passed.
+        assert record_bytes(after) == record_bytes(unthrottled[0])
+        assert after.throttle_time_ms == 0
+    else:
+        assert record_bytes(throttled) == record_bytes(unthrottled[0])
+        # The data went out and stays charged: the next fetch is throttled again.
+        assert after.throttle_time_ms > 0
