@@ -82,13 +82,7 @@ def skip_tagged_fields(buf: Buffer, pos: int) -> int:
 def skip_nullable_string(buf: Buffer, pos: int) -> int:
     """Skip a classic (int16 length, -1 = null) nullable string."""
     length, pos = read_int16(buf, pos)
-    if length < -1:
-        raise ProtocolError("bad_string_length", str(length))
-    if length > 0:
-        pos += length
-        if pos > len(buf):
-            raise ProtocolError("truncated", "string")
-    return pos
+    return _skip_sized(buf, pos, length, "string")
 
 
 def skip_compact_nullable_string(buf: Buffer, pos: int) -> int:
@@ -104,10 +98,15 @@ def skip_compact_nullable_string(buf: Buffer, pos: int) -> int:
 def skip_nullable_bytes(buf: Buffer, pos: int) -> int:
     """Skip classic (int32 length, -1 = null) nullable bytes."""
     length, pos = read_int32(buf, pos)
+    return _skip_sized(buf, pos, length, "bytes")
+
+
+def _skip_sized(buf: Buffer, pos: int, length: int, what: str) -> int:
+    """Skip `length` bytes of a classic nullable field whose length was just read (-1 = null)."""
     if length < -1:
-        raise ProtocolError("bad_bytes_length", str(length))
+        raise ProtocolError(f"bad_{what}_length", str(length))
     if length > 0:
         pos += length
         if pos > len(buf):
-            raise ProtocolError("truncated", "bytes")
+            raise ProtocolError("truncated", what)
     return pos

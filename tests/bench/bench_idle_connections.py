@@ -124,7 +124,7 @@ def run(count: int = CONNECTIONS) -> list[Record]:
         )
     with (
         MockCluster(brokers=BROKERS, topics={"idle": 1}) as cluster,
-        QuietProxy(cluster.bootstrap, BROKERS) as proxy,
+        QuietProxy(cluster.bootstrap) as proxy,
         BareRelayProcess(cluster.addresses[0][0] + f":{cluster.addresses[0][1]}") as relay,
     ):
         results = [

@@ -58,7 +58,7 @@ def run(rounds: int = ROUNDS, num_records: int = NUM_RECORDS) -> list[Record]:
     rows: list[list[Any]] = []
     with (
         MockCluster(brokers=BROKERS, topics={TOPIC: PARTITIONS}) as cluster,
-        QuietProxy(cluster.bootstrap, BROKERS) as proxy,
+        QuietProxy(cluster.bootstrap) as proxy,
     ):
         bootstrap = {"direct": cluster.bootstrap, "proxy": proxy.bootstrap}
         for path in ("direct", "proxy"):  # first connections, page cache, the mock's partition logs

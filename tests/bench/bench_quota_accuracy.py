@@ -368,7 +368,7 @@ def measure(cases: Sequence[Case] = CASES, run_s: float = RUN_S) -> list[CaseRun
         samplers: dict[str, ProduceByteSampler] = {}
         try:
             for case in cases:
-                proxies[case.key] = QuietProxy(cluster.bootstrap, BROKERS, extra_config=case.quota_config())
+                proxies[case.key] = QuietProxy(cluster.bootstrap, extra_config=case.quota_config())
             for case in cases:
                 producer = FlatOutProducer(proxies[case.key].bootstrap, case)
                 producers[case.key] = producer

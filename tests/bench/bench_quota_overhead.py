@@ -32,6 +32,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
 
+# The same perf-test experiment as section 1, so the two sections compare like with like.
+from bench_produce_throughput import (
+    BROKERS,
+    NUM_RECORDS,
+    PARTITIONS,
+    RECORD_SIZE,
+    TARGET_RATIO,
+    TOPIC,
+    WARMUP_RECORDS,
+)
 from harness import QuietProxy, display, perf_test_command, run_child, run_windowed, wire_load_command
 from measurements import Record, measurement, median
 from process_stats import cpu_seconds
@@ -39,13 +49,6 @@ from wire_load import CLIENT_ID as WIRE_LOAD_CLIENT_ID
 
 from proxy.mock_cluster_process import MockCluster
 
-TARGET_RATIO = 0.95
-BROKERS = 3
-TOPIC = "perf"
-PARTITIONS = 6
-RECORD_SIZE = 1024
-NUM_RECORDS = 500_000
-WARMUP_RECORDS = 50_000
 ROUNDS = 9  # throughput on this shared 2-core machine varies +-15 % run to run; medians need rounds
 PRODUCER_PROPS = {"acks": "1"}
 PERF_CLIENT_ID = "perf-producer-client"  # sluice perf-test's client.id, as Kafka's tool
@@ -227,9 +230,9 @@ def run(
     topics = {TOPIC: PARTITIONS, SMALL_TOPIC: 1}
     with (
         MockCluster(brokers=BROKERS, topics=topics) as cluster,
-        QuietProxy(cluster.bootstrap, BROKERS) as plain,
-        QuietProxy(cluster.bootstrap, BROKERS, extra_config=_quota_config("window")) as window,
-        QuietProxy(cluster.bootstrap, BROKERS, extra_config=_quota_config("token_bucket")) as bucket,
+        QuietProxy(cluster.bootstrap) as plain,
+        QuietProxy(cluster.bootstrap, extra_config=_quota_config("window")) as window,
+        QuietProxy(cluster.bootstrap, extra_config=_quota_config("token_bucket")) as bucket,
     ):
         proxies = {"no quota": plain, "quotas, window": window, "quotas, token bucket": bucket}
         perf = _perf_rounds(cluster, proxies, rounds, num_records)

@@ -135,7 +135,7 @@ def _real_client(proxy: QuietProxy) -> dict:
 def run(rounds: int = ROUNDS) -> list[Record]:
     with (
         MockCluster(brokers=1, topics={TOPIC: 1}) as cluster,
-        QuietProxy(cluster.bootstrap, brokers=1) as proxy,
+        QuietProxy(cluster.bootstrap) as proxy,
         BareRelayProcess(cluster.bootstrap) as relay,
     ):
         for port in (proxy.port, relay.port):

@@ -80,7 +80,7 @@ def _measure(kind: str, rounds: int, ports: dict[str, int], pids: dict[str, int]
 def run(produce_rounds: int = PRODUCE_ROUNDS, metadata_rounds: int = METADATA_ROUNDS) -> list[Record]:
     with (
         MockCluster(brokers=1, topics={TOPIC: 1}) as cluster,
-        QuietProxy(cluster.bootstrap, brokers=1) as proxy,
+        QuietProxy(cluster.bootstrap) as proxy,
         BareRelayProcess(cluster.bootstrap) as relay,
     ):
         ports = {"direct": cluster.addresses[0][1], "bare relay": relay.port, "proxy": proxy.port}

@@ -32,9 +32,7 @@ PYTHON = sys.executable
 class QuietProxy(ProxyProcess):
     """The real proxy with log level "warning", so no per-connection log line costs CPU."""
 
-    def __init__(self, upstream: str, brokers: int, extra_config: dict | None = None) -> None:
-        # `brokers` is kept for the callers; readiness comes from the proxy's own broker-listener gauge.
-        self.brokers = brokers
+    def __init__(self, upstream: str, extra_config: dict | None = None) -> None:
         super().__init__(upstream, extra_config=extra_config, metrics=True, log_level="warning")
 
     @property
