@@ -8,6 +8,7 @@ from functools import partial
 from typing import TypeVar
 
 from config.errors import MISSING, ConfigError
+from config.identity_section import parse_sasl_section, parse_tls_section
 from config.model import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_FRAME_BYTES,
@@ -43,6 +44,8 @@ TOP_LEVEL_KEYS = (
     "metrics",
     "log",
     "quota",
+    "tls",
+    "sasl",
 )
 # Sections whose keys we know here; broker_ports is keyed by node id, quota is checked by quota_section.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
@@ -80,6 +83,8 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     log = _section(tree, "log")
     # Checked with the sections, so a typo under quota is reported before a missing required key.
     quota = parse_quota_section(_get(tree, "quota"), "quota")
+    tls = parse_tls_section(_get(tree, "tls"), "tls")
+    sasl = parse_sasl_section(_get(tree, "sasl"), "sasl")
 
     listen = parse_host_port(_required(tree, "listen"), "listen")
     bootstrap = parse_bootstrap(_required(upstream, "upstream.bootstrap"), "upstream.bootstrap")
@@ -111,6 +116,8 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         metrics_listen=metrics_listen,
         log=LogConfig(level=log_level, format=log_format),
         quota=quota,
+        tls=tls,
+        sasl=sasl,
     )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from config.errors import MISSING, ConfigError
+from config.identity_settings import SaslSettings, TlsSettings
 from config.quota_settings import QuotaSettings
 
 MAX_PORT = 65535
@@ -47,6 +48,8 @@ class ProxyConfig:
     metrics_listen: HostPort | None = None
     log: LogConfig = LogConfig()
     quota: QuotaSettings = field(default_factory=QuotaSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    sasl: SaslSettings = field(default_factory=SaslSettings)
 
     def __post_init__(self) -> None:
         # Read-only copies, so a config shared between tasks cannot be changed behind their backs.

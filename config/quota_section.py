@@ -14,7 +14,14 @@ from functools import partial
 from typing import TypeVar
 
 from config.errors import MISSING, ConfigError
-from config.quota_settings import FetchThrottle, QuotaRule, QuotaSettings, ThrottleMode
+from config.quota_settings import (
+    FetchThrottle,
+    MutationSettings,
+    QuotaRule,
+    QuotaSettings,
+    ThrottleMode,
+    ValidateOnly,
+)
 from config.values import parse_bool, parse_choice, parse_int, reject_unknown_keys
 from quota import DEFAULT, QuotaConfig, QuotaEntity, QuotaKey, QuotaWindow, SensorKind, sanitize_user
 from quota.entities import EntityName
@@ -26,8 +33,10 @@ QUOTA_KEYS = (
     "sensor",
     "throttle_mode",
     "fetch_throttle",
+    "mutations",
     "entities",
 )
+MUTATION_KEYS = ("validate_only", "num_partitions")
 WINDOW_KEYS = ("samples", "size_seconds")
 ENTITY_NAME_KEYS = ("user", "client_id")
 QUOTA_KEY_NAMES = tuple(key.value for key in QuotaKey)
@@ -67,6 +76,7 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
     sensor_kinds = _sensor_kinds(_get(raw, "sensor"), f"{key}.sensor")
     mode = _enum_choice(_get(raw, "throttle_mode"), f"{key}.throttle_mode", ThrottleMode.KIP219)
     fetch = _enum_choice(_get(raw, "fetch_throttle"), f"{key}.fetch_throttle", FetchThrottle.EMPTY)
+    mutations = _mutations(_get(raw, "mutations"), f"{key}.mutations")
     rules = _rules(_get(raw, "entities"), f"{key}.entities")
     engine = QuotaConfig(
         client_window=client_window,
@@ -74,7 +84,24 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
         legacy_windows=legacy_windows,
         sensor_kinds=sensor_kinds,
     )
-    return QuotaSettings(engine=engine, rules=rules, throttle_mode=mode, fetch_throttle=fetch)
+    return QuotaSettings(
+        engine=engine, rules=rules, throttle_mode=mode, fetch_throttle=fetch, mutations=mutations
+    )
+
+
+def _mutations(raw: object, key: str) -> MutationSettings:
+    if raw is MISSING:
+        return MutationSettings()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(key, raw, f"a mapping with the keys {', '.join(MUTATION_KEYS)}")
+    reject_unknown_keys(raw, MUTATION_KEYS, prefix=f"{key}.")
+    partitions = _get(raw, "num_partitions")
+    return MutationSettings(
+        validate_only=_enum_choice(_get(raw, "validate_only"), f"{key}.validate_only", ValidateOnly.EXEMPT),
+        num_partitions=None
+        if partitions is MISSING
+        else parse_int(partitions, f"{key}.num_partitions", 1, INT_MAX),
+    )
 
 
 def _enum_choice(raw: object, key: str, default: Choice) -> Choice:

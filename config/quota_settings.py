@@ -34,6 +34,24 @@ class FetchThrottle(StrEnum):
     PASS = "pass"
 
 
+class ValidateOnly(StrEnum):
+    """Whether a validate-only CreateTopics/CreatePartitions is charged to controller_mutation_rate."""
+
+    # KIP-599's text and ZooKeeper-mode brokers: nothing is created, so nothing is charged.
+    EXEMPT = "exempt"
+    # KRaft controllers: the quota applies whether or not the change is applied.
+    CHARGE = "charge"
+
+
+@dataclass(frozen=True, slots=True)
+class MutationSettings:
+    """`quota.mutations.*`: how partition mutations are counted (spec §4)."""
+
+    validate_only: ValidateOnly = ValidateOnly.EXEMPT
+    # The partitions a CreateTopics with num_partitions -1 creates; None asks the cluster (num.partitions).
+    num_partitions: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaRule:
     """One entry of `quota.entities`: an entity and the quotas configured on it.
@@ -60,6 +78,7 @@ class QuotaSettings:
     rules: tuple[QuotaRule, ...] = ()
     throttle_mode: ThrottleMode = ThrottleMode.KIP219
     fetch_throttle: FetchThrottle = FetchThrottle.EMPTY
+    mutations: MutationSettings = MutationSettings()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))

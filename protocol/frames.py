@@ -27,7 +27,7 @@ class FrameSplitter:
     After a ProtocolError the stream is unusable; the caller is expected to close the connection.
     """
 
-    __slots__ = ("_max_frame_bytes", "_pending", "_pending_len", "_pending_need")
+    __slots__ = ("_max_frame_bytes", "_pending", "_pending_len", "_pending_need", "min_payload_bytes")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._max_frame_bytes = max_frame_bytes
@@ -36,6 +36,9 @@ class FrameSplitter:
         # Total size (prefix included) of the frame being assembled, or -1 while fewer than 4 bytes
         # of it are known.
         self._pending_need = -1
+        # Kafka frames carry at least a correlation id; bare SASL tokens (SaslHandshake v0's legacy
+        # framing) may be empty, so the connection lowers this to 0 while such an exchange runs.
+        self.min_payload_bytes = MIN_FRAME_PAYLOAD_BYTES
 
     @property
     def buffered_bytes(self) -> int:
@@ -54,9 +57,10 @@ class FrameSplitter:
                 return frames
         size = len(data)
         max_frame = self._max_frame_bytes
+        min_payload = self.min_payload_bytes
         while size - pos >= _PREFIX:
             length = INT32_UNPACK(data, pos)[0]
-            if length < MIN_FRAME_PAYLOAD_BYTES or length > max_frame:
+            if length < min_payload or length > max_frame:
                 self._raise_bad_length(length)
             end = pos + _PREFIX + length
             if end > size:
@@ -90,7 +94,7 @@ class FrameSplitter:
             # At most 3 bytes are pending here, so this join is negligible.
             prefix = b"".join(self._pending) + data[: _PREFIX - have]
             length = INT32_UNPACK(prefix, 0)[0]
-            if length < MIN_FRAME_PAYLOAD_BYTES or length > self._max_frame_bytes:
+            if length < self.min_payload_bytes or length > self._max_frame_bytes:
                 self._raise_bad_length(length)
             self._pending_need = _PREFIX + length
         missing = self._pending_need - self._pending_len
@@ -109,8 +113,8 @@ class FrameSplitter:
     def _raise_bad_length(self, length: int) -> None:
         if length < 0:
             raise ProtocolError("negative_frame_length", f"length prefix {length}")
-        if length < MIN_FRAME_PAYLOAD_BYTES:
-            raise ProtocolError("frame_too_small", f"length prefix {length} < {MIN_FRAME_PAYLOAD_BYTES}")
+        if length < self.min_payload_bytes:
+            raise ProtocolError("frame_too_small", f"length prefix {length} < {self.min_payload_bytes}")
         raise ProtocolError(
             "frame_too_large", f"length prefix {length} > max_frame_bytes {self._max_frame_bytes}"
         )

@@ -154,6 +154,21 @@ def frame(payload: bytes) -> bytes:
     return INT32_PACK(len(payload)) + payload
 
 
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: bytes) -> bytes:
+    """A whole framed response (for answers the proxy makes itself): length prefix, header, `body`."""
+    header = INT32_PACK(correlation_id)
+    if response_header_version(api_key, api_version) == 1:
+        header += _EMPTY_TAGGED_FIELDS
+    return frame(header + body)
+
+
+def encode_request(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: bytes
+) -> bytes:
+    """A whole framed request: length prefix, header, `body`."""
+    return frame(encode_request_header(api_key, api_version, correlation_id, client_id) + body)
+
+
 METADATA_KEY = 3
 
 

@@ -66,6 +66,9 @@ def run_command(args: argparse.Namespace) -> int:
     configure_logging(config.log.level, config.log.format)
     try:
         return run_event_loop(lambda: _serve(config))
+    except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up
+        print(f"sluice: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     except OSError as exc:
         get_logger().error("startup_failed", error=str(exc))
         return 1

@@ -15,16 +15,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, cast
 
 from protocol.apis import produce_acks
 from protocol.errors import ProtocolError
-from protocol.frames import FrameSplitter
-from protocol.headers import parse_request_header, read_correlation_id
+from protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
+from protocol.headers import (
+    RequestHeader,
+    encode_request,
+    parse_request_header,
+    read_correlation_id,
+    response_header_size,
+)
 from quota import ANONYMOUS
 
-from .filters.base import InFlight
+from .filters.base import Answer, Defer, InFlight, RawExchange
 from .flow import ReadPauses
 from .log import get_logger
 from .throttle_gate import ThrottleGate
@@ -32,6 +38,7 @@ from .throttle_gate import ThrottleGate
 if TYPE_CHECKING:
     from .filters import FilterChain, Frame
     from .metrics import ProxyMetrics
+    from .tls import UpstreamTlsTarget
 
 PRODUCE = 0
 _ACKS0_REMEMBERED = 1024
@@ -43,6 +50,14 @@ _WRITE_HIGH_WATER = 1 << 20
 _CONNECT_TIMEOUT_S = 10.0
 _log = get_logger("sluice.connection")
 _thread_time_ns = time.thread_time_ns
+# The proxy's own requests on a client's connection count up from here, clear of the client's ids
+# (Kafka clients count up from 0).
+_FIRST_OWN_CORRELATION_ID = -(2**31)
+_OWN_CLIENT_ID = "sluice"
+# Stands in for the header of a token in SaslHandshake v0's legacy framing, which has none.
+RAW_TOKEN = RequestHeader(-1, 0, 0, None, 0)
+# _forward_request's answer when a filter deferred the request.
+_DEFERRED = object()
 
 Address = tuple[str, int]
 
@@ -81,7 +96,16 @@ class ConnectionRegistry:
 class SessionSettings:
     """What every connection of one proxy shares."""
 
-    __slots__ = ("chain", "idle_timeout_s", "max_frame_bytes", "measure_cpu", "metrics", "registry")
+    __slots__ = (
+        "chain",
+        "client_principal",
+        "idle_timeout_s",
+        "max_frame_bytes",
+        "measure_cpu",
+        "metrics",
+        "registry",
+        "upstream_tls",
+    )
 
     def __init__(
         self,
@@ -91,6 +115,8 @@ class SessionSettings:
         max_frame_bytes: int,
         idle_timeout_s: float,
         measure_cpu: bool = False,
+        upstream_tls: UpstreamTlsTarget | None = None,
+        client_principal: Callable[[object], str | None] | None = None,
     ) -> None:
         self.chain = chain
         self.metrics = metrics
@@ -100,6 +126,9 @@ class SessionSettings:
         # Only a request_percentage quota needs the proxy's CPU time per connection; the thread clock
         # costs a system call per read, so it is not read otherwise.
         self.measure_cpu = measure_cpu
+        self.upstream_tls = upstream_tls
+        # The user a client certificate proves (mTLS listeners only); SASL, when used, overrides it.
+        self.client_principal = client_principal
 
 
 def _format_peer(peername: object) -> str:
@@ -142,6 +171,14 @@ class ClientSide(asyncio.Protocol):
         self._acks0_sent: deque[int] = deque(maxlen=_ACKS0_REMEMBERED)
         self._response_delay_ms = 0
         self._request_throttle_ms = 0
+        self._request_note: object = None
+        # Requests the current read forwards, written in one go (the proxy's own requests join them in order).
+        self._outgoing: list[Frame] = []
+        # A filter waits for something (Defer): requests stay held until it is done.
+        self._deferred = False
+        self._own_correlation_id = _FIRST_OWN_CORRELATION_ID
+        # SaslHandshake v0's legacy framing is under way: frames are bare SASL tokens.
+        self._raw_exchange: RawExchange | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
@@ -164,10 +201,25 @@ class ClientSide(asyncio.Protocol):
             self._loop, transport, self._pauses, self._release_held, self._metrics.count_muted
         )
         self._settings.registry.add(self)
+        if self._settings.client_principal is not None and not self._take_certificate_user(transport):
+            return
         self._last_activity = self._loop.time()
         self._arm_idle_timer(self._settings.idle_timeout_s)
         self._connect_task = self._loop.create_task(self._connect_upstream())
         _log.info("connection_opened", peer=self.peer, listener=self.listener)
+
+    def _take_certificate_user(self, transport: asyncio.Transport) -> bool:
+        assert self._settings.client_principal is not None
+        try:
+            user = self._settings.client_principal(transport)
+        except ValueError as exc:  # no principal mapping rule matches: Kafka fails the authentication
+            _log.warning("tls_principal_unmapped", peer=self.peer, error=str(exc))
+            self.close("authentication_failed")
+            return False
+        if user is not None:
+            self.user = user
+            _log.info("tls_authenticated", peer=self.peer, user=user)
+        return True
 
     def data_received(self, data: bytes) -> None:
         self._last_activity = self._loop.time()
@@ -217,37 +269,76 @@ class ClientSide(asyncio.Protocol):
 
     def _forward(self, frames: list[memoryview]) -> None:
         """Forward `frames` in order, stopping (and holding the rest) the moment forwarding must wait."""
-        outgoing: list[Frame] = []
         gate = self._gate
-        for i, frame in enumerate(frames):
-            # uvloop may deliver data that arrived with the connection before our pause took effect.
-            if self._upstream is None or (gate is not None and gate.muted):
-                self._held.extend(frames[i:])
-                break
-            outgoing.append(self._forward_request(frame))
-        if outgoing and self._upstream is not None:
+        answered = False
+        try:
+            for i, frame in enumerate(frames):
+                # uvloop may deliver data that arrived with the connection before our pause took effect.
+                if self._upstream is None or self._deferred or (gate is not None and gate.muted):
+                    self._held.extend(frames[i:])
+                    break
+                out = self._forward_request(frame)
+                if out is None:
+                    answered = True
+                elif out is _DEFERRED:
+                    self._held.extend(frames[i:])
+                    break
+                else:
+                    # An attribute, not a local: send_upstream may flush it while filters run.
+                    self._outgoing.append(out)
+        finally:
+            self._flush_outgoing()
+        if answered:
+            self._return_responses(())
+
+    def _flush_outgoing(self) -> None:
+        if self._outgoing and self._upstream is not None:
             # One writelines per read: pipelined requests leave in one system call, not one each.
-            self._upstream.writelines(outgoing)
+            self._upstream.writelines(self._outgoing)
+        self._outgoing = []
 
     def _release_held(self) -> None:
-        """The upstream is ready or the mute ended: forward what was held, in order."""
-        if self._draining:
+        """The upstream is ready, a mute ended or a filter's wait is over: forward what was held, in order."""
+        if self._draining or self._closed:
             return  # shutting down: requests never forwarded stay unanswered, and the client retries them
         held, self._held = self._held, []
         self._forward_or_close(held)
 
-    def _forward_request(self, frame: memoryview) -> Frame:
+    def _forward_request(self, frame: memoryview) -> Frame | object | None:
+        """The frame to forward; None when a filter answered it; _DEFERRED when a filter must wait first."""
+        if self._raw_exchange is not None:
+            self._raw_exchange.client_token(bytes(frame[4:]))
+            self._in_flight.append(InFlight(RAW_TOKEN))
+            return frame
         header = parse_request_header(frame)
-        self._metrics.count_request(header.api_key, len(frame) - 4)
         self._request_throttle_ms = 0
+        self._request_note = None
         out = self._chain.on_request(self, header, frame)
+        if type(out) is Defer:
+            self._wait_for(out.ready)
+            return _DEFERRED
+        self._metrics.count_request(header.api_key, len(frame) - 4)
+        answer = out.response if type(out) is Answer else None
         if header.api_key != PRODUCE or produce_acks(frame, header) != 0:
-            self._in_flight.append(InFlight(header, self._request_throttle_ms))
+            self._in_flight.append(InFlight(header, self._request_throttle_ms, self._request_note, answer))
             if self._request_throttle_ms > 0 and self._gate is not None:
                 self._gate.expect_response()
         else:
             self._acks0_sent.append(header.correlation_id)
-        return out
+        return None if answer is not None else out
+
+    def _wait_for(self, ready: asyncio.Future[object]) -> None:
+        self._deferred = True
+        if self._pauses is not None:
+            self._pauses.add("deferred")
+
+        def resume(_: object) -> None:
+            self._deferred = False
+            if self._pauses is not None:
+                self._pauses.discard("deferred")
+            self._release_held()
+
+        ready.add_done_callback(resume)
 
     # ---- what filters may ask of the connection --------------------------------------------------
 
@@ -278,15 +369,48 @@ class ClientSide(asyncio.Protocol):
         """Pre-KIP-219: hold the response being processed for `delay_ms` (call from on_response only)."""
         self._response_delay_ms = max(self._response_delay_ms, delay_ms)
 
+    def note_request(self, note: object) -> None:
+        """Attach `note` to the request being forwarded (call from on_request); on_response gets it back."""
+        self._request_note = note
+
+    def send_upstream(self, api_key: int, api_version: int, body: bytes) -> asyncio.Future[bytes]:
+        """Send the proxy's own request on this connection, so it is authenticated as the client. The future
+        gets the response body; the client never sees the response. Requests already forwarded go first."""
+        reply: asyncio.Future[bytes] = self._loop.create_future()
+        correlation_id = self._own_correlation_id
+        self._own_correlation_id += 1
+        header = RequestHeader(api_key, api_version, correlation_id, _OWN_CLIENT_ID, 0)
+        self._in_flight.append(InFlight(header, reply=reply))
+        self._outgoing.append(encode_request(api_key, api_version, correlation_id, _OWN_CLIENT_ID, body))
+        self._flush_outgoing()
+        return reply
+
+    def begin_raw_exchange(self, exchange: RawExchange) -> None:
+        """SaslHandshake v0 succeeded: the frames that follow are bare SASL tokens until `exchange` ends
+        (call from on_response)."""
+        self._raw_exchange = exchange
+        # A SASL token may be empty (PLAIN's success answer is).
+        self._requests.min_payload_bytes = self._responses.min_payload_bytes = 0
+
     # ---- upstream ------------------------------------------------------------------------------
 
     async def _connect_upstream(self) -> None:
         failures: list[str] = []
+        tls = self._settings.upstream_tls
         for host, port in self._upstream_candidates():
-            try:
-                transport, _ = await asyncio.wait_for(
-                    self._loop.create_connection(lambda: UpstreamSide(self), host, port), _CONNECT_TIMEOUT_S
+            connecting = (
+                self._loop.create_connection(lambda: UpstreamSide(self), host, port)
+                if tls is None
+                else self._loop.create_connection(
+                    lambda: UpstreamSide(self),
+                    host,
+                    port,
+                    ssl=tls.context,
+                    server_hostname=tls.hostname_for(host),
                 )
+            )
+            try:
+                transport, _ = await asyncio.wait_for(connecting, _CONNECT_TIMEOUT_S)
             except (OSError, TimeoutError) as exc:
                 failures.append(f"{host}:{port}: {getattr(exc, 'strerror', None) or exc or 'timed out'}")
                 continue
@@ -319,27 +443,50 @@ class ClientSide(asyncio.Protocol):
                 self._gate.flush_held()
             self.close("shutdown")
 
-    def _return_responses(self, frames: list[memoryview]) -> None:
-        transport, gate = self._transport, self._gate
-        assert transport is not None and gate is not None
+    def _return_responses(self, frames: Iterable[memoryview]) -> None:
+        transport = self._transport
+        assert transport is not None
         outgoing: list[Frame] = []
+        in_flight = self._in_flight
         for frame in frames:
             self._response_delay_ms = 0
             out = self._return_response(frame)
-            if out is None:
-                continue
-            if self._response_delay_ms > 0 or gate.holding_responses:
-                # Delayed (pre-KIP-219), or queued behind one that is: the gate keeps request order.
-                if outgoing:
-                    transport.writelines(outgoing)
-                    outgoing = []
-                gate.hold_response(out, self._response_delay_ms)
-            else:
-                outgoing.append(out)
+            if out is not None:
+                outgoing = self._queue_response(out, outgoing)
+            if in_flight and in_flight[0].answer is not None:
+                outgoing = self._queue_answers(outgoing)
+        if in_flight and in_flight[0].answer is not None:
+            outgoing = self._queue_answers(outgoing)
         if outgoing:
             transport.writelines(outgoing)
 
+    def _queue_response(self, out: Frame, outgoing: list[Frame]) -> list[Frame]:
+        """Add `out` to the responses this pass writes, or hand it to the gate if it must wait."""
+        gate = self._gate
+        assert gate is not None and self._transport is not None
+        if self._response_delay_ms > 0 or gate.holding_responses:
+            # Delayed (pre-KIP-219), or queued behind one that is: the gate keeps request order.
+            if outgoing:
+                self._transport.writelines(outgoing)
+                outgoing = []
+            gate.hold_response(out, self._response_delay_ms)
+        else:
+            outgoing.append(out)
+        return outgoing
+
+    def _queue_answers(self, outgoing: list[Frame]) -> list[Frame]:
+        """Answers a filter made itself leave as soon as every response before them has."""
+        in_flight = self._in_flight
+        while in_flight and in_flight[0].answer is not None:
+            self._response_delay_ms = 0
+            request = in_flight.popleft()
+            assert request.answer is not None
+            outgoing = self._queue_response(self._filter_response(request, request.answer), outgoing)
+        return outgoing
+
     def _return_response(self, frame: memoryview) -> Frame | None:
+        if self._in_flight and self._in_flight[0].header is RAW_TOKEN:
+            return self._return_raw_token(frame)
         correlation_id = read_correlation_id(frame)
         if not self._in_flight or correlation_id != self._in_flight[0].header.correlation_id:
             if correlation_id in self._acks0_sent:
@@ -354,11 +501,28 @@ class ClientSide(asyncio.Protocol):
                 "correlation_mismatch",
                 f"expected correlation id {request.header.correlation_id}, got {correlation_id}",
             )
+        if request.reply is not None:
+            header = request.header
+            body = bytes(frame[4 + response_header_size(header.api_key, header.api_version, frame) :])
+            if not request.reply.done():
+                request.reply.set_result(body)
+            return None
+        return self._filter_response(request, frame)
+
+    def _filter_response(self, request: InFlight, frame: Frame) -> Frame:
         out = self._chain.on_response(self, request, frame)
         self._metrics.count_response(request.header.api_key, len(out) - 4)
         if request.throttle_ms > 0 and self._gate is not None:
             self._gate.response_sent()  # written in this same pass; the gate also waits for the flush
         return out
+
+    def _return_raw_token(self, frame: memoryview) -> Frame:
+        self._in_flight.popleft()
+        exchange = self._raw_exchange
+        if exchange is not None and exchange.server_token(bytes(frame[4:])):
+            self._raw_exchange = None
+            self._requests.min_payload_bytes = self._responses.min_payload_bytes = MIN_FRAME_PAYLOAD_BYTES
+        return frame
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
@@ -432,6 +596,9 @@ class ClientSide(asyncio.Protocol):
             self._gate.close()
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
+        for request in self._in_flight:
+            if request.reply is not None and not request.reply.done():
+                request.reply.cancel()
         if self._transport is not None:
             self._transport.close()
         if self._upstream is not None:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from protocol.broker_addresses import decode_brokers
 from protocol.headers import encode_metadata_request, response_header_size
+
+if TYPE_CHECKING:
+    from .tls import UpstreamTlsTarget
 
 METADATA = 3
 # v1 is the oldest version that can ask for brokers without topics (an empty topic array); every broker
@@ -16,9 +20,20 @@ _TIMEOUT_S = 5.0
 _MAX_ANSWER_BYTES = 16 << 20
 
 
-async def fetch_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
-    """Ask one broker for the cluster's brokers: [(node_id, host, port)]."""
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _TIMEOUT_S)
+async def fetch_brokers(
+    host: str, port: int, tls: UpstreamTlsTarget | None = None
+) -> list[tuple[int, str, int]]:
+    """Ask one broker for the cluster's brokers: [(node_id, host, port)].
+
+    A broker that requires SASL refuses this unauthenticated request; the proxy then learns brokers from
+    the Metadata answers it rewrites for clients instead.
+    """
+    connecting = (
+        asyncio.open_connection(host, port)
+        if tls is None
+        else asyncio.open_connection(host, port, ssl=tls.context, server_hostname=tls.hostname_for(host))
+    )
+    reader, writer = await asyncio.wait_for(connecting, _TIMEOUT_S)
     try:
         writer.write(encode_metadata_request(_METADATA_VERSION, 1, "sluice-discovery", topics=[]))
         length = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), _TIMEOUT_S), "big", signed=True)

@@ -28,7 +28,10 @@ class ProxyProcess:
         extra_config: dict | None = None,
         metrics: bool = True,
         log_level: str = "info",
+        wait_for_brokers: bool = True,
     ) -> None:
+        """`wait_for_brokers=False` for an upstream that refuses the proxy's own unauthenticated Metadata
+        request (SASL): the proxy then learns brokers from its clients' answers."""
         block = free_port_block(16)
         self.port = block
         self.metrics_port = block + 1 if metrics else None
@@ -62,7 +65,8 @@ class ProxyProcess:
         )
         try:
             wait_for_port(self.port)
-            self.wait_until_ready()
+            if wait_for_brokers:
+                self.wait_until_ready()
         except Exception:
             self.stop()
             raise

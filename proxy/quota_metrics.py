@@ -9,7 +9,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from quota import QuotaManagers, QuotaTags, WindowQuotaSensor
+from quota import QuotaManagers, QuotaTags, QuotaWindow, SampledRate, WindowQuotaSensor
 
 from .metrics import api_name
 
@@ -44,6 +44,23 @@ class ThrottleStats:
         _add(self.by_response, api_key, throttle_ms)
 
 
+class MutationRates:
+    """Kafka's informational `mutation-rate`: partitions created or deleted per second, per entity, over
+    the controller quota window (the `tokens` bucket beside it is what enforces)."""
+
+    def __init__(self, window: QuotaWindow) -> None:
+        self._window = window
+        self.by_tags: dict[QuotaTags, SampledRate] = {}
+
+    def record(self, tags: QuotaTags, permits: int, now_ms: int) -> None:
+        rate = self.by_tags.get(tags)
+        if rate is None:
+            if len(self.by_tags) >= _MAX_ENTITIES:
+                self.by_tags.clear()  # bounded, as ThrottleStats
+            rate = self.by_tags[tags] = SampledRate(self._window.num_samples, self._window.window_ms)
+        rate.record(permits, now_ms)
+
+
 def _add(stats: dict, key: object, throttle_ms: int) -> None:
     entry = stats.get(key)
     if entry is None:
@@ -55,10 +72,17 @@ def _add(stats: dict, key: object, throttle_ms: int) -> None:
 
 
 class QuotaCollector(Collector):
-    def __init__(self, managers: QuotaManagers, stats: ThrottleStats, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        managers: QuotaManagers,
+        stats: ThrottleStats,
+        now_ms: Callable[[], int],
+        mutation_rates: MutationRates | None = None,
+    ) -> None:
         self._managers = managers
         self._stats = stats
         self._now_ms = now_ms
+        self._mutation_rates = mutation_rates
 
     def collect(self) -> Iterator[Any]:
         now = self._now_ms()
@@ -77,6 +101,7 @@ class QuotaCollector(Collector):
             ("Produce", self._managers.produce),
             ("Fetch", self._managers.fetch),
             ("Request", self._managers.request),
+            ("ControllerMutation", self._managers.controller_mutation),
         ):
             for tags, sensor in manager.sensors():
                 values = _labels(kind, tags.user, tags.client_id)
@@ -87,7 +112,15 @@ class QuotaCollector(Collector):
                     request_time.add_metric(values, sensor.measure(now))
                 else:
                     rate.add_metric(values, sensor.measure(now))
-        yield from (rate, request_time, tokens, bound)
+        mutation_rate = GaugeMetricFamily(
+            "sluice_mutation_rate",
+            "Partitions created or deleted per second (Kafka mutation-rate)",
+            labels=["user", "client_id"],
+        )
+        if self._mutation_rates is not None:
+            for tags, sampled in list(self._mutation_rates.by_tags.items()):
+                mutation_rate.add_metric([tags.user, tags.client_id or ""], sampled.measure(now))
+        yield from (rate, request_time, tokens, bound, mutation_rate)
         count = CounterMetricFamily("sluice_throttles", "Throttles computed, by quota type", labels=labels)
         total = CounterMetricFamily(
             "sluice_throttle_time_ms", "Sum of throttles computed (Kafka throttle-time)", labels=labels

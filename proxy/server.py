@@ -19,7 +19,9 @@ from config.model import ProxyConfig
 from protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
 from protocol.errors import ProtocolError
 from protocol.fetch import FETCH_MAX_VERSION
+from protocol.sasl import SASL_MAX_VERSIONS
 from protocol.throttle_field import THROTTLE_PATCHABLE_MAX_VERSIONS
+from protocol.topic_mutations import MUTATION_MAX_VERSIONS
 from quota import QuotaKey
 
 from .brokers import Address, BrokerDirectory
@@ -27,10 +29,14 @@ from .connection import ClientSide, ConnectionRegistry, SessionSettings
 from .discovery import fetch_brokers
 from .filters import ApiVersionsClamp, BrokerAddressRewrite, Filter, FilterChain
 from .filters.client_quotas import ClientQuotas
+from .filters.mutation_quotas import MutationQuotas
+from .filters.sasl_inspector import SaslInspector
 from .log import get_logger
 from .metrics import ProxyMetrics, metrics_registry
 from .metrics_http import serve_metrics
-from .quota_metrics import QuotaCollector, ThrottleStats
+from .quota_metrics import MutationRates, QuotaCollector, ThrottleStats
+from .tls import UpstreamTlsTarget, certificate_principal, listener_context, upstream_context
+from .topic_cache import TopicCache
 
 _log = get_logger("sluice.server")
 
@@ -64,24 +70,17 @@ class SluiceServer:
         )
         self.quota_managers = config.quota.new_managers()
         self.throttle_stats = ThrottleStats()
-        # Never let a client pick a version of an API that a filter must rewrite but cannot.
-        max_versions = dict(REWRITABLE_MAX_VERSIONS)
-        if config.quota.rules:
-            for key, version in (*THROTTLE_PATCHABLE_MAX_VERSIONS.items(), (FETCH_KEY, FETCH_MAX_VERSION)):
-                max_versions[key] = min(version, max_versions.get(key, version))
-        filters: list[Filter] = [BrokerAddressRewrite(self.directory), ApiVersionsClamp(max_versions)]
-        quotas: ClientQuotas | None = None
-        if any(QuotaKey.CONTROLLER_MUTATION_RATE in rule.values for rule in config.quota.rules):
-            _log.warning("quota_not_enforced", key="controller_mutation_rate", reason="not built yet")
-        if config.quota.rules:
-            # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
-            quotas = ClientQuotas(
-                self.quota_managers,
-                config.quota.throttle_mode,
-                config.quota.fetch_throttle,
-                self.throttle_stats,
-            )
-            filters.append(quotas)
+        self.mutation_rates = MutationRates(config.quota.engine.controller_window)
+        tls = config.tls
+        # Built now, so an unreadable or mismatched file stops start-up naming it (a ConfigError).
+        self._listener_ssl = listener_context(tls.listener) if tls.listener is not None else None
+        self.upstream_tls = (
+            UpstreamTlsTarget(upstream_context(tls.upstream), tls.upstream.server_hostname)
+            if tls.upstream is not None
+            else None
+        )
+        mtls = tls.listener is not None and tls.listener.client_ca is not None
+        filters, quotas = self._filters()
         self.settings = SessionSettings(
             FilterChain(filters),
             self.metrics,
@@ -89,6 +88,8 @@ class SluiceServer:
             config.max_frame_bytes,
             config.idle_timeout_s,
             measure_cpu=quotas is not None and quotas.request_percentage,
+            upstream_tls=self.upstream_tls,
+            client_principal=certificate_principal(tls.principal_mapping_rules) if mtls else None,
         )
         self._sensor_sweep: asyncio.TimerHandle | None = None
         self._servers: dict[str, asyncio.AbstractServer] = {}
@@ -96,6 +97,42 @@ class SluiceServer:
         self._discovery: asyncio.Task[None] | None = None
         self._metrics_http: Any = None
         self._stop = asyncio.Event()
+
+    def _filters(self) -> tuple[list[Filter], ClientQuotas | None]:
+        """The filter chain, and the ClientQuotas filter in it if any client quota is configured."""
+        quota = self.config.quota
+        # Never let a client pick a version of an API that a filter must rewrite but cannot.
+        max_versions = dict(REWRITABLE_MAX_VERSIONS) | SASL_MAX_VERSIONS
+        limits: list[tuple[int, int]] = []
+        if quota.rules:
+            limits += [*THROTTLE_PATCHABLE_MAX_VERSIONS.items(), (FETCH_KEY, FETCH_MAX_VERSION)]
+        mutations: MutationQuotas | None = None
+        if any(QuotaKey.CONTROLLER_MUTATION_RATE in rule.values for rule in quota.rules):
+            limits += MUTATION_MAX_VERSIONS.items()
+            mutations = MutationQuotas(
+                self.quota_managers,
+                quota.mutations,
+                TopicCache(quota.mutations.num_partitions),
+                self.throttle_stats,
+                self.mutation_rates,
+            )
+        for key, version in limits:
+            max_versions[key] = min(version, max_versions.get(key, version))
+        filters: list[Filter] = [
+            SaslInspector(self.config.sasl.oauthbearer_principal_claim),
+            BrokerAddressRewrite(self.directory),
+            ApiVersionsClamp(max_versions),
+        ]
+        if mutations is not None:
+            filters.append(mutations)
+        quotas: ClientQuotas | None = None
+        if quota.rules:
+            # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
+            quotas = ClientQuotas(
+                self.quota_managers, quota.throttle_mode, quota.fetch_throttle, self.throttle_stats
+            )
+            filters.append(quotas)
+        return filters, quotas
 
     # ---- listeners ------------------------------------------------------------------------------
 
@@ -120,7 +157,9 @@ class SluiceServer:
 
     async def _serve(self, name: str, sock: socket.socket, candidates) -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: ClientSide(self.settings, name, candidates), sock=sock)
+        server = await loop.create_server(
+            lambda: ClientSide(self.settings, name, candidates), sock=sock, ssl=self._listener_ssl
+        )
         self._servers[name] = server
 
     def _open_broker_listener(self, node_id: int) -> None:
@@ -158,7 +197,12 @@ class SluiceServer:
         if cfg.metrics_listen is not None:
             registry = metrics_registry(self.metrics)
             registry.register(
-                QuotaCollector(self.quota_managers, self.throttle_stats, lambda: int(loop.time() * 1000))
+                QuotaCollector(
+                    self.quota_managers,
+                    self.throttle_stats,
+                    lambda: int(loop.time() * 1000),
+                    self.mutation_rates,
+                )
             )
             self._metrics_http = await serve_metrics(
                 registry, cfg.metrics_listen.host, cfg.metrics_listen.port
@@ -174,11 +218,18 @@ class SluiceServer:
         self._sensor_sweep = loop.call_later(_SENSOR_SWEEP_S, self._sweep_idle_sensors)
 
     async def _discover_brokers(self) -> None:
-        """Learn the cluster's brokers once, so broker listeners exist before any client needs them."""
+        """Learn the cluster's brokers once, so broker listeners exist before any client needs them.
+
+        A cluster that requires SASL refuses the proxy's unauthenticated request; the brokers are then
+        learnt from the first Metadata answer a client gets, and retrying stops.
+        """
         while not self._stop.is_set():
+            if self.directory.known_nodes():
+                _log.info("brokers_learnt_from_clients", brokers=len(self.directory.known_nodes()))
+                return
             for host, port in self._bootstrap_candidates():
                 try:
-                    brokers = await fetch_brokers(host, port)
+                    brokers = await fetch_brokers(host, port, self.upstream_tls)
                 except (TimeoutError, OSError, EOFError, ValueError, ProtocolError) as exc:
                     _log.warning("discovery_failed", upstream=f"{host}:{port}", error=str(exc))
                     continue

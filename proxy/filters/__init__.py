@@ -1,7 +1,17 @@
 """Single-purpose filters over the request/response stream."""
 
 from .api_versions_clamp import ApiVersionsClamp
-from .base import ConnectionInfo, Filter, FilterChain, Frame
+from .base import Answer, ConnectionInfo, Defer, Filter, FilterChain, Frame, RawExchange
 from .broker_rewrite import BrokerAddressRewrite
 
-__all__ = ["ApiVersionsClamp", "BrokerAddressRewrite", "ConnectionInfo", "Filter", "FilterChain", "Frame"]
+__all__ = [
+    "Answer",
+    "ApiVersionsClamp",
+    "BrokerAddressRewrite",
+    "ConnectionInfo",
+    "Defer",
+    "Filter",
+    "FilterChain",
+    "Frame",
+    "RawExchange",
+]

@@ -6,6 +6,7 @@ predicate); every other frame is forwarded as the same bytes without any filter 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Protocol
 
@@ -15,19 +16,52 @@ Frame = memoryview | bytes
 
 
 class InFlight(NamedTuple):
-    """A forwarded request waiting for its response."""
+    """A request waiting for its response, in the order responses must reach the client."""
 
     header: RequestHeader
     # The throttle a filter put on this request as it was forwarded (a Produce charged on the way in);
     # its response must carry it, and the connection stays muted until that response has been sent.
     throttle_ms: int = 0
+    # What a filter attached with `note_request` while forwarding, for its own on_response.
+    note: object = None
+    # A response a filter made itself (`Answer`): nothing was forwarded, it leaves in its turn.
+    answer: Frame | None = None
+    # The proxy's own request (`send_upstream`): the response body goes here, never to the client.
+    reply: asyncio.Future[bytes] | None = None
+
+
+class Answer(NamedTuple):
+    """on_request's verdict when a filter answers the request itself (a whole response frame): nothing is
+    forwarded, and the answer leaves in its turn among the responses."""
+
+    response: bytes
+
+
+class Defer(NamedTuple):
+    """on_request's verdict when a filter needs something first (its own request upstream): the request and
+    every one behind it wait until `ready` is done, then pass through the filters again (so filters before
+    the deferring one must not count a request twice)."""
+
+    ready: asyncio.Future[object]
+
+
+class RawExchange(Protocol):
+    """An authentication exchange in SaslHandshake v0's legacy framing: bare length-prefixed tokens with no
+    Kafka headers, one server token per client token, until the exchange says it is over."""
+
+    def client_token(self, token: bytes) -> None: ...
+
+    def server_token(self, token: bytes) -> bool:
+        """Take the broker's token; True when the exchange is over and Kafka framing resumes."""
+        ...
 
 
 class ConnectionInfo(Protocol):
     """What a filter may know about, and ask of, the client connection it works for."""
 
     peer: str
-    listener: str
+    upstream_peer: str  # host:port of the broker this connection is forwarded to
+    listener: str  # "bootstrap", or "broker-<node id>"
     user: str  # the authenticated principal, ANONYMOUS until proven otherwise
 
     def now_ms(self) -> int: ...
@@ -42,6 +76,12 @@ class ConnectionInfo(Protocol):
 
     def delay_response(self, delay_ms: int) -> None: ...
 
+    def note_request(self, note: object) -> None: ...
+
+    def send_upstream(self, api_key: int, api_version: int, body: bytes) -> asyncio.Future[bytes]: ...
+
+    def begin_raw_exchange(self, exchange: RawExchange) -> None: ...
+
 
 class Filter:
     """Base class: override the hooks for the API keys named in the class variables."""
@@ -49,8 +89,9 @@ class Filter:
     request_api_keys: frozenset[int] = frozenset()
     response_api_keys: frozenset[int] = frozenset()
 
-    def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame:
-        """Return the request frame to forward (the same object when nothing changes)."""
+    def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame | Answer | Defer:
+        """Return the request frame to forward (the same object when nothing changes), an `Answer` to
+        answer it without forwarding, or `Defer` to run it again once something has arrived."""
         return frame
 
     def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
@@ -83,9 +124,12 @@ class FilterChain:
     def response_filters(self, api_key: int) -> tuple[Filter, ...]:
         return self._by_response_key[api_key] if 0 <= api_key < _TABLE_SIZE else _NO_FILTERS
 
-    def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame:
+    def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame | Answer | Defer:
         for f in self.request_filters(header.api_key):
-            frame = f.on_request(conn, header, frame)
+            verdict = f.on_request(conn, header, frame)
+            if isinstance(verdict, Answer | Defer):
+                return verdict  # the filters after it never see a request that is not forwarded now
+            frame = verdict
         return frame
 
     def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:

@@ -5,7 +5,8 @@ What is charged (spec 2.7, 3):
 * Fetch: the response body's size + 4 to `consumer_byte_rate`; the request's `max_bytes` is first capped to
   what the quota window can hold (KAFKA-9677);
 * every API: the proxy's own CPU time on the connection to `request_percentage` (a deliberate difference
-  from a broker, which charges its handler threads; see docs/quotas.md).
+  from a broker, which charges its handler threads; see docs/quotas.md). SaslHandshake and
+  SaslAuthenticate are not charged: a broker's authenticator handles them outside the request quota.
 
 When: a broker reads one request per connection at a time and mutes before reading the next, so a Produce
 is charged before the next one is read. A pipelining proxy gets the same effect by charging a Produce as
@@ -43,6 +44,8 @@ from .base import ConnectionInfo, Filter, Frame, InFlight
 from .frames import with_body
 
 PRODUCE, FETCH = 0, 1
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+_AUTHENTICATION_KEYS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
 _ALL_API_KEYS = frozenset(range(128))
 _INT32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
@@ -117,6 +120,9 @@ class ClientQuotas(Filter):
     def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
         header = request.header
         key, user, client_id = header.api_key, conn.user, header.client_id
+        if key in _AUTHENTICATION_KEYS:
+            conn.take_cpu_ns()  # spent authenticating: dropped, not charged to the request after it
+            return frame
         now = conn.now_ms()
         request_throttle = 0
         if self.request_percentage:

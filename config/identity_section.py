@@ -1,0 +1,114 @@
+"""Turn the raw `tls:` and `sasl:` mappings into TlsSettings and SaslSettings, or raise ConfigError naming the
+key. Only paths and names are checked here; the files are read when the proxy builds its TLS contexts
+(proxy/tls.py), which names the file that fails."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from config.errors import MISSING, ConfigError
+from config.identity_settings import ListenerTls, SaslSettings, TlsSettings, UpstreamTls
+from config.values import parse_bool, reject_unknown_keys
+from protocol.ssl_principal import PrincipalMappingRules
+
+TLS_KEYS = ("listener", "upstream", "principal_mapping_rules")
+LISTENER_KEYS = ("cert", "key", "client_ca")
+UPSTREAM_KEYS = ("enabled", "ca", "server_hostname", "verify")
+SASL_KEYS = ("oauthbearer",)
+OAUTHBEARER_KEYS = ("principal_claim",)
+
+
+def _get(mapping: Mapping[object, object], name: str) -> object:
+    value = mapping.get(name)
+    return MISSING if value is None else value
+
+
+def _section(raw: object, key: str, known: tuple[str, ...]) -> Mapping[object, object]:
+    if raw is MISSING:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(key, raw, f"a mapping with the keys {', '.join(known)}")
+    reject_unknown_keys(raw, known, prefix=f"{key}.")
+    return raw
+
+
+def _path(raw: object, key: str) -> str:
+    if isinstance(raw, str) and raw.strip():
+        return raw.strip()
+    raise ConfigError(key, raw, "a file path (PEM)")
+
+
+def _name(raw: object, key: str, what: str) -> str:
+    if isinstance(raw, str) and raw.strip():
+        return raw.strip()
+    raise ConfigError(key, raw, what)
+
+
+def parse_tls_section(raw: object, key: str = "tls") -> TlsSettings:
+    section = _section(raw, key, TLS_KEYS)
+    return TlsSettings(
+        listener=_listener(_get(section, "listener"), f"{key}.listener"),
+        upstream=_upstream(_get(section, "upstream"), f"{key}.upstream"),
+        principal_mapping_rules=_mapping_rules(
+            _get(section, "principal_mapping_rules"), f"{key}.principal_mapping_rules"
+        ),
+    )
+
+
+def _listener(raw: object, key: str) -> ListenerTls | None:
+    section = _section(raw, key, LISTENER_KEYS)
+    if not section:
+        return None
+    cert, private_key = _get(section, "cert"), _get(section, "key")
+    if cert is MISSING or private_key is MISSING:
+        missing = "cert" if cert is MISSING else "key"
+        raise ConfigError(f"{key}.{missing}", MISSING, "a file path (PEM): TLS needs both cert and key")
+    client_ca = _get(section, "client_ca")
+    return ListenerTls(
+        cert=_path(cert, f"{key}.cert"),
+        key=_path(private_key, f"{key}.key"),
+        client_ca=None if client_ca is MISSING else _path(client_ca, f"{key}.client_ca"),
+    )
+
+
+def _upstream(raw: object, key: str) -> UpstreamTls | None:
+    section = _section(raw, key, UPSTREAM_KEYS)
+    enabled = _get(section, "enabled")
+    if enabled is MISSING or not parse_bool(enabled, f"{key}.enabled"):
+        return None
+    ca, hostname, verify = _get(section, "ca"), _get(section, "server_hostname"), _get(section, "verify")
+    return UpstreamTls(
+        ca=None if ca is MISSING else _path(ca, f"{key}.ca"),
+        server_hostname=None
+        if hostname is MISSING
+        else _name(hostname, f"{key}.server_hostname", "a host name to send as SNI and verify"),
+        verify=True if verify is MISSING else parse_bool(verify, f"{key}.verify"),
+    )
+
+
+def _mapping_rules(raw: object, key: str) -> PrincipalMappingRules:
+    if raw is MISSING:
+        return PrincipalMappingRules.default
+    if not isinstance(raw, str | list) or (
+        isinstance(raw, list) and not all(isinstance(r, str) for r in raw)
+    ):
+        raise ConfigError(key, raw, "Kafka's ssl.principal.mapping.rules: a string or a list of rules")
+    try:
+        rules = PrincipalMappingRules.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(key, raw, f"Kafka's ssl.principal.mapping.rules syntax: {exc}") from None
+    if not rules.rules:
+        # Kafka would refuse every certificate; leave the key out for the default (the whole name).
+        raise ConfigError(key, raw, "at least one rule, such as DEFAULT")
+    return rules
+
+
+def parse_sasl_section(raw: object, key: str = "sasl") -> SaslSettings:
+    section = _section(raw, key, SASL_KEYS)
+    oauthbearer = _section(_get(section, "oauthbearer"), f"{key}.oauthbearer", OAUTHBEARER_KEYS)
+    claim = _get(oauthbearer, "principal_claim")
+    if claim is MISSING:
+        return SaslSettings()
+    return SaslSettings(
+        _name(claim, f"{key}.oauthbearer.principal_claim", "the name of a JWT claim, such as sub")
+    )

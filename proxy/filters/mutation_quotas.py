@@ -1,0 +1,226 @@
+"""MutationQuotas: KIP-599's controller_mutation_rate on CreateTopics, CreatePartitions and DeleteTopics.
+
+Each topic is charged the partitions it creates or deletes (spec §4):
+* CreateTopics: its assignments, else num_partitions, with -1 meaning the cluster's num.partitions;
+* CreatePartitions: the new count minus the current one;
+* DeleteTopics: the current count.
+Current counts and num.partitions come from the proxy's TopicCache; a miss defers the request while the
+proxy asks the broker on the same connection.
+
+Strict request versions (CreateTopics >= 6, DeleteTopics >= 5, CreatePartitions >= 3) admit topics in
+request order until the bucket is below zero; the rest are refused with THROTTLING_QUOTA_EXCEEDED (89).
+Sluice forwards only the admitted topics and merges the broker's answer with its refusals in the client's
+order; when nothing is admitted it answers by itself. Permissive versions (older clients, librdkafka) are
+always forwarded and charged, and only throttled. Either way the response carries the throttle and the
+connection is muted for it.
+
+A topic the broker refuses for its own reasons (it exists, bad count, unknown) is refunded, since a broker
+charges only after its checks pass. Validate-only requests are exempt unless
+`quota.mutations.validate_only: charge` (KRaft's behaviour).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
+
+from config.quota_settings import MutationSettings, ValidateOnly
+from protocol.headers import RequestHeader, encode_response, response_header_size
+from protocol.throttle_field import raise_frame_throttle_ms
+from protocol.topic_mutations import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    MutationRequest,
+    TopicMutation,
+    decode_mutation_request,
+    merge_mutation_response,
+    mutation_request_subset,
+    result_errors,
+)
+from quota import QuotaManagers
+from quota.mutations import ControllerMutationQuota, charge_topics, is_strict
+
+from ..quota_metrics import MutationRates, ThrottleStats
+from ..topic_cache import TopicCache
+from .base import Answer, ConnectionInfo, Defer, Filter, Frame, InFlight
+from .frames import with_body
+
+_KEYS = frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS})
+QUOTA_KIND = "ControllerMutation"
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What on_request decided for one request, for its on_response."""
+
+    request: MutationRequest
+    quota: ControllerMutationQuota
+    permits: list[int]  # per topic, in request order (0 for topics not charged)
+    forwarded: list[int] = field(default_factory=list)  # indexes sent to the broker
+    refused: list[int] = field(default_factory=list)  # indexes Sluice refused with 89
+
+
+class MutationQuotas(Filter):
+    request_api_keys = _KEYS
+    response_api_keys = _KEYS
+
+    def __init__(
+        self,
+        managers: QuotaManagers,
+        settings: MutationSettings,
+        topics: TopicCache,
+        stats: ThrottleStats,
+        rates: MutationRates,
+    ) -> None:
+        self._manager = managers.controller_mutation
+        self._charge_validate_only = settings.validate_only is ValidateOnly.CHARGE
+        self._topics = topics
+        self._stats = stats
+        self._rates = rates
+        # Per connection, what the cache was just asked for: the deferred request then goes on with what
+        # the cluster said (a topic it does not know counts 0, and the broker reports the error).
+        self._asked: WeakKeyDictionary[ConnectionInfo, tuple[frozenset[str], bool]] = WeakKeyDictionary()
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame | Answer | Defer:
+        user, client_id = conn.user, header.client_id
+        if not self._manager.resolve(user, client_id).limited:
+            return frame
+        key, version = header.api_key, header.api_version
+        body = memoryview(frame)[4 + header.size :]
+        request = decode_mutation_request(key, version, body)
+        if request.validate_only and not self._charge_validate_only:
+            return frame
+        lookup = self._lookup_needed(conn, request)
+        if lookup is not None:
+            return lookup()
+        permits = [self._permits(request.api_key, topic) for topic in request.topics]
+        now = conn.now_ms()
+        quota = self._manager.new_quota_for_request(user, client_id, key, version, now)
+        plan = _Plan(request, quota, permits)
+        if is_strict(key, version):
+            for index, accepted in enumerate(charge_topics(quota, permits, now)):
+                (plan.forwarded if accepted else plan.refused).append(index)
+        else:
+            for permit in permits:
+                quota.record(permit, now)
+            plan.forwarded = list(range(len(request.topics)))
+        tags = self._manager.resolve(user, client_id).tags
+        self._rates.record(tags, sum(permits[i] for i in plan.forwarded), now)
+        conn.note_request(plan)
+        if not plan.refused:
+            return frame
+        if not plan.forwarded:
+            return Answer(self._answer_alone(conn, header, plan))
+        subset = mutation_request_subset(key, version, body, plan.forwarded)
+        return with_body(frame, header.size, subset)
+
+    def _lookup_needed(self, conn: ConnectionInfo, request: MutationRequest) -> Callable[[], Defer] | None:
+        """A function that defers the request while the cache learns what it lacks, or None."""
+        topics = self._topics
+        asked_names, asked_ids = self._asked.pop(conn, (frozenset(), False))
+        need_default = (
+            request.api_key == CREATE_TOPICS
+            and topics.num_partitions is None
+            and any(t.count == -1 and not t.assignments for t in request.topics)
+        )
+        names: list[str] = []
+        by_id = False
+        if request.api_key != CREATE_TOPICS:
+            for topic in request.topics:
+                if topic.name is not None:
+                    names.append(topic.name)
+                elif topic.topic_id is not None and topics.name_of(topic.topic_id) is None:
+                    by_id = not asked_ids
+            names = [name for name in topics.missing(names) if name not in asked_names]
+        if not names and not by_id and not need_default:
+            return None
+
+        def defer() -> Defer:
+            self._asked[conn] = (frozenset(names), by_id)
+            return Defer(topics.refresh(conn, names, by_id=by_id, need_default=need_default))
+
+        return defer
+
+    def _permits(self, api_key: int, topic: TopicMutation) -> int:
+        topics = self._topics
+        if api_key == CREATE_TOPICS:
+            if topic.assignments:
+                return topic.assignments
+            if topic.count == -1:
+                return topics.num_partitions or 0
+            return max(topic.count, 0)
+        name = topic.name if topic.name is not None else topics.name_of(topic.topic_id or b"")
+        current = (topics.partitions(name) if name is not None else None) or 0
+        if api_key == CREATE_PARTITIONS:
+            return max(topic.count - current, 0)
+        return current  # DeleteTopics
+
+    def _answer_alone(self, conn: ConnectionInfo, header: RequestHeader, plan: _Plan) -> bytes:
+        """Every topic refused: the whole response, made here, muting the client until it has left."""
+        throttle = self._throttle(conn, header, plan)
+        if throttle > 0:
+            conn.throttle_request(throttle)
+        body = merge_mutation_response(
+            header.api_key, header.api_version, plan.request, None, [], plan.refused, throttle
+        )
+        return encode_response(header.api_key, header.api_version, header.correlation_id, body)
+
+    # ---- responses ------------------------------------------------------------------------------
+
+    def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
+        plan = request.note
+        if not isinstance(plan, _Plan) or request.answer is not None:
+            return frame  # not charged, or Sluice's own answer (already complete)
+        header = request.header
+        key, version = header.api_key, header.api_version
+        header_size = response_header_size(key, version, frame)
+        body = memoryview(frame)[4 + header_size :]
+        errors = result_errors(key, version, body)
+        self._settle(conn, header, plan, errors)
+        throttle = self._throttle(conn, header, plan)
+        if throttle > 0:
+            conn.mute_for(throttle)
+        if plan.refused:
+            merged = merge_mutation_response(
+                key, version, plan.request, body, plan.forwarded, plan.refused, throttle
+            )
+            return with_body(frame, header_size, merged)
+        if throttle <= 0:
+            return frame
+        patched = bytearray(frame)
+        raise_frame_throttle_ms(key, version, patched, header_size, throttle)  # no field before v2: mute only
+        return patched
+
+    def _settle(self, conn: ConnectionInfo, header: RequestHeader, plan: _Plan, errors: dict) -> None:
+        """Refund topics the broker refused, and keep the topic cache current."""
+        now = conn.now_ms()
+        request = plan.request
+        for index in plan.forwarded:
+            topic = request.topics[index]
+            error = errors.get(topic.name if topic.name is not None else topic.topic_id, -1)
+            if error != 0:
+                if plan.permits[index]:
+                    self._manager.unrecord(conn.user, header.client_id, plan.permits[index], now)
+                continue
+            name = topic.name if topic.name is not None else self._topics.name_of(topic.topic_id or b"")
+            if request.validate_only or name is None:
+                continue
+            if request.api_key == DELETE_TOPICS:
+                self._topics.topic_deleted(name)
+            elif request.api_key == CREATE_PARTITIONS:
+                self._topics.topic_created(name, topic.count)
+            else:
+                self._topics.topic_created(name, topic.assignments or plan.permits[index])
+
+    def _throttle(self, conn: ConnectionInfo, header: RequestHeader, plan: _Plan) -> int:
+        """The throttle this request earned, as of now (it shrinks while the request waits)."""
+        throttle = plan.quota.throttle_time_ms(conn.now_ms())
+        if throttle > 0:
+            tags = self._manager.resolve(conn.user, header.client_id).tags
+            self._stats.record_quota(QUOTA_KIND, tags, throttle)
+            self._stats.record_response(header.api_key, throttle)
+        return throttle

@@ -1,0 +1,140 @@
+"""What the mutation quota must know about the cluster: each topic's partition count, and the number of
+partitions a CreateTopics with num_partitions -1 gets (the brokers' `num.partitions`).
+
+A broker reads these from its own metadata; Sluice keeps a cache, filled on a miss by its own Metadata
+(and DescribeConfigs) request sent on the client's connection, so it is authenticated as the client.
+Mutations that pass through the proxy keep the cache current; a change made elsewhere is seen the next
+time the topic misses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from protocol.broker_addresses import decode_brokers
+from protocol.errors import ProtocolError
+from protocol.topic_metadata import (
+    BROKER_CONFIG_VERSION,
+    DESCRIBE_CONFIGS_KEY,
+    METADATA_KEY,
+    NUM_PARTITIONS_CONFIG,
+    TOPIC_IDS_METADATA_VERSION,
+    TOPIC_METADATA_VERSION,
+    decode_config_value,
+    decode_topic_partitions,
+    encode_broker_config_request,
+    encode_topic_metadata_request,
+)
+
+from .filters.base import ConnectionInfo
+from .log import get_logger
+
+# Kafka's own default for num.partitions, used when the cluster will not say.
+KAFKA_DEFAULT_NUM_PARTITIONS = 1
+_log = get_logger("sluice.topics")
+
+
+class TopicCache:
+    def __init__(self, num_partitions_override: int | None = None) -> None:
+        self._partitions: dict[str, int] = {}
+        self._names_by_id: dict[bytes, str] = {}
+        self._override = num_partitions_override
+        self._num_partitions: int | None = num_partitions_override
+
+    # ---- reading --------------------------------------------------------------------------------
+
+    def partitions(self, name: str) -> int | None:
+        return self._partitions.get(name)
+
+    def name_of(self, topic_id: bytes) -> str | None:
+        return self._names_by_id.get(topic_id)
+
+    @property
+    def num_partitions(self) -> int | None:
+        """The partitions `num_partitions: -1` means, or None until learnt."""
+        return self._num_partitions
+
+    def missing(self, names: Iterable[str]) -> list[str]:
+        return [name for name in names if name not in self._partitions]
+
+    # ---- keeping current ------------------------------------------------------------------------
+
+    def topic_created(self, name: str, partitions: int) -> None:
+        self._partitions[name] = partitions
+
+    def topic_deleted(self, name: str) -> None:
+        self._partitions.pop(name, None)
+        for topic_id in [i for i, n in self._names_by_id.items() if n == name]:
+            del self._names_by_id[topic_id]
+
+    # ---- refreshing -----------------------------------------------------------------------------
+
+    def refresh(
+        self, conn: ConnectionInfo, names: list[str], *, by_id: bool, need_default: bool
+    ) -> asyncio.Future[object]:
+        """Ask the cluster, on `conn`, about `names` (every topic when `by_id`: ids cannot be asked for by
+        name) and `num.partitions` if `need_default`. The future is done when the cache has what the
+        cluster said. A lookup the cluster refuses leaves the cache as it was and is logged; the future is
+        cancelled only when the connection closes."""
+        # Ids are looked up in an all-topics answer at v10: asking by id needs v12, which brokers that
+        # already take DeleteTopics by id (Kafka 2.8+) may not speak.
+        version = TOPIC_IDS_METADATA_VERSION if by_id else TOPIC_METADATA_VERSION
+        topics = None if by_id else names
+        request = encode_topic_metadata_request(version, topics)
+        metadata = conn.send_upstream(METADATA_KEY, version, request)
+        return asyncio.ensure_future(self._learn(conn, version, metadata, names, need_default))
+
+    async def _learn(
+        self,
+        conn: ConnectionInfo,
+        version: int,
+        metadata: asyncio.Future[bytes],
+        names: list[str],
+        need_default: bool,
+    ) -> None:
+        try:
+            body = await metadata
+            brokers = decode_brokers(METADATA_KEY, version, body)
+            for name, topic in decode_topic_partitions(version, body).items():
+                if topic.error_code == 0:
+                    self._partitions[name] = topic.partitions
+                    if topic.topic_id:
+                        self._names_by_id[topic.topic_id] = name
+            if need_default and self._num_partitions is None:
+                await self._learn_num_partitions(conn, brokers)
+        except ProtocolError as exc:
+            _log.warning("topic_lookup_failed", peer=conn.peer, topics=names[:20], error=str(exc))
+
+    async def _learn_num_partitions(self, conn: ConnectionInfo, brokers: list[tuple[int, str, int]]) -> None:
+        # A broker describes only its own static configs, so ask the one this connection reaches.
+        node_id = _node_id(conn, brokers)
+        value: str | None = None
+        if node_id is not None:
+            version = BROKER_CONFIG_VERSION
+            request = encode_broker_config_request(version, node_id, [NUM_PARTITIONS_CONFIG])
+            try:
+                body = await conn.send_upstream(DESCRIBE_CONFIGS_KEY, version, request)
+                value = decode_config_value(version, body, NUM_PARTITIONS_CONFIG)
+            except ProtocolError as exc:
+                _log.warning("num_partitions_lookup_failed", peer=conn.peer, error=str(exc))
+        if value is not None and value.strip().isdigit() and int(value) > 0:
+            self._num_partitions = int(value)
+            _log.info("num_partitions_learnt", num_partitions=self._num_partitions, node_id=node_id)
+            return
+        self._num_partitions = KAFKA_DEFAULT_NUM_PARTITIONS
+        _log.warning(
+            "num_partitions_unknown",
+            assumed=KAFKA_DEFAULT_NUM_PARTITIONS,
+            hint="set quota.mutations.num_partitions to the cluster's num.partitions",
+        )
+
+
+def _node_id(conn: ConnectionInfo, brokers: list[tuple[int, str, int]]) -> int | None:
+    """The node id of the broker `conn` is connected to: its listener's, or found by its address."""
+    if conn.listener.startswith("broker-"):
+        return int(conn.listener.removeprefix("broker-"))
+    for node_id, host, port in brokers:
+        if f"{host}:{port}" == conn.upstream_peer:
+            return node_id
+    return None
