@@ -74,6 +74,12 @@ def _listener(raw: object, key: str) -> ListenerTls | None:
 def _upstream(raw: object, key: str) -> UpstreamTls | None:
     section = _section(raw, key, UPSTREAM_KEYS)
     enabled = _get(section, "enabled")
+    others = [name for name in UPSTREAM_KEYS[1:] if _get(section, name) is not MISSING]
+    if enabled is MISSING and others:
+        # A CA without `enabled` would silently mean plaintext, SASL passwords in clear included.
+        raise ConfigError(
+            f"{key}.enabled", MISSING, f"true or false: {key}.{others[0]} is set, so say whether TLS is on"
+        )
     if enabled is MISSING or not parse_bool(enabled, f"{key}.enabled"):
         return None
     ca, hostname, verify = _get(section, "ca"), _get(section, "server_hostname"), _get(section, "verify")

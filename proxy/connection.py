@@ -332,10 +332,14 @@ class ClientSide(asyncio.Protocol):
         if self._pauses is not None:
             self._pauses.add("deferred")
 
-        def resume(_: object) -> None:
+        def resume(done: asyncio.Future[object]) -> None:
             self._deferred = False
             if self._pauses is not None:
                 self._pauses.discard("deferred")
+            failure = None if done.cancelled() else done.exception()
+            if failure is not None:  # a filter's wait went wrong: a bug, costing this connection only
+                self._filter_failed(failure)
+                return
             self._release_held()
 
         ready.add_done_callback(resume)
@@ -377,6 +381,9 @@ class ClientSide(asyncio.Protocol):
         """Send the proxy's own request on this connection, so it is authenticated as the client. The future
         gets the response body; the client never sees the response. Requests already forwarded go first."""
         reply: asyncio.Future[bytes] = self._loop.create_future()
+        if self._closed or self._upstream is None:
+            reply.cancel()  # nobody will answer: whoever waits on it stops
+            return reply
         correlation_id = self._own_correlation_id
         self._own_correlation_id += 1
         header = RequestHeader(api_key, api_version, correlation_id, _OWN_CLIENT_ID, 0)
@@ -576,8 +583,8 @@ class ClientSide(asyncio.Protocol):
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def _filter_failed(self, exc: Exception) -> None:
-        _log.exception("filter_failed", peer=self.peer, upstream=self.upstream_peer)
+    def _filter_failed(self, exc: BaseException) -> None:
+        _log.error("filter_failed", peer=self.peer, upstream=self.upstream_peer, exc_info=exc)
         self.close("filter_error", error=repr(exc))
 
     def _protocol_error(self, side: str, exc: ProtocolError) -> None:

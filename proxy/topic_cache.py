@@ -3,8 +3,8 @@ partitions a CreateTopics with num_partitions -1 gets (the brokers' `num.partiti
 
 A broker reads these from its own metadata; Sluice keeps a cache, filled on a miss by its own Metadata
 (and DescribeConfigs) request sent on the client's connection, so it is authenticated as the client.
-Mutations that pass through the proxy keep the cache current; a change made elsewhere is seen the next
-time the topic misses.
+Mutations that pass through the proxy keep the cache current. An entry is trusted for `TOPIC_TTL_MS`, so a
+change made elsewhere (another proxy, a client straight to the cluster) is seen within that time.
 """
 
 from __future__ import annotations
@@ -30,22 +30,25 @@ from protocol.topic_metadata import (
 from .filters.base import ConnectionInfo
 from .log import get_logger
 
-# Kafka's own default for num.partitions, used when the cluster will not say.
+# Kafka's own default for num.partitions, used for a request when the cluster will not say.
 KAFKA_DEFAULT_NUM_PARTITIONS = 1
+TOPIC_TTL_MS = 30_000
 _log = get_logger("sluice.topics")
 
 
 class TopicCache:
     def __init__(self, num_partitions_override: int | None = None) -> None:
-        self._partitions: dict[str, int] = {}
+        # name -> (partition count, when it was learnt, in the connection clock's ms)
+        self._partitions: dict[str, tuple[int, int]] = {}
         self._names_by_id: dict[bytes, str] = {}
-        self._override = num_partitions_override
+        # Configured, or learnt from the cluster once; never a fallback, so a later request asks again.
         self._num_partitions: int | None = num_partitions_override
 
     # ---- reading --------------------------------------------------------------------------------
 
     def partitions(self, name: str) -> int | None:
-        return self._partitions.get(name)
+        entry = self._partitions.get(name)
+        return None if entry is None else entry[0]
 
     def name_of(self, topic_id: bytes) -> str | None:
         return self._names_by_id.get(topic_id)
@@ -55,13 +58,15 @@ class TopicCache:
         """The partitions `num_partitions: -1` means, or None until learnt."""
         return self._num_partitions
 
-    def missing(self, names: Iterable[str]) -> list[str]:
-        return [name for name in names if name not in self._partitions]
+    def missing(self, names: Iterable[str], now_ms: int) -> list[str]:
+        """The names with no entry, or an entry older than TOPIC_TTL_MS."""
+        partitions = self._partitions
+        return [n for n in names if n not in partitions or now_ms - partitions[n][1] > TOPIC_TTL_MS]
 
     # ---- keeping current ------------------------------------------------------------------------
 
-    def topic_created(self, name: str, partitions: int) -> None:
-        self._partitions[name] = partitions
+    def topic_created(self, name: str, partitions: int, now_ms: int) -> None:
+        self._partitions[name] = (partitions, now_ms)
 
     def topic_deleted(self, name: str) -> None:
         self._partitions.pop(name, None)
@@ -96,11 +101,14 @@ class TopicCache:
         try:
             body = await metadata
             brokers = decode_brokers(METADATA_KEY, version, body)
+            now = conn.now_ms()
             for name, topic in decode_topic_partitions(version, body).items():
                 if topic.error_code == 0:
-                    self._partitions[name] = topic.partitions
+                    self._partitions[name] = (topic.partitions, now)
                     if topic.topic_id:
                         self._names_by_id[topic.topic_id] = name
+                else:
+                    self._partitions.pop(name, None)
             if need_default and self._num_partitions is None:
                 await self._learn_num_partitions(conn, brokers)
         except ProtocolError as exc:
@@ -122,9 +130,9 @@ class TopicCache:
             self._num_partitions = int(value)
             _log.info("num_partitions_learnt", num_partitions=self._num_partitions, node_id=node_id)
             return
-        self._num_partitions = KAFKA_DEFAULT_NUM_PARTITIONS
         _log.warning(
             "num_partitions_unknown",
+            peer=conn.peer,
             assumed=KAFKA_DEFAULT_NUM_PARTITIONS,
             hint="set quota.mutations.num_partitions to the cluster's num.partitions",
         )

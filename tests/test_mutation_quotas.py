@@ -29,6 +29,8 @@ from kafka.protocol.admin import (
 from rawclient import RawClient
 from throttle_harness import metric_value
 
+from protocol.headers import response_header_size
+from protocol.topic_mutations import CREATE_TOPICS
 from proxy.proxy_process import ProxyProcess
 
 QUOTA_EXCEEDED, NONE = 89, 0
@@ -58,9 +60,11 @@ ENTITIES = {
     "metrics": 2,
     "rdkafka-admin": 10,
     "delete-by-id": 2,
+    "pipelined": 10,
+    "refund": 2,
 }
 V19_TOPICS = (
-    {"byid-0": 30, "byid-1": 30}
+    {"byid-0": 30, "byid-1": 30, "exists-40": 40}
     | {f"v19-{kind}-{i}": 30 for kind in ("del-strict", "del-permissive") for i in range(2)}
     | {f"v19-{kind}-{i}": 1 for kind in ("grow-strict", "grow-permissive") for i in range(2)}
 )
@@ -95,7 +99,11 @@ def client(proxy: ProxyProcess, client_id: str) -> RawClient:
 
 
 def create(topics: dict[str, int], version: int, client_: RawClient, validate_only: bool = False):
-    request = CreateTopicsRequest(
+    return client_.call(_create_request(topics, validate_only), version, CreateTopicsResponse)
+
+
+def _create_request(topics: dict[str, int], validate_only: bool = False) -> CreateTopicsRequest:
+    return CreateTopicsRequest(
         topics=[
             CreateTopicsRequest.CreatableTopic(
                 name=name, num_partitions=n, replication_factor=1, assignments=[], configs=[]
@@ -105,7 +113,6 @@ def create(topics: dict[str, int], version: int, client_: RawClient, validate_on
         timeout_ms=5000,
         validate_only=validate_only,
     )
-    return client_.call(request, version, CreateTopicsResponse)
 
 
 def delete(names: list[str], version: int, client_: RawClient):
@@ -206,6 +213,7 @@ def test_v19_create_topics_permissive_admits_both(proxy):
 
 
 def test_v19_delete_topics_charges_current_partition_counts(proxy, broker):
+    metadata_before = broker.metadata_requests
     with client(proxy, "v19-delete-strict") as c:
         strict = delete(["v19-del-strict-0", "v19-del-strict-1"], STRICT_DELETE, c)
     with client(proxy, "v19-delete-permissive") as c:
@@ -215,7 +223,7 @@ def test_v19_delete_topics_charges_current_partition_counts(proxy, broker):
     assert errors(permissive) == {"v19-del-permissive-0": NONE, "v19-del-permissive-1": NONE}
     assert_near(permissive.throttle_time_ms, 20000)
     assert "v19-del-strict-1" in broker.topics and "v19-del-permissive-1" not in broker.topics
-    assert broker.metadata_requests >= 1  # the counts came from the proxy's own Metadata request
+    assert broker.metadata_requests > metadata_before  # the counts came from the proxy's own Metadata
 
 
 def test_delete_topics_by_id_counts_partitions_found_by_id(proxy, broker):
@@ -295,6 +303,48 @@ def test_validate_only_charge_counts_like_a_kraft_controller(broker):
         refused = create({"voc-1": 1}, STRICT_CREATE, b)
     assert errors(checked) == {"voc-0": NONE}
     assert errors(refused) == {"voc-1": QUOTA_EXCEEDED}
+
+
+def test_num_partitions_override_is_charged_without_asking(broker):
+    before = broker.describe_configs_requests
+    with mutation_proxy(broker, {"override": 2}, samples=10, num_partitions=5) as p:
+        with client(p, "override") as c:
+            response = create({"ovr-0": -1}, STRICT_CREATE, c)
+        tokens = metric_value(p.metrics_text(), "sluice_quota_tokens", type="ControllerMutation")
+    assert errors(response) == {"ovr-0": NONE}
+    assert broker.describe_configs_requests == before
+    assert 20 - 5 <= tokens < 20 - 5 + 1
+    assert broker.topics["ovr-0"] == DEFAULT_PARTITIONS  # the broker used its own default, as it would
+
+
+def test_a_topic_the_broker_refuses_is_refunded(proxy):
+    with client(proxy, "refund") as c:
+        exists = create({"exists-40": 40}, STRICT_CREATE, c)  # TOPIC_ALREADY_EXISTS: a broker charges nothing
+        after = create({"after-refund": 10}, STRICT_CREATE, c)
+    assert errors(exists) == {"exists-40": 36} and exists.throttle_time_ms == 0
+    assert errors(after) == {"after-refund": NONE}  # admitted: the bucket is back at 20
+    tokens = metric_value(
+        proxy.metrics_text(), "sluice_quota_tokens", type="ControllerMutation", client_id="refund"
+    )
+    assert 10 <= tokens < 11
+
+
+def test_pipelined_mutations_wait_behind_a_throttled_one(proxy, broker):
+    """The mute starts when a request is charged, so a pipelined one behind it is neither forwarded nor
+    charged until the throttle is over (permissive, as librdkafka pipelines)."""
+    with client(proxy, "pipelined") as c:
+        first_id = c.send(_create_request({"pipe-0": 120}), PERMISSIVE_CREATE)  # 100 - 120 = -20: 2000 ms
+        second_id = c.send(_create_request({"pipe-1": 1}), PERMISSIVE_CREATE)
+        first = c.receive_frame()
+        first_at = time.monotonic()
+        second = c.receive_frame()
+        waited = time.monotonic() - first_at
+    assert [int.from_bytes(f[4:8], "big") for f in (first, second)] == [first_id, second_id]
+    body = first[4 + response_header_size(CREATE_TOPICS, PERMISSIVE_CREATE, first) :]
+    throttle = CreateTopicsResponse[PERMISSIVE_CREATE].decode(body).throttle_time_ms
+    assert_near(throttle, 2000)
+    assert waited >= 1.8, waited
+    assert broker.topics["pipe-0"] == 120 and broker.topics["pipe-1"] == 1
 
 
 def test_metrics_show_tokens_rate_and_throttle_time_per_entity(proxy):

@@ -11,18 +11,20 @@ Strict request versions (CreateTopics >= 6, DeleteTopics >= 5, CreatePartitions 
 request order until the bucket is below zero; the rest are refused with THROTTLING_QUOTA_EXCEEDED (89).
 Sluice forwards only the admitted topics and merges the broker's answer with its refusals in the client's
 order; when nothing is admitted it answers by itself. Permissive versions (older clients, librdkafka) are
-always forwarded and charged, and only throttled. Either way the response carries the throttle and the
-connection is muted for it.
+always forwarded and charged, and only throttled. Either way the connection is muted as the request is
+charged (so requests pipelined behind it wait, as behind a broker that mutes before reading on), and the
+response carries the throttle.
 
 A topic the broker refuses for its own reasons (it exists, bad count, unknown) is refunded, since a broker
 charges only after its checks pass. Validate-only requests are exempt unless
-`quota.mutations.validate_only: charge` (KRaft's behaviour).
+`quota.mutations.validate_only: charge` (KRaft's behaviour). Every successful mutation that passes,
+throttled or not, keeps the topic cache current.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from weakref import WeakKeyDictionary
 
 from config.quota_settings import MutationSettings, ValidateOnly
@@ -40,15 +42,31 @@ from protocol.topic_mutations import (
     result_errors,
 )
 from quota import QuotaManagers
-from quota.mutations import ControllerMutationQuota, charge_topics, is_strict
+from quota.mutations import (
+    UNBOUNDED_CONTROLLER_MUTATION_QUOTA,
+    ControllerMutationQuota,
+    charge_topics,
+    is_strict,
+)
 
 from ..quota_metrics import MutationRates, ThrottleStats
-from ..topic_cache import TopicCache
+from ..topic_cache import KAFKA_DEFAULT_NUM_PARTITIONS, TopicCache
 from .base import Answer, ConnectionInfo, Defer, Filter, Frame, InFlight
 from .frames import with_body
 
 _KEYS = frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS})
 QUOTA_KIND = "ControllerMutation"
+
+
+class _Asked(NamedTuple):
+    """What the topic cache was last asked for on one connection."""
+
+    names: frozenset[str]
+    by_id: bool
+    num_partitions: bool
+
+
+_NOTHING_ASKED = _Asked(frozenset(), False, False)
 
 
 @dataclass(slots=True)
@@ -80,25 +98,27 @@ class MutationQuotas(Filter):
         self._stats = stats
         self._rates = rates
         # Per connection, what the cache was just asked for: the deferred request then goes on with what
-        # the cluster said (a topic it does not know counts 0, and the broker reports the error).
-        self._asked: WeakKeyDictionary[ConnectionInfo, tuple[frozenset[str], bool]] = WeakKeyDictionary()
+        # the cluster said (a topic it does not know counts 0, and the broker reports the error; an
+        # unanswered num.partitions counts Kafka's default for this request).
+        self._asked: WeakKeyDictionary[ConnectionInfo, _Asked] = WeakKeyDictionary()
 
     # ---- requests -------------------------------------------------------------------------------
 
     def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame | Answer | Defer:
         user, client_id = conn.user, header.client_id
-        if not self._manager.resolve(user, client_id).limited:
-            return frame
         key, version = header.api_key, header.api_version
         body = memoryview(frame)[4 + header.size :]
         request = decode_mutation_request(key, version, body)
-        if request.validate_only and not self._charge_validate_only:
-            return frame
-        lookup = self._lookup_needed(conn, request)
-        if lookup is not None:
-            return lookup()
-        permits = [self._permits(request.api_key, topic) for topic in request.topics]
         now = conn.now_ms()
+        if not self._manager.resolve(user, client_id).limited or (
+            request.validate_only and not self._charge_validate_only
+        ):
+            conn.note_request(_Plan(request, UNBOUNDED_CONTROLLER_MUTATION_QUOTA, [0] * len(request.topics)))
+            return frame  # not charged, but its answer still keeps the topic cache current
+        lookup = self._lookup_needed(conn, request, now)
+        if lookup is not None:
+            return lookup
+        permits = [self._permits(request.api_key, topic) for topic in request.topics]
         quota = self._manager.new_quota_for_request(user, client_id, key, version, now)
         plan = _Plan(request, quota, permits)
         if is_strict(key, version):
@@ -108,23 +128,25 @@ class MutationQuotas(Filter):
             for permit in permits:
                 quota.record(permit, now)
             plan.forwarded = list(range(len(request.topics)))
-        tags = self._manager.resolve(user, client_id).tags
-        self._rates.record(tags, sum(permits[i] for i in plan.forwarded), now)
         conn.note_request(plan)
-        if not plan.refused:
-            return frame
         if not plan.forwarded:
             return Answer(self._answer_alone(conn, header, plan))
+        throttle = self._throttle(conn, header, plan)
+        if throttle > 0:
+            conn.throttle_request(throttle)  # the requests behind this one wait, as on a broker
+        if not plan.refused:
+            return frame
         subset = mutation_request_subset(key, version, body, plan.forwarded)
         return with_body(frame, header.size, subset)
 
-    def _lookup_needed(self, conn: ConnectionInfo, request: MutationRequest) -> Callable[[], Defer] | None:
-        """A function that defers the request while the cache learns what it lacks, or None."""
+    def _lookup_needed(self, conn: ConnectionInfo, request: MutationRequest, now_ms: int) -> Defer | None:
+        """Defer the request while the cache learns what it lacks, or None when nothing is missing."""
         topics = self._topics
-        asked_names, asked_ids = self._asked.pop(conn, (frozenset(), False))
+        asked = self._asked.pop(conn, _NOTHING_ASKED)
         need_default = (
             request.api_key == CREATE_TOPICS
             and topics.num_partitions is None
+            and not asked.num_partitions
             and any(t.count == -1 and not t.assignments for t in request.topics)
         )
         names: list[str] = []
@@ -134,16 +156,12 @@ class MutationQuotas(Filter):
                 if topic.name is not None:
                     names.append(topic.name)
                 elif topic.topic_id is not None and topics.name_of(topic.topic_id) is None:
-                    by_id = not asked_ids
-            names = [name for name in topics.missing(names) if name not in asked_names]
+                    by_id = not asked.by_id
+            names = [name for name in topics.missing(names, now_ms) if name not in asked.names]
         if not names and not by_id and not need_default:
             return None
-
-        def defer() -> Defer:
-            self._asked[conn] = (frozenset(names), by_id)
-            return Defer(topics.refresh(conn, names, by_id=by_id, need_default=need_default))
-
-        return defer
+        self._asked[conn] = _Asked(frozenset(names), by_id, need_default)
+        return Defer(topics.refresh(conn, names, by_id=by_id, need_default=need_default))
 
     def _permits(self, api_key: int, topic: TopicMutation) -> int:
         topics = self._topics
@@ -151,7 +169,7 @@ class MutationQuotas(Filter):
             if topic.assignments:
                 return topic.assignments
             if topic.count == -1:
-                return topics.num_partitions or 0
+                return topics.num_partitions or KAFKA_DEFAULT_NUM_PARTITIONS
             return max(topic.count, 0)
         name = topic.name if topic.name is not None else topics.name_of(topic.topic_id or b"")
         current = (topics.partitions(name) if name is not None else None) or 0
@@ -174,14 +192,22 @@ class MutationQuotas(Filter):
     def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
         plan = request.note
         if not isinstance(plan, _Plan) or request.answer is not None:
-            return frame  # not charged, or Sluice's own answer (already complete)
+            return frame  # Sluice's own answer: already complete
         header = request.header
         key, version = header.api_key, header.api_version
         header_size = response_header_size(key, version, frame)
         body = memoryview(frame)[4 + header_size :]
-        errors = result_errors(key, version, body)
-        self._settle(conn, header, plan, errors)
+        refunded = self._settle(conn, header, plan, result_errors(key, version, body))
+        if plan.quota is UNBOUNDED_CONTROLLER_MUTATION_QUOTA:
+            return frame
         throttle = self._throttle(conn, header, plan)
+        if refunded:
+            # Topics the broker refused are not charged; the bucket as it is now decides (the mute
+            # started when the request was charged is not shortened).
+            now = conn.now_ms()
+            throttle = min(
+                throttle, self._manager.sensor_for(conn.user, header.client_id, now).throttle_ms(now)
+            )
         if throttle > 0:
             conn.mute_for(throttle)
         if plan.refused:
@@ -195,26 +221,37 @@ class MutationQuotas(Filter):
         raise_frame_throttle_ms(key, version, patched, header_size, throttle)  # no field before v2: mute only
         return patched
 
-    def _settle(self, conn: ConnectionInfo, header: RequestHeader, plan: _Plan, errors: dict) -> None:
-        """Refund topics the broker refused, and keep the topic cache current."""
+    def _settle(self, conn: ConnectionInfo, header: RequestHeader, plan: _Plan, errors: dict) -> bool:
+        """Refund topics the broker refused, keep the topic cache current and count what was mutated.
+        True if anything was refunded."""
         now = conn.now_ms()
-        request = plan.request
+        request, topics = plan.request, self._topics
+        refunded = False
+        mutated = 0
         for index in plan.forwarded:
             topic = request.topics[index]
-            error = errors.get(topic.name if topic.name is not None else topic.topic_id, -1)
-            if error != 0:
-                if plan.permits[index]:
-                    self._manager.unrecord(conn.user, header.client_id, plan.permits[index], now)
+            permits = plan.permits[index]
+            if errors.get(topic.name if topic.name is not None else topic.topic_id, -1) != 0:
+                if permits:
+                    self._manager.unrecord(conn.user, header.client_id, permits, now)
+                    refunded = True
                 continue
-            name = topic.name if topic.name is not None else self._topics.name_of(topic.topic_id or b"")
+            mutated += permits
+            name = topic.name if topic.name is not None else topics.name_of(topic.topic_id or b"")
             if request.validate_only or name is None:
                 continue
             if request.api_key == DELETE_TOPICS:
-                self._topics.topic_deleted(name)
+                topics.topic_deleted(name)
             elif request.api_key == CREATE_PARTITIONS:
-                self._topics.topic_created(name, topic.count)
+                topics.topic_created(name, topic.count, now)
             else:
-                self._topics.topic_created(name, topic.assignments or plan.permits[index])
+                created = topic.assignments or (topic.count if topic.count > 0 else topics.num_partitions)
+                if created:
+                    topics.topic_created(name, created, now)
+        if plan.quota is not UNBOUNDED_CONTROLLER_MUTATION_QUOTA:
+            tags = self._manager.resolve(conn.user, header.client_id).tags
+            self._rates.record(tags, mutated, now)
+        return refunded
 
     def _throttle(self, conn: ConnectionInfo, header: RequestHeader, plan: _Plan) -> int:
         """The throttle this request earned, as of now (it shrinks while the request waits)."""

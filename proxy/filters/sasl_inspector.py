@@ -14,6 +14,8 @@ except the principal.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from weakref import WeakKeyDictionary
 
 from protocol.errors import ProtocolError
@@ -26,7 +28,7 @@ from protocol.sasl import (
     decode_handshake_request,
     decode_handshake_response,
 )
-from protocol.sasl_exchange import SaslExchange, SaslOutcome
+from protocol.sasl_exchange import FOLLOWABLE_MECHANISMS, SaslExchange, SaslOutcome
 from quota import ANONYMOUS
 
 from ..log import get_logger
@@ -39,11 +41,12 @@ _KEYS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
 class _Session:
     """One connection's SASL state: the mechanism asked for, and the exchange under way."""
 
-    __slots__ = ("exchange", "mechanism")
+    __slots__ = ("client_id", "exchange", "mechanism")
 
     def __init__(self) -> None:
         self.mechanism: str | None = None
         self.exchange: SaslExchange | None = None
+        self.client_id: str | None = None  # as the client's SASL requests gave it, for the log
 
 
 class SaslInspector(Filter):
@@ -63,23 +66,38 @@ class SaslInspector(Filter):
     # ---- requests -------------------------------------------------------------------------------
 
     def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame:
-        body = memoryview(frame)[4 + header.size :]
+        with _no_token_in_errors():
+            self._request(conn, header, memoryview(frame)[4 + header.size :])
+        return frame
+
+    def _request(self, conn: ConnectionInfo, header: RequestHeader, body: memoryview) -> None:
         session = self._session(conn)
+        session.client_id = header.client_id
         if header.api_key == SASL_HANDSHAKE:
             session.mechanism = decode_handshake_request(header.api_version, body)
             session.exchange = None
+            if header.api_version == 0 and session.mechanism not in FOLLOWABLE_MECHANISMS:
+                # Without Kafka framing Sluice cannot tell where such tokens end and requests begin.
+                raise ProtocolError(
+                    "sasl_legacy_mechanism_unsupported",
+                    f"{session.mechanism} with SaslHandshake v0 (clients on SaslAuthenticate are fine)",
+                )
         else:
             if session.exchange is None and session.mechanism is not None:
                 session.exchange = SaslExchange(session.mechanism, self._principal_claim)
             if session.exchange is not None:
                 session.exchange.client_token(decode_authenticate_request(header.api_version, body))
-        return frame
 
     # ---- responses ------------------------------------------------------------------------------
 
     def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
         header = request.header
-        body = memoryview(frame)[4 + response_header_size(header.api_key, header.api_version, frame) :]
+        with _no_token_in_errors():
+            body = memoryview(frame)[4 + response_header_size(header.api_key, header.api_version, frame) :]
+            self._response(conn, header, body)
+        return frame
+
+    def _response(self, conn: ConnectionInfo, header: RequestHeader, body: memoryview) -> None:
         session = self._session(conn)
         if header.api_key == SASL_HANDSHAKE:
             self._handshake_answered(conn, session, header.api_version, body)
@@ -87,7 +105,6 @@ class SaslInspector(Filter):
             answer = decode_authenticate_response(header.api_version, body)
             outcome = session.exchange.server_token(answer.auth_bytes, answer.error_code)
             _settle(conn, session, outcome, answer.error_code)
-        return frame
 
     def _handshake_answered(
         self, conn: ConnectionInfo, session: _Session, version: int, body: memoryview
@@ -97,17 +114,29 @@ class SaslInspector(Filter):
             _log.info("sasl_handshake_refused", peer=conn.peer, error_code=answer.error_code)
             session.mechanism = None
             return
+        if session.mechanism not in FOLLOWABLE_MECHANISMS:
+            _log.info(
+                "sasl_principal_unknown",
+                peer=conn.peer,
+                mechanism=session.mechanism,
+                reason="Sluice reads PLAIN, SCRAM and OAUTHBEARER principals only; the user stays as it was",
+            )
         if version > 0:
             return  # SaslAuthenticate requests follow; the exchange starts with the first of them
-        exchange = SaslExchange(session.mechanism, self._principal_claim)
-        if not exchange.followable:
-            # Without Kafka framing Sluice cannot tell where this mechanism's tokens end and requests begin.
-            raise ProtocolError(
-                "sasl_legacy_mechanism_unsupported",
-                f"{session.mechanism} with SaslHandshake v0 framing (clients on SaslAuthenticate are fine)",
-            )
-        session.exchange = exchange
+        session.exchange = SaslExchange(session.mechanism, self._principal_claim)
         conn.begin_raw_exchange(_RawSasl(conn, session))
+
+
+@contextmanager
+def _no_token_in_errors() -> Iterator[None]:
+    """Anything but a ProtocolError (whose details never quote tokens) becomes one without details: an
+    unexpected exception's text could carry token bytes, which hold passwords and proofs."""
+    try:
+        yield
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        raise ProtocolError("bad_sasl_frame", type(exc).__name__) from None
 
 
 def _settle(conn: ConnectionInfo, session: _Session, outcome: SaslOutcome, error_code: int) -> None:
@@ -134,6 +163,7 @@ def _settle(conn: ConnectionInfo, session: _Session, outcome: SaslOutcome, error
     _log.info(
         "sasl_authenticated",
         peer=conn.peer,
+        client_id=session.client_id,
         mechanism=exchange.mechanism,
         user=conn.user,
         # Only a re-authentication (KIP-368) or SASL over an mTLS identity replaces a user.

@@ -50,7 +50,8 @@ def test_every_key_is_read():
 
 
 def test_upstream_tls_off_unless_enabled():
-    assert load(tls={"upstream": {"ca": "/kca.pem"}}).tls.upstream is None
+    assert load(tls={"upstream": {"enabled": False, "ca": "/kca.pem"}}).tls.upstream is None
+    assert load(tls={"upstream": {}}).tls.upstream is None
 
 
 @pytest.mark.parametrize(
@@ -60,6 +61,7 @@ def test_upstream_tls_off_unless_enabled():
         ({"tls": {"listener": {"cert": "", "key": "/k"}}}, "tls.listener.cert", "a file path"),
         ({"tls": {"listner": {}}}, "tls.listner", "did you mean 'listener'"),
         ({"tls": {"upstream": {"enabled": "yes please"}}}, "tls.upstream.enabled", "true or false"),
+        ({"tls": {"upstream": {"ca": "/kca.pem"}}}, "tls.upstream.enabled", "tls.upstream.ca is set"),
         ({"tls": {"upstream": {"enabled": True, "verify": 1}}}, "tls.upstream.verify", "true or false"),
         ({"tls": {"principal_mapping_rules": "RULE:^CN=(.*$"}}, "tls.principal_mapping_rules", "syntax"),
         ({"tls": {"principal_mapping_rules": 5}}, "tls.principal_mapping_rules", "a string or a list"),
