@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from config.errors import MISSING, ConfigError
 from config.identity_settings import ListenerTls, SaslSettings, TlsSettings, UpstreamTls
+from config.principal_mapping import PrincipalMappingRules
 from config.values import parse_bool, reject_unknown_keys
-from protocol.ssl_principal import PrincipalMappingRules
 
 TLS_KEYS = ("listener", "upstream", "principal_mapping_rules")
 LISTENER_KEYS = ("cert", "key", "client_ca")

@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 from config.errors import ConfigError
 from config.identity_settings import ListenerTls, UpstreamTls
-from protocol.ssl_principal import PrincipalMappingRules, rfc2253_name
+from config.principal_mapping import PrincipalMappingRules
+from protocol.ssl_principal import rfc2253_name
 
 # Kafka's ssl.enabled.protocols default is TLSv1.2,TLSv1.3; older versions are refused.
 _MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2

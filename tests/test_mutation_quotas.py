@@ -26,6 +26,7 @@ from kafka.protocol.admin import (
     DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
+from kafka.protocol.metadata import MetadataRequest
 from rawclient import RawClient
 from throttle_harness import metric_value
 
@@ -62,9 +63,10 @@ ENTITIES = {
     "delete-by-id": 2,
     "pipelined": 10,
     "refund": 2,
+    "order": 2,
 }
 V19_TOPICS = (
-    {"byid-0": 30, "byid-1": 30, "exists-40": 40}
+    {"byid-0": 30, "byid-1": 30, "exists-40": 40, "order-a": 5}
     | {f"v19-{kind}-{i}": 30 for kind in ("del-strict", "del-permissive") for i in range(2)}
     | {f"v19-{kind}-{i}": 1 for kind in ("grow-strict", "grow-permissive") for i in range(2)}
 )
@@ -345,6 +347,26 @@ def test_pipelined_mutations_wait_behind_a_throttled_one(proxy, broker):
     assert_near(throttle, 2000)
     assert waited >= 1.8, waited
     assert broker.topics["pipe-0"] == 120 and broker.topics["pipe-1"] == 1
+
+
+def test_answers_keep_request_order_through_lookups_and_own_answers(proxy, broker):
+    """Pipelined on one connection: a DeleteTopics that waits for the proxy's own Metadata look-up, a
+    Metadata request behind it, an admitted CreateTopics, and one Sluice refuses by itself. The client
+    gets four answers in its own order."""
+    with client(proxy, "order") as c:
+        ids = [
+            c.send(DeleteTopicsRequest(topic_names=["order-a"], timeout_ms=5000), STRICT_DELETE),  # 20 -> 15
+            c.send(MetadataRequest(topics=[]), 1),
+            c.send(_create_request({"order-b": 30}), STRICT_CREATE),  # 15 >= 0: admitted, -> -15
+            c.send(_create_request({"order-c": 1}), STRICT_CREATE),  # -15 < 0: refused by Sluice
+        ]
+        frames = [c.receive_frame() for _ in ids]
+    assert [int.from_bytes(f[4:8], "big") for f in frames] == ids
+    refused = frames[3][4 + response_header_size(CREATE_TOPICS, STRICT_CREATE, frames[3]) :]
+    assert CreateTopicsResponse[STRICT_CREATE].decode(refused).topics[0].error_code == QUOTA_EXCEEDED
+    assert (
+        "order-a" not in broker.topics and broker.topics["order-b"] == 30 and "order-c" not in broker.topics
+    )
 
 
 def test_metrics_show_tokens_rate_and_throttle_time_per_entity(proxy):
