@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka import KafkaError, Producer
 from doubles.sasl_broker import SaslBrokerDouble
+from kafka import KafkaProducer
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -246,6 +247,29 @@ def test_legacy_framing_after_handshake_v0(cluster):
         assert metadata.brokers
         p.wait_for_event("sasl_authenticated", user="alice", mechanism="PLAIN")
     assert old.authenticated == ["alice"]
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_kafka_python_with_legacy_framing_through_the_proxy(cluster, mechanism):
+    """A broker that offers SaslHandshake v0 only: kafka-python sends its tokens as bare frames."""
+    with (
+        SaslBrokerDouble(cluster.bootstrap, USERS, sasl_handshake_max_version=0) as old,
+        ProxyProcess(old.bootstrap, wait_for_brokers=False) as p,
+    ):
+        producer = KafkaProducer(
+            bootstrap_servers=p.bootstrap,
+            client_id=f"kp-legacy-{mechanism}",
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=mechanism,
+            sasl_plain_username="bob",
+            sasl_plain_password=USERS["bob"],
+        )
+        try:
+            assert producer.send(TOPIC, b"legacy", partition=0).get(timeout=20).offset >= 0
+        finally:
+            producer.close()
+        p.wait_for_event("sasl_authenticated", user="bob", mechanism=mechanism)
+    assert set(old.authenticated) == {"bob"}
 
 
 def test_oauthbearer_principal_is_the_sub_claim(proxy):
