@@ -22,7 +22,12 @@ from aiokafka.helpers import create_ssl_context
 from confluent_kafka import KafkaError, Producer
 from doubles.sasl_broker import SaslBrokerDouble
 from kafka import KafkaProducer
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -341,6 +346,36 @@ def test_sasl_over_tls_both_ways(cluster, ca):
             asyncio.run(aiokafka_over_tls())
             p.wait_for_event("sasl_authenticated", user="alice")
     assert {"alice", "bob"} <= set(secure.authenticated)
+
+
+@pytest.mark.parametrize(
+    ("upstream_tls", "reaches_the_broker"),
+    [
+        ({}, False),  # the broker's certificate names kafka.internal, not 127.0.0.1: refused
+        ({"server_hostname": "kafka.internal"}, True),  # SNI and verification against the right name
+        ({"verify": False}, True),  # name not checked; the chain still is
+    ],
+)
+def test_upstream_tls_checks_the_brokers_name_unless_told_otherwise(
+    cluster, ca, upstream_tls, reaches_the_broker
+):
+    broker_cert, broker_key = ca.issue(
+        "broker-named", common_name="kafka.internal", dns=["kafka.internal"], ips=[]
+    )
+    with SaslBrokerDouble(cluster.bootstrap, USERS, tls=ca.server_context(broker_cert, broker_key)) as secure:
+        tls = {"upstream": {"enabled": True, "ca": str(ca.ca_path), **upstream_tls}}
+        with (
+            ProxyProcess(secure.bootstrap, extra_config={"tls": tls}, wait_for_brokers=False) as p,
+            RawClient("127.0.0.1", p.port, client_id="tls-name") as raw,
+        ):
+            if reaches_the_broker:
+                answer = raw.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+                assert answer.error_code == 0
+            else:
+                raw.sock.sendall(raw.encode(ApiVersionsRequest[0](), 0)[1])
+                assert raw.is_closed_by_peer()
+                closed = p.wait_for_event("connection_closed", cause="upstream_unreachable")
+                assert "CERTIFICATE_VERIFY_FAILED" in str(closed["tried"])
 
 
 @pytest.mark.parametrize(
