@@ -4,32 +4,16 @@ key. Only paths and names are checked here; the files are read when the proxy bu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from config.errors import MISSING, ConfigError
 from config.identity_settings import ListenerTls, SaslSettings, TlsSettings, UpstreamTls
 from config.principal_mapping import PrincipalMappingRules
-from config.values import parse_bool, reject_unknown_keys
+from config.values import parse_bool, parse_section, value_at
 
 TLS_KEYS = ("listener", "upstream", "principal_mapping_rules")
 LISTENER_KEYS = ("cert", "key", "client_ca")
 UPSTREAM_KEYS = ("enabled", "ca", "server_hostname", "verify")
 SASL_KEYS = ("oauthbearer",)
 OAUTHBEARER_KEYS = ("principal_claim",)
-
-
-def _get(mapping: Mapping[object, object], name: str) -> object:
-    value = mapping.get(name)
-    return MISSING if value is None else value
-
-
-def _section(raw: object, key: str, known: tuple[str, ...]) -> Mapping[object, object]:
-    if raw is MISSING:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(key, raw, f"a mapping with the keys {', '.join(known)}")
-    reject_unknown_keys(raw, known, prefix=f"{key}.")
-    return raw
 
 
 def _path(raw: object, key: str) -> str:
@@ -45,25 +29,25 @@ def _name(raw: object, key: str, what: str) -> str:
 
 
 def parse_tls_section(raw: object, key: str = "tls") -> TlsSettings:
-    section = _section(raw, key, TLS_KEYS)
+    section = parse_section(raw, key, TLS_KEYS)
     return TlsSettings(
-        listener=_listener(_get(section, "listener"), f"{key}.listener"),
-        upstream=_upstream(_get(section, "upstream"), f"{key}.upstream"),
+        listener=_listener(value_at(section, "listener"), f"{key}.listener"),
+        upstream=_upstream(value_at(section, "upstream"), f"{key}.upstream"),
         principal_mapping_rules=_mapping_rules(
-            _get(section, "principal_mapping_rules"), f"{key}.principal_mapping_rules"
+            value_at(section, "principal_mapping_rules"), f"{key}.principal_mapping_rules"
         ),
     )
 
 
 def _listener(raw: object, key: str) -> ListenerTls | None:
-    section = _section(raw, key, LISTENER_KEYS)
+    section = parse_section(raw, key, LISTENER_KEYS)
     if not section:
         return None
-    cert, private_key = _get(section, "cert"), _get(section, "key")
+    cert, private_key = value_at(section, "cert"), value_at(section, "key")
     if cert is MISSING or private_key is MISSING:
         missing = "cert" if cert is MISSING else "key"
         raise ConfigError(f"{key}.{missing}", MISSING, "a file path (PEM): TLS needs both cert and key")
-    client_ca = _get(section, "client_ca")
+    client_ca = value_at(section, "client_ca")
     return ListenerTls(
         cert=_path(cert, f"{key}.cert"),
         key=_path(private_key, f"{key}.key"),
@@ -72,9 +56,9 @@ def _listener(raw: object, key: str) -> ListenerTls | None:
 
 
 def _upstream(raw: object, key: str) -> UpstreamTls | None:
-    section = _section(raw, key, UPSTREAM_KEYS)
-    enabled = _get(section, "enabled")
-    others = [name for name in UPSTREAM_KEYS[1:] if _get(section, name) is not MISSING]
+    section = parse_section(raw, key, UPSTREAM_KEYS)
+    enabled = value_at(section, "enabled")
+    others = [name for name in UPSTREAM_KEYS[1:] if value_at(section, name) is not MISSING]
     if enabled is MISSING and others:
         # A CA without `enabled` would silently mean plaintext, SASL passwords in clear included.
         raise ConfigError(
@@ -82,7 +66,11 @@ def _upstream(raw: object, key: str) -> UpstreamTls | None:
         )
     if enabled is MISSING or not parse_bool(enabled, f"{key}.enabled"):
         return None
-    ca, hostname, verify = _get(section, "ca"), _get(section, "server_hostname"), _get(section, "verify")
+    ca, hostname, verify = (
+        value_at(section, "ca"),
+        value_at(section, "server_hostname"),
+        value_at(section, "verify"),
+    )
     return UpstreamTls(
         ca=None if ca is MISSING else _path(ca, f"{key}.ca"),
         server_hostname=None
@@ -110,9 +98,9 @@ def _mapping_rules(raw: object, key: str) -> PrincipalMappingRules:
 
 
 def parse_sasl_section(raw: object, key: str = "sasl") -> SaslSettings:
-    section = _section(raw, key, SASL_KEYS)
-    oauthbearer = _section(_get(section, "oauthbearer"), f"{key}.oauthbearer", OAUTHBEARER_KEYS)
-    claim = _get(oauthbearer, "principal_claim")
+    section = parse_section(raw, key, SASL_KEYS)
+    oauthbearer = parse_section(value_at(section, "oauthbearer"), f"{key}.oauthbearer", OAUTHBEARER_KEYS)
+    claim = value_at(oauthbearer, "principal_claim")
     if claim is MISSING:
         return SaslSettings()
     return SaslSettings(

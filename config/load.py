@@ -29,7 +29,9 @@ from config.values import (
     parse_host_port,
     parse_int,
     parse_number,
+    parse_section,
     reject_unknown_keys,
+    value_at,
 )
 
 TOP_LEVEL_KEYS = (
@@ -123,8 +125,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
 
 def _get(mapping: Mapping[object, object], key: str) -> object:
     """The value at `key` (the last part of a dotted key); null counts as not given."""
-    value = mapping.get(key.rpartition(".")[2])
-    return MISSING if value is None else value
+    return value_at(mapping, key.rpartition(".")[2])
 
 
 def _required(mapping: Mapping[object, object], key: str) -> object:
@@ -140,14 +141,7 @@ def _optional(mapping: Mapping[object, object], key: str, default: T, parse: Cal
 
 
 def _section(tree: Mapping[object, object], name: str) -> Mapping[object, object]:
-    section = _get(tree, name)
-    if section is MISSING:
-        return {}
-    known = SECTION_KEYS[name]
-    if not isinstance(section, Mapping):
-        raise ConfigError(name, section, f"a mapping with the keys {', '.join(known)}")
-    reject_unknown_keys(section, known, prefix=f"{name}.")
-    return section
+    return parse_section(_get(tree, name), name, SECTION_KEYS[name])
 
 
 def _metrics_listen(metrics: Mapping[object, object], listen: HostPort) -> HostPort | None:

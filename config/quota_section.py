@@ -22,7 +22,7 @@ from config.quota_settings import (
     ThrottleMode,
     ValidateOnly,
 )
-from config.values import parse_bool, parse_choice, parse_int, reject_unknown_keys
+from config.values import parse_bool, parse_choice, parse_int, parse_section, reject_unknown_keys, value_at
 from quota import DEFAULT, QuotaConfig, QuotaEntity, QuotaKey, QuotaWindow, SensorKind, sanitize_user
 from quota.entities import EntityName
 
@@ -56,28 +56,20 @@ Choice = TypeVar("Choice", bound=StrEnum)
 _window_int = partial(parse_int, low=1, high=INT_MAX)
 
 
-def _get(mapping: Mapping[object, object], name: str) -> object:
-    """The value at `name`; null counts as not given, as everywhere in the file."""
-    value = mapping.get(name)
-    return MISSING if value is None else value
-
-
 def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
     """The `quota` section (MISSING or null: every default) as validated QuotaSettings."""
     if raw is MISSING or raw is None:
         return QuotaSettings()
-    if not isinstance(raw, Mapping):
-        raise ConfigError(key, raw, f"a mapping with the keys {', '.join(QUOTA_KEYS)}")
-    reject_unknown_keys(raw, QUOTA_KEYS, prefix=f"{key}.")
-    client_window = _window(_get(raw, "window"), f"{key}.window")
-    controller_window = _window(_get(raw, "controller_window"), f"{key}.controller_window")
-    legacy = _get(raw, "legacy_windows")
+    raw = parse_section(raw, key, QUOTA_KEYS)
+    client_window = _window(value_at(raw, "window"), f"{key}.window")
+    controller_window = _window(value_at(raw, "controller_window"), f"{key}.controller_window")
+    legacy = value_at(raw, "legacy_windows")
     legacy_windows = False if legacy is MISSING else parse_bool(legacy, f"{key}.legacy_windows")
-    sensor_kinds = _sensor_kinds(_get(raw, "sensor"), f"{key}.sensor")
-    mode = _enum_choice(_get(raw, "throttle_mode"), f"{key}.throttle_mode", ThrottleMode.KIP219)
-    fetch = _enum_choice(_get(raw, "fetch_throttle"), f"{key}.fetch_throttle", FetchThrottle.EMPTY)
-    mutations = _mutations(_get(raw, "mutations"), f"{key}.mutations")
-    rules = _rules(_get(raw, "entities"), f"{key}.entities")
+    sensor_kinds = _sensor_kinds(value_at(raw, "sensor"), f"{key}.sensor")
+    mode = _enum_choice(value_at(raw, "throttle_mode"), f"{key}.throttle_mode", ThrottleMode.KIP219)
+    fetch = _enum_choice(value_at(raw, "fetch_throttle"), f"{key}.fetch_throttle", FetchThrottle.EMPTY)
+    mutations = _mutations(value_at(raw, "mutations"), f"{key}.mutations")
+    rules = _rules(value_at(raw, "entities"), f"{key}.entities")
     engine = QuotaConfig(
         client_window=client_window,
         controller_window=controller_window,
@@ -92,12 +84,12 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
 def _mutations(raw: object, key: str) -> MutationSettings:
     if raw is MISSING:
         return MutationSettings()
-    if not isinstance(raw, Mapping):
-        raise ConfigError(key, raw, f"a mapping with the keys {', '.join(MUTATION_KEYS)}")
-    reject_unknown_keys(raw, MUTATION_KEYS, prefix=f"{key}.")
-    partitions = _get(raw, "num_partitions")
+    raw = parse_section(raw, key, MUTATION_KEYS)
+    partitions = value_at(raw, "num_partitions")
     return MutationSettings(
-        validate_only=_enum_choice(_get(raw, "validate_only"), f"{key}.validate_only", ValidateOnly.EXEMPT),
+        validate_only=_enum_choice(
+            value_at(raw, "validate_only"), f"{key}.validate_only", ValidateOnly.EXEMPT
+        ),
         num_partitions=None
         if partitions is MISSING
         else parse_int(partitions, f"{key}.num_partitions", 1, INT_MAX),
@@ -116,11 +108,9 @@ def _window(raw: object, key: str) -> QuotaWindow:
     default = QuotaWindow()
     if raw is MISSING:
         return default
-    if not isinstance(raw, Mapping):
-        raise ConfigError(key, raw, f"a mapping with the keys {', '.join(WINDOW_KEYS)}")
-    reject_unknown_keys(raw, WINDOW_KEYS, prefix=f"{key}.")
-    samples = _get(raw, "samples")
-    size = _get(raw, "size_seconds")
+    raw = parse_section(raw, key, WINDOW_KEYS)
+    samples = value_at(raw, "samples")
+    size = value_at(raw, "size_seconds")
     return QuotaWindow(
         num_samples=default.num_samples if samples is MISSING else _window_int(samples, f"{key}.samples"),
         size_s=default.size_s if size is MISSING else _window_int(size, f"{key}.size_seconds"),
@@ -139,7 +129,7 @@ def _sensor_kinds(raw: object, key: str) -> dict[QuotaKey, SensorKind]:
     reject_unknown_keys(raw, QUOTA_KEY_NAMES, prefix=f"{key}.")
     chosen: dict[QuotaKey, SensorKind] = {}
     for quota_key in QuotaKey:
-        value = _get(raw, quota_key.value)
+        value = value_at(raw, quota_key.value)
         if value is MISSING:
             continue
         entry_key = f"{key}.{quota_key.value}"
@@ -189,13 +179,13 @@ def _rule(entry: object, key: str) -> QuotaRule:
         expected = f"a mapping with user and/or client_id and at least one quota key, e.g. {ENTITY_EXAMPLE}"
         raise ConfigError(key, entry, expected)
     reject_unknown_keys(entry, ENTITY_KEYS, prefix=f"{key}.")
-    user = _entity_name(_get(entry, "user"), f"{key}.user", "user")
-    client_id = _entity_name(_get(entry, "client_id"), f"{key}.client_id", "client-id")
+    user = _entity_name(value_at(entry, "user"), f"{key}.user", "user")
+    client_id = _entity_name(value_at(entry, "client_id"), f"{key}.client_id", "client-id")
     if user is None and client_id is None:
         raise ConfigError(key, entry, "a user, a client_id, or both (either may be <default>)")
     values: dict[QuotaKey, float] = {}
     for quota_key in QuotaKey:
-        value = _get(entry, quota_key.value)
+        value = value_at(entry, quota_key.value)
         if value is not MISSING:
             values[quota_key] = _quota_value(value, f"{key}.{quota_key.value}", quota_key)
     if not values:

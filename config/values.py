@@ -8,7 +8,7 @@ import math
 import re
 from collections.abc import Collection, Mapping
 
-from config.errors import ConfigError
+from config.errors import MISSING, ConfigError
 from config.model import MAX_PORT, HostPort
 
 HOST_PORT = f"host:port with a non-empty host and a port in 1..{MAX_PORT} (IPv6 as [::1]:9092)"
@@ -123,6 +123,22 @@ def parse_choice(value: object, key: str, choices: Collection[str]) -> str:
     if isinstance(value, str) and value.strip().lower() in choices:
         return value.strip().lower()
     raise ConfigError(key, value, "one of " + ", ".join(choices))
+
+
+def value_at(mapping: Mapping[object, object], name: str) -> object:
+    """The value under `name`, or MISSING: a key set to null counts as not given, everywhere in the file."""
+    value = mapping.get(name)
+    return MISSING if value is None else value
+
+
+def parse_section(raw: object, key: str, known: tuple[str, ...]) -> Mapping[object, object]:
+    """A mapping holding only `known` keys (an empty one when not given)."""
+    if raw is MISSING:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(key, raw, f"a mapping with the keys {', '.join(known)}")
+    reject_unknown_keys(raw, known, prefix=f"{key}.")
+    return raw
 
 
 def reject_unknown_keys(mapping: Mapping[object, object], known: tuple[str, ...], prefix: str) -> None:

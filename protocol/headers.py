@@ -5,8 +5,6 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from kafka.protocol.metadata import MetadataRequest
-
 from protocol.apis import (
     CONTROLLED_SHUTDOWN_KEY,
     FLEXIBLE_FROM,
@@ -167,22 +165,3 @@ def encode_request(
 ) -> bytes:
     """A whole framed request: length prefix, header, `body`."""
     return frame(encode_request_header(api_key, api_version, correlation_id, client_id) + body)
-
-
-METADATA_KEY = 3
-
-
-def encode_metadata_request(
-    version: int, correlation_id: int, client_id: str | None, topics: list[str] | None
-) -> bytes:
-    """A framed Metadata request for the proxy's own start-up discovery of brokers.
-
-    `topics=None` asks for all topics (v0 spells that as an empty list; kafka-python translates).
-    Auto-creation is off: the proxy must never create topics as a side effect of looking.
-    """
-    topic_list = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-    request = MetadataRequest(version=version, topics=topic_list)
-    if version >= 4:
-        request.allow_auto_topic_creation = False
-    body = bytes(request.encode(version=version))
-    return frame(encode_request_header(METADATA_KEY, version, correlation_id, client_id) + body)

@@ -6,7 +6,8 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from protocol.broker_addresses import decode_brokers
-from protocol.headers import encode_metadata_request, response_header_size
+from protocol.headers import encode_request, response_header_size
+from protocol.topic_metadata import encode_topic_metadata_request
 
 if TYPE_CHECKING:
     from .tls import UpstreamTlsTarget
@@ -35,7 +36,8 @@ async def fetch_brokers(
     )
     reader, writer = await asyncio.wait_for(connecting, _TIMEOUT_S)
     try:
-        writer.write(encode_metadata_request(_METADATA_VERSION, 1, "sluice-discovery", topics=[]))
+        body = encode_topic_metadata_request(_METADATA_VERSION, topics=[])
+        writer.write(encode_request(METADATA, _METADATA_VERSION, 1, "sluice-discovery", body))
         length = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), _TIMEOUT_S), "big", signed=True)
         if not 4 <= length <= _MAX_ANSWER_BYTES:
             raise ValueError(f"implausible Metadata answer length {length}")

@@ -9,10 +9,12 @@ anyone itself; it watches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -430,16 +432,51 @@ def test_unreadable_or_mismatched_tls_files_stop_startup_naming_the_file(tmp_pat
         assert key in run.stderr and named in run.stderr, run.stderr
 
 
+def _tls_1_1_client(ca: TestCA) -> ssl.SSLContext:
+    """A client that offers only TLS 1.0/1.1, with OpenSSL's security level lowered so that it would
+    really use them (at the default level OpenSSL itself refuses, which would prove nothing here)."""
+    old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    old.load_verify_locations(cafile=ca.ca_path)
+    old.minimum_version = ssl.TLSVersion.TLSv1
+    old.maximum_version = ssl.TLSVersion.TLSv1_1
+    old.set_ciphers("DEFAULT:@SECLEVEL=0")
+    return old
+
+
+def _handshake_with_a_permissive_server(ca: TestCA, client: ssl.SSLContext) -> str:
+    """The version `client` gets from a server that accepts TLS 1.0 and up: the control experiment."""
+    cert, key = ca.issue("permissive", common_name="localhost")
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    server.minimum_version = ssl.TLSVersion.TLSv1
+    server.set_ciphers("DEFAULT:@SECLEVEL=0")
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+
+        def accept_one() -> None:
+            connection, _ = listening.accept()
+            with contextlib.suppress(ssl.SSLError, OSError):
+                server.wrap_socket(connection, server_side=True).close()
+
+        acceptor = threading.Thread(target=accept_one, daemon=True)
+        acceptor.start()
+        with (
+            socket.create_connection(listening.getsockname(), timeout=5) as sock,
+            client.wrap_socket(sock, server_hostname="localhost") as wrapped,
+        ):
+            version = wrapped.version()
+        acceptor.join(5)
+    assert version is not None
+    return version
+
+
 # Python deprecates the old versions too; the client here must offer them to show the proxy refuses them.
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
 def test_tls_below_1_2_is_refused(cluster, ca):
+    old = _tls_1_1_client(ca)
+    assert _handshake_with_a_permissive_server(ca, old) == "TLSv1.1"  # this client really speaks 1.1
     proxy_cert, proxy_key = ca.issue("proxy-old", common_name="localhost")
     tls = {"listener": {"cert": str(proxy_cert), "key": str(proxy_key)}}
     with ProxyProcess(cluster.bootstrap, extra_config={"tls": tls}) as p:
-        old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        old.load_verify_locations(cafile=ca.ca_path)
-        old.minimum_version = ssl.TLSVersion.TLSv1
-        old.maximum_version = ssl.TLSVersion.TLSv1_1
         with socket.create_connection(("127.0.0.1", p.port), timeout=5) as sock, pytest.raises(ssl.SSLError):
             old.wrap_socket(sock, server_hostname="localhost").close()
         good = ca.client_context()

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 import uuid
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
+
+from doubles.loop_thread import LoopThread
 
 from protocol.errors import ProtocolError
 from protocol.frames import FrameSplitter
@@ -63,8 +64,6 @@ BROKER_RESOURCE = 4
 CONFIG_SOURCE_DEFAULT = 5
 CONFIG_TYPE_INT = 3
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-_START_TIMEOUT_S = 10.0
-_STOP_TIMEOUT_S = 10.0
 
 _Outcome = tuple[int, str | None]  # (error code, error message)
 
@@ -85,8 +84,8 @@ class AdminBrokerDouble:
         self.requests_seen: list[tuple[int, int]] = []  # (api_key, version) of every request, in order
         self.port = 0
         self.bootstrap = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._loop_thread = LoopThread("admin-broker-double", self._open, self._close_everything)
         self._transports: set[asyncio.Transport] = set()
         self._stopping = False
         self._handlers: dict[int, Callable[[RequestHeader, memoryview], bytes]] = {
@@ -110,48 +109,21 @@ class AdminBrokerDouble:
         self.stop()
 
     def start(self) -> None:
-        ready = threading.Event()
-        failure: list[BaseException] = []
-        self._thread = threading.Thread(
-            target=self._serve, args=(ready, failure), name="admin-broker-double", daemon=True
-        )
-        self._thread.start()
-        if not ready.wait(_START_TIMEOUT_S):
-            raise RuntimeError("the admin broker double did not start")
-        if failure:
-            raise RuntimeError("the admin broker double did not start") from failure[0]
+        self.port = self._loop_thread.start()
         self.bootstrap = f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        if thread.is_alive():
-            loop.call_soon_threadsafe(loop.stop)  # also stops a loop that has yet to enter run_forever
-        thread.join(_STOP_TIMEOUT_S)
-        self._loop = self._thread = None
+        self._loop_thread.stop()
 
-    def _serve(self, ready: threading.Event, failure: list[BaseException]) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            server = loop.run_until_complete(
-                loop.create_server(lambda: _BrokerConnection(self), "127.0.0.1", 0)
-            )
-        except Exception as exc:
-            failure.append(exc)
-            ready.set()
-            loop.close()
-            return
-        self.port = server.sockets[0].getsockname()[1]
-        ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(self._close_everything(server))
-            loop.close()
+    async def _open(self) -> int:
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _BrokerConnection(self), "127.0.0.1", 0
+        )
+        return self._server.sockets[0].getsockname()[1]
 
-    async def _close_everything(self, server: asyncio.AbstractServer) -> None:
+    async def _close_everything(self) -> None:
+        server = self._server
+        assert server is not None
         self._stopping = True  # a connection accepted from here on is aborted as it is made
         server.close()
         for transport in list(self._transports):

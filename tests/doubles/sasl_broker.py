@@ -37,14 +37,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import concurrent.futures
-import contextlib
 import hmac
 import json
 import logging
 import ssl
 import struct
-import threading
 import time
 from collections.abc import Iterable
 from enum import Enum
@@ -52,14 +49,24 @@ from functools import partial
 from types import TracebackType
 from typing import Protocol
 
+from doubles.loop_thread import LoopThread
 from kafka.protocol.metadata import ApiVersionsResponse
 from scramp import ScramException, ScramMechanism
 
-from protocol.apis import produce_acks, response_header_version
+from protocol.apis import produce_acks
 from protocol.broker_addresses import REWRITABLE_MAX_VERSIONS, rewrite_broker_addresses
 from protocol.codec_quirks import decode_body, encode_body
 from protocol.errors import ProtocolError
-from protocol.headers import RequestHeader, parse_request_header, read_correlation_id, response_header_size
+from protocol.headers import (
+    RequestHeader,
+    encode_response,
+    parse_request_header,
+    read_correlation_id,
+    response_header_size,
+)
+from protocol.headers import (
+    frame as framed,
+)
 from protocol.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
@@ -69,6 +76,7 @@ from protocol.sasl import (
     encode_handshake_response,
 )
 from proxy.discovery import fetch_brokers
+from proxy.filters.frames import with_body
 from proxy.mock_cluster import parse_bootstrap
 
 __all__ = ["SaslBrokerDouble"]
@@ -88,7 +96,6 @@ SCRAM_ITERATIONS = 4096
 _MAX_SASL_FRAME = 524288
 _MAX_FRAME = 100 << 20
 _START_TIMEOUT_S = 15.0
-_STOP_TIMEOUT_S = 10.0
 _LENGTH = struct.Struct(">i")
 _OAUTH_INVALID_TOKEN = '{"status":"invalid_token"}'
 _KV_SEPARATOR = b"\x01"
@@ -306,19 +313,14 @@ class SaslBrokerDouble:
             for mechanism in self.mechanisms
             if mechanism.startswith("SCRAM-")
         }
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
+        self._servers: list[asyncio.Server] = []
         self._connection_tasks: set[asyncio.Task[None]] = set()
-        self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._run, name="sasl-broker-double", daemon=True)
+        self._loop_thread = LoopThread(
+            "sasl-broker-double", self._open, self._close, start_timeout_s=_START_TIMEOUT_S
+        )
 
     def __enter__(self) -> SaslBrokerDouble:
-        self._thread.start()
-        try:
-            self._ready.result(_START_TIMEOUT_S)
-        except BaseException:
-            self.close()
-            raise
+        self._loop_thread.start()
         return self
 
     def __exit__(
@@ -327,12 +329,7 @@ class SaslBrokerDouble:
         self.close()
 
     def close(self) -> None:
-        loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(stop.set)
-        if self._thread.is_alive():
-            self._thread.join(_STOP_TIMEOUT_S)
+        self._loop_thread.stop()
 
     def sasl_server(self, mechanism: str) -> _SaslServer:
         if mechanism == "PLAIN":
@@ -345,35 +342,24 @@ class SaslBrokerDouble:
         listener = self.listeners.get(node_id)
         return (host, port) if listener is None else ("127.0.0.1", listener)
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._main())
-        finally:
-            loop.close()
-
-    async def _main(self) -> None:
-        self._stop = asyncio.Event()
-        servers: list[asyncio.Server] = []
+    async def _open(self) -> None:
+        """One listener in front of each broker of the mock cluster."""
         try:
             first = parse_bootstrap(self._mock_bootstrap)[0]
             brokers = await fetch_brokers(*first)
             for node_id, host, port in brokers:
                 accept = partial(self._accept, host, port)
                 server = await asyncio.start_server(accept, "127.0.0.1", 0, ssl=self._tls)
-                servers.append(server)
+                self._servers.append(server)
                 self.listeners[node_id] = server.sockets[0].getsockname()[1]
-            fronting_first = [node for node, host, port in brokers if (host, port) == first]
-            self.bootstrap = f"127.0.0.1:{self.listeners[(fronting_first or sorted(self.listeners))[0]]}"
-        except BaseException as exc:
-            for server in servers:
-                server.close()
-            self._ready.set_exception(exc)
-            return
-        self._ready.set_result(None)
-        await self._stop.wait()
-        for server in servers:
+        except BaseException:
+            await self._close()
+            raise
+        fronting_first = [node for node, host, port in brokers if (host, port) == first]
+        self.bootstrap = f"127.0.0.1:{self.listeners[(fronting_first or sorted(self.listeners))[0]]}"
+
+    async def _close(self) -> None:
+        for server in self._servers:
             server.close()
         for task in list(self._connection_tasks):
             task.cancel()
@@ -453,7 +439,7 @@ class _Connection:
             if self._state is _State.LEGACY_TOKENS:
                 await self._legacy_token(payload)
                 continue
-            frame = _LENGTH.pack(len(payload)) + payload
+            frame = framed(payload)
             header = parse_request_header(frame)
             body = memoryview(frame)[4 + header.size :]
             await self._request(header, frame, body)
@@ -562,7 +548,7 @@ class _Connection:
             raise _Refused(f"{self._mechanism} authentication failed (legacy framing)") from None
         if principal is not None:
             self._complete(principal)
-        self._client_writer.write(_LENGTH.pack(len(answer)) + answer)
+        self._client_writer.write(framed(answer))
         await self._client_writer.drain()
 
     def _complete(self, principal: str) -> None:
@@ -576,10 +562,9 @@ class _Connection:
     async def _answer(self, header: RequestHeader, body: bytes) -> None:
         """Answer locally, after every relayed answer, so answers keep the order of requests."""
         await self._idle.wait()
-        head = _LENGTH.pack(header.correlation_id)
-        if response_header_version(header.api_key, header.api_version) == 1:
-            head += b"\x00"  # no tagged fields
-        self._client_writer.write(_LENGTH.pack(len(head) + len(body)) + head + body)
+        self._client_writer.write(
+            encode_response(header.api_key, header.api_version, header.correlation_id, body)
+        )
         await self._client_writer.drain()
 
     def _relay(self, header: RequestHeader, frame: bytes) -> None:
@@ -591,7 +576,7 @@ class _Connection:
     async def _relay_answers(self) -> None:
         while True:
             payload = await _read_frame(self._upstream_reader, _MAX_FRAME)
-            frame = _LENGTH.pack(len(payload)) + payload
+            frame = framed(payload)
             request = self._in_flight.pop(read_correlation_id(frame), None)
             if request is None:
                 raise _Refused("the broker answered a request nobody sent")
@@ -611,7 +596,7 @@ class _Connection:
             new_body = rewrite_broker_addresses(api_key, api_version, body, self._double.address_for)
         if new_body is None:
             return frame
-        return _LENGTH.pack(start - 4 + len(new_body)) + frame[4:start] + new_body
+        return with_body(frame, start - 4, new_body)
 
 
 async def _read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:

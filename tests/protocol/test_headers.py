@@ -10,12 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.protocol.api_header import RequestHeader as KafkaRequestHeader
 from kafka.protocol.api_header import ResponseHeader as KafkaResponseHeader
-from kafka.protocol.metadata import MetadataRequest
 
 from protocol.errors import ProtocolError
 from protocol.headers import (
     RequestHeader,
-    encode_metadata_request,
     encode_request_header,
     frame,
     parse_request_header,
@@ -204,21 +202,3 @@ def test_response_header_size_of_any_bytes_is_a_size_or_protocol_error(
 
 def test_frame_prefixes_the_length() -> None:
     assert frame(b"abc") == b"\x00\x00\x00\x03abc"
-
-
-@pytest.mark.parametrize("version", range(14))
-@pytest.mark.parametrize("topics", [None, [], ["orders", "payments"]])
-def test_metadata_request_equals_kafka_python_framed_encoding(version: int, topics: list[str] | None) -> None:
-    ours = encode_metadata_request(version, 11, "sluice-proxy", topics)
-    topic_list = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-    reference = MetadataRequest(version=version, topics=topic_list)
-    if version >= 4:
-        reference.allow_auto_topic_creation = False
-    reference.with_header(correlation_id=11, client_id="sluice-proxy")
-    assert ours == bytes(reference.encode(header=True, framed=True))
-    header = parse_request_header(ours)
-    assert (header.api_key, header.api_version, header.correlation_id) == (METADATA, version, 11)
-    decoded = MetadataRequest.decode(ours[4 + header.size :], version=version)
-    expected_topics = topics if topics is not None else ([] if version == 0 else None)
-    names = None if decoded.topics is None else [t.name for t in decoded.topics]
-    assert names == expected_topics

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kafka.protocol.metadata import MetadataRequest
 
 from protocol.errors import ProtocolError
+from protocol.headers import encode_request, parse_request_header
 from protocol.message_codec import decode_request_body, encode_response_body
 from protocol.topic_metadata import (
     BROKER_CONFIG_VERSION,
@@ -225,3 +227,29 @@ def test_config_value_of_a_truncated_body_is_a_protocol_error() -> None:
 
     with pytest.raises(ProtocolError):
         decode_config_value(BROKER_CONFIG_VERSION, body[:-4], NUM_PARTITIONS_CONFIG)
+
+
+@pytest.mark.parametrize("version", range(14))
+@pytest.mark.parametrize("topics", [None, [], ["orders", "payments"]])
+def test_framed_metadata_request_equals_kafka_python_framed_encoding(
+    version: int, topics: list[str] | None
+) -> None:
+    if version == 0 and topics == []:
+        with pytest.raises(ValueError):  # v0 reads an empty list as every topic
+            encode_topic_metadata_request(version, topics)
+        return
+    ours = encode_request(
+        METADATA_KEY, version, 11, "sluice-proxy", encode_topic_metadata_request(version, topics)
+    )
+    topic_list = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+    reference = MetadataRequest(version=version, topics=topic_list)
+    if version >= 4:
+        reference.allow_auto_topic_creation = False
+    reference.with_header(correlation_id=11, client_id="sluice-proxy")
+    assert ours == bytes(reference.encode(header=True, framed=True))
+    header = parse_request_header(ours)
+    assert (header.api_key, header.api_version, header.correlation_id) == (METADATA_KEY, version, 11)
+    decoded = MetadataRequest.decode(ours[4 + header.size :], version=version)
+    expected_topics = topics if topics is not None else ([] if version == 0 else None)
+    names = None if decoded.topics is None else [t.name for t in decoded.topics]
+    assert names == expected_topics
