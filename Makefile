@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	$(PY) -m proxy demo
+	$(PY) -m sluice.proxy demo
 
 test: install
 	$(VENV)/bin/ruff check .

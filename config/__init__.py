@@ -1,9 +1,9 @@
 """Sluice's configuration: the validated model and `load_config`, which builds it from YAML and flags."""
 
-from config.errors import ConfigError
-from config.load import load_config
-from config.model import HostPort, LogConfig, ProxyConfig
-from config.quota_settings import FetchThrottle, QuotaRule, QuotaSettings, ThrottleMode
+from sluice.config.errors import ConfigError
+from sluice.config.load import load_config
+from sluice.config.model import HostPort, LogConfig, ProxyConfig
+from sluice.config.quota_settings import FetchThrottle, QuotaRule, QuotaSettings, ThrottleMode
 
 __all__ = [
     "ConfigError",

@@ -4,10 +4,10 @@ key. Only paths and names are checked here; the files are read when the proxy bu
 
 from __future__ import annotations
 
-from config.errors import MISSING, ConfigError
-from config.identity_settings import ListenerTls, SaslSettings, TlsSettings, UpstreamTls
-from config.principal_mapping import PrincipalMappingRules
-from config.values import parse_bool, parse_section, value_at
+from sluice.config.errors import MISSING, ConfigError
+from sluice.config.identity_settings import ListenerTls, SaslSettings, TlsSettings, UpstreamTls
+from sluice.config.principal_mapping import PrincipalMappingRules
+from sluice.config.values import parse_bool, parse_section, value_at
 
 TLS_KEYS = ("listener", "upstream", "principal_mapping_rules")
 LISTENER_KEYS = ("cert", "key", "client_ca")

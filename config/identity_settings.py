@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from config.principal_mapping import PrincipalMappingRules
+from sluice.config.principal_mapping import PrincipalMappingRules
 
 DEFAULT_PRINCIPAL_CLAIM = "sub"  # Kafka's sasl.oauthbearer.sub.claim.name default
 

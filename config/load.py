@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TypeVar
 
-from config.errors import MISSING, ConfigError
-from config.identity_section import parse_sasl_section, parse_tls_section
-from config.model import (
+from sluice.config.errors import MISSING, ConfigError
+from sluice.config.identity_section import parse_sasl_section, parse_tls_section
+from sluice.config.model import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_SHUTDOWN_TIMEOUT_S,
@@ -18,9 +18,9 @@ from config.model import (
     LogConfig,
     ProxyConfig,
 )
-from config.quota_section import parse_quota_section
-from config.sources import apply_overrides, read_yaml_file
-from config.values import (
+from sluice.config.quota_section import parse_quota_section
+from sluice.config.sources import apply_overrides, read_yaml_file
+from sluice.config.values import (
     is_wildcard,
     parse_bootstrap,
     parse_broker_ports,

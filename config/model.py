@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from config.errors import MISSING, ConfigError
-from config.identity_settings import SaslSettings, TlsSettings
-from config.quota_settings import QuotaSettings
+from sluice.config.errors import MISSING, ConfigError
+from sluice.config.identity_settings import SaslSettings, TlsSettings
+from sluice.config.quota_settings import QuotaSettings
 
 MAX_PORT = 65535
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024

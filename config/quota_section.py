@@ -13,8 +13,8 @@ from enum import StrEnum
 from functools import partial
 from typing import TypeVar
 
-from config.errors import MISSING, ConfigError
-from config.quota_settings import (
+from sluice.config.errors import MISSING, ConfigError
+from sluice.config.quota_settings import (
     FetchThrottle,
     MutationSettings,
     QuotaRule,
@@ -22,9 +22,16 @@ from config.quota_settings import (
     ThrottleMode,
     ValidateOnly,
 )
-from config.values import parse_bool, parse_choice, parse_int, parse_section, reject_unknown_keys, value_at
-from quota import DEFAULT, QuotaConfig, QuotaEntity, QuotaKey, QuotaWindow, SensorKind, sanitize_user
-from quota.entities import EntityName
+from sluice.config.values import (
+    parse_bool,
+    parse_choice,
+    parse_int,
+    parse_section,
+    reject_unknown_keys,
+    value_at,
+)
+from sluice.quota import DEFAULT, QuotaConfig, QuotaEntity, QuotaKey, QuotaWindow, SensorKind, sanitize_user
+from sluice.quota.entities import EntityName
 
 QUOTA_KEYS = (
     "window",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from quota import QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
+from sluice.quota import QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
 
 
 class ThrottleMode(StrEnum):

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import yaml
 
-from config.errors import ConfigError
+from sluice.config.errors import ConfigError
 
 FILE_KEY = "<file>"
 

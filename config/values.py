@@ -8,8 +8,8 @@ import math
 import re
 from collections.abc import Collection, Mapping
 
-from config.errors import MISSING, ConfigError
-from config.model import MAX_PORT, HostPort
+from sluice.config.errors import MISSING, ConfigError
+from sluice.config.model import MAX_PORT, HostPort
 
 HOST_PORT = f"host:port with a non-empty host and a port in 1..{MAX_PORT} (IPv6 as [::1]:9092)"
 MAX_NODE_ID = 2**31 - 1  # Kafka node ids are int32

@@ -11,8 +11,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 
-from protocol.errors import ProtocolError
-from protocol.primitives import read_int16, read_int32, read_uvarint, skip_tagged_fields
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import read_int16, read_int32, read_uvarint, skip_tagged_fields
 
 _FIRST_FLEXIBLE = 3
 _ENTRY = struct.Struct(">hhh")  # api_key, min_version, max_version

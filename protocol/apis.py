@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from protocol.errors import ProtocolError
-from protocol.primitives import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import (
     read_int16,
     skip_compact_nullable_string,
     skip_nullable_string,
 )
 
 if TYPE_CHECKING:
-    from protocol.headers import RequestHeader
+    from sluice.protocol.headers import RequestHeader
 
 
 class ThrottlePosition(Enum):

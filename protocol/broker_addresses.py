@@ -13,8 +13,8 @@ from typing import Any
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.metadata_brokers import (
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.metadata_brokers import (
     METADATA_FAST_PATH_MAX_VERSION,
     AddressMap,
     metadata_brokers,

@@ -36,8 +36,8 @@ from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.schemas.fields.base import BaseField
 from kafka.protocol.schemas.fields.struct import StructField
 
-from protocol.errors import ProtocolError
-from protocol.primitives import INT32_PACK, encode_uvarint, read_int16
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import INT32_PACK, encode_uvarint, read_int16
 
 UNSUPPORTED_VERSION = 35
 _CODEC_ERRORS = (

@@ -14,10 +14,10 @@ import struct
 
 from kafka.protocol.consumer import FetchResponse
 
-from protocol.apis import API_SPECS
-from protocol.codec_quirks import encode_body
-from protocol.errors import ProtocolError
-from protocol.primitives import INT32_MAX
+from sluice.protocol.apis import API_SPECS
+from sluice.protocol.codec_quirks import encode_body
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import INT32_MAX
 
 __all__ = [
     "FETCH_MAX_VERSION",

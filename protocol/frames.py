@@ -6,8 +6,8 @@ Sans-IO in the h11 style: bytes in (`feed`), complete frames out. Each frame is 
 
 from __future__ import annotations
 
-from protocol.errors import ProtocolError
-from protocol.primitives import INT32_UNPACK
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import INT32_UNPACK
 
 DEFAULT_MAX_FRAME_BYTES = 104857600
 # A response needs at least its 4-byte correlation id; a request needs more, but that is the

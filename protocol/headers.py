@@ -5,15 +5,15 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from protocol.apis import (
+from sluice.protocol.apis import (
     CONTROLLED_SHUTDOWN_KEY,
     FLEXIBLE_FROM,
     NOT_FLEXIBLE,
     request_header_version,
     response_header_version,
 )
-from protocol.errors import ProtocolError
-from protocol.primitives import INT32_PACK, INT32_UNPACK, skip_tagged_fields
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import INT32_PACK, INT32_UNPACK, skip_tagged_fields
 
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
 _UNPACK_KEY_VERSION_CORRELATION = _KEY_VERSION_CORRELATION.unpack_from

@@ -31,8 +31,8 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.schemas.fields.base import BaseField
 
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.errors import ProtocolError
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.errors import ProtocolError
 
 _PAIRS: tuple[tuple[type[ApiMessage], type[ApiMessage]], ...] = (
     (MetadataRequest, MetadataResponse),

@@ -14,8 +14,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from protocol.errors import ProtocolError
-from protocol.primitives import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import (
     INT16_UNPACK,
     INT32_PACK,
     INT32_UNPACK,

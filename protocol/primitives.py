@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from protocol.errors import ProtocolError
+from sluice.protocol.errors import ProtocolError
 
 Buffer = bytes | bytearray | memoryview
 

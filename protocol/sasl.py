@@ -23,8 +23,8 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.errors import ProtocolError
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.errors import ProtocolError
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import Enum
 
-from protocol.errors import ProtocolError
-from protocol.sasl_mechanisms import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.sasl_mechanisms import (
     OAUTHBEARER,
     PLAIN,
     SCRAM_SHA_256,

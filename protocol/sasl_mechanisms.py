@@ -15,7 +15,7 @@ import binascii
 import json
 import re
 
-from protocol.errors import ProtocolError
+from sluice.protocol.errors import ProtocolError
 
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"

@@ -23,10 +23,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 
-from protocol.apis import API_SPECS, ThrottlePosition
-from protocol.codec_quirks import api_versions_body_version
-from protocol.errors import ProtocolError
-from protocol.primitives import (
+from sluice.protocol.apis import API_SPECS, ThrottlePosition
+from sluice.protocol.codec_quirks import api_versions_body_version
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import (
     INT32_MAX,
     Buffer,
     read_int32,

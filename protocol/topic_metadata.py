@@ -28,8 +28,8 @@ from typing import NamedTuple
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.errors import ProtocolError
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.errors import ProtocolError
 
 METADATA_KEY = 3
 DESCRIBE_CONFIGS_KEY = 32

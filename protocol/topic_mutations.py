@@ -29,9 +29,9 @@ from kafka.protocol.admin.topics import (
 )
 from kafka.protocol.api_message import ApiMessage
 
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.errors import ProtocolError
-from protocol.primitives import INT32_MAX
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import INT32_MAX
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 THROTTLING_QUOTA_EXCEEDED = 89

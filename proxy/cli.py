@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from config.errors import ConfigError
-from config.load import load_config
-from config.model import ProxyConfig
+from sluice.config.errors import ConfigError
+from sluice.config.load import load_config
+from sluice.config.model import ProxyConfig
 
 from .log import configure_logging, get_logger
 
@@ -78,9 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # These subcommands own their flags entirely; hand them the rest of the line untouched.
     passthrough = {
-        "mock-cluster": "proxy.mock_cluster",
-        "perf-test": "proxy.perf_test",
-        "demo": "proxy.demo",
+        "mock-cluster": "sluice.proxy.tools.mock_cluster",
+        "perf-test": "sluice.proxy.tools.perf_test",
+        "demo": "sluice.proxy.tools.demo",
     }
     if argv and argv[0] in passthrough:
         module = __import__(passthrough[argv[0]], fromlist=["main"])

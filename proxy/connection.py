@@ -18,17 +18,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, cast
 
-from protocol.apis import produce_acks
-from protocol.errors import ProtocolError
-from protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
-from protocol.headers import (
+from sluice.protocol.apis import produce_acks
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
+from sluice.protocol.headers import (
     RequestHeader,
     encode_request,
     parse_request_header,
     read_correlation_id,
     response_header_size,
 )
-from quota import ANONYMOUS
+from sluice.quota import ANONYMOUS
 
 from .filters.base import Answer, Defer, InFlight, RawExchange
 from .flow import ReadPauses

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from protocol.broker_addresses import decode_brokers
-from protocol.headers import encode_request, response_header_size
-from protocol.topic_metadata import encode_topic_metadata_request
+from sluice.protocol.broker_addresses import decode_brokers
+from sluice.protocol.headers import encode_request, response_header_size
+from sluice.protocol.topic_metadata import encode_topic_metadata_request
 
 if TYPE_CHECKING:
     from .tls import UpstreamTlsTarget

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from protocol.apis import api_spec
+from sluice.protocol.apis import api_spec
 
 _KEYS = 128  # API keys seen in practice are < 100; larger keys are folded into the last slot.
 

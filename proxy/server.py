@@ -14,15 +14,15 @@ import signal
 import socket
 from typing import Any
 
-from config.errors import ConfigError
-from config.model import ProxyConfig
-from protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
-from protocol.errors import ProtocolError
-from protocol.fetch import FETCH_MAX_VERSION
-from protocol.sasl import SASL_MAX_VERSIONS
-from protocol.throttle_field import THROTTLE_PATCHABLE_MAX_VERSIONS
-from protocol.topic_mutations import MUTATION_MAX_VERSIONS
-from quota import QuotaKey
+from sluice.config.errors import ConfigError
+from sluice.config.model import ProxyConfig
+from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.fetch import FETCH_MAX_VERSION
+from sluice.protocol.sasl import SASL_MAX_VERSIONS
+from sluice.protocol.throttle_field import THROTTLE_PATCHABLE_MAX_VERSIONS
+from sluice.protocol.topic_mutations import MUTATION_MAX_VERSIONS
+from sluice.quota import QuotaKey
 
 from .brokers import Address, BrokerDirectory
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
@@ -30,13 +30,13 @@ from .discovery import fetch_brokers
 from .filters import ApiVersionsClamp, BrokerAddressRewrite, Filter, FilterChain
 from .filters.client_quotas import ClientQuotas
 from .filters.mutation_quotas import MutationQuotas
+from .filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from .filters.sasl_inspector import SaslInspector
+from .filters.topic_cache import TopicCache
 from .log import get_logger
 from .metrics import ProxyMetrics, metrics_registry
 from .metrics_http import serve_metrics
-from .quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from .tls import UpstreamTlsTarget, certificate_principal, listener_context, upstream_context
-from .topic_cache import TopicCache
 
 _log = get_logger("sluice.server")
 

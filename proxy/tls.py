@@ -7,10 +7,10 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 
-from config.errors import ConfigError
-from config.identity_settings import ListenerTls, UpstreamTls
-from config.principal_mapping import PrincipalMappingRules
-from protocol.ssl_principal import rfc2253_name
+from sluice.config.errors import ConfigError
+from sluice.config.identity_settings import ListenerTls, UpstreamTls
+from sluice.config.principal_mapping import PrincipalMappingRules
+from sluice.protocol.ssl_principal import rfc2253_name
 
 # Kafka's ssl.enabled.protocols default is TLSv1.2,TLSv1.3; older versions are refused.
 _MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2

@@ -11,10 +11,18 @@ Typical use by the proxy::
     throttle_ms = managers.produce.record_and_get_throttle_ms("alice", "pump", request_size, now_ms)
 """
 
-from quota.entities import ANONYMOUS, DEFAULT, QuotaEntity, QuotaRules, QuotaTags, Resolution, sanitize_user
-from quota.errors import QuotaConfigError, QuotaViolation, ThrottlingQuotaExceeded
-from quota.keys import QuotaKey, SensorKind
-from quota.managers import (
+from sluice.quota.entities import (
+    ANONYMOUS,
+    DEFAULT,
+    QuotaEntity,
+    QuotaRules,
+    QuotaTags,
+    Resolution,
+    sanitize_user,
+)
+from sluice.quota.errors import QuotaConfigError, QuotaViolation, ThrottlingQuotaExceeded
+from sluice.quota.keys import QuotaKey, SensorKind
+from sluice.quota.managers import (
     NANOS_TO_PERCENTAGE_PER_SECOND,
     ClientQuotaManager,
     ControllerMutationQuotaManager,
@@ -23,16 +31,16 @@ from quota.managers import (
     kip219_throttle_ms,
     pre_kip219_throttle_ms,
 )
-from quota.mutations import (
+from sluice.quota.mutations import (
     ControllerMutationQuota,
     PermissiveControllerMutationQuota,
     StrictControllerMutationQuota,
     charge_topics,
     is_strict,
 )
-from quota.quota_config import QuotaConfig, QuotaWindow
-from quota.sensor import QuotaSensor, TokenBucketQuotaSensor, WindowQuotaSensor, new_quota_sensor
-from quota.throttle import (
+from sluice.quota.quota_config import QuotaConfig, QuotaWindow
+from sluice.quota.sensor import QuotaSensor, TokenBucketQuotaSensor, WindowQuotaSensor, new_quota_sensor
+from sluice.quota.throttle import (
     UNLIMITED,
     bounded_throttle_time,
     java_round,
@@ -41,10 +49,10 @@ from quota.throttle import (
     to_int32,
     token_bucket_throttle_time,
 )
-from quota.throttled_channel import ThrottledChannel, ThrottleQueue
-from quota.token_bucket import TokenBucket
-from quota.topic_quotas import TopicQuotas
-from quota.window import SampledRate
+from sluice.quota.throttled_channel import ThrottledChannel, ThrottleQueue
+from sluice.quota.token_bucket import TokenBucket
+from sluice.quota.topic_quotas import TopicQuotas
+from sluice.quota.window import SampledRate
 
 __all__ = [
     "ANONYMOUS",

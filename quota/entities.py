@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 from urllib.parse import quote
 
-from quota.errors import QuotaConfigError, require_bound
-from quota.throttle import UNLIMITED
+from sluice.quota.errors import QuotaConfigError, require_bound
+from sluice.quota.throttle import UNLIMITED
 
 # The principal name of an unauthenticated connection (PLAINTEXT, or SSL without a client certificate).
 ANONYMOUS: Final = "ANONYMOUS"

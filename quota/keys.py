@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from quota.errors import QuotaConfigError
+from sluice.quota.errors import QuotaConfigError
 
 
 class QuotaKey(StrEnum):

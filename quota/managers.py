@@ -20,18 +20,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from quota.entities import QuotaEntity, QuotaRules, QuotaTags, Resolution
-from quota.keys import QuotaKey, SensorKind, parse_quota_key, parse_sensor_kind
-from quota.mutations import (
+from sluice.quota.entities import QuotaEntity, QuotaRules, QuotaTags, Resolution
+from sluice.quota.keys import QuotaKey, SensorKind, parse_quota_key, parse_sensor_kind
+from sluice.quota.mutations import (
     UNBOUNDED_CONTROLLER_MUTATION_QUOTA,
     ControllerMutationQuota,
     PermissiveControllerMutationQuota,
     StrictControllerMutationQuota,
     is_strict,
 )
-from quota.quota_config import QuotaConfig, QuotaWindow
-from quota.sensor import INACTIVE_SENSOR_EXPIRATION_MS, QuotaSensor, new_quota_sensor
-from quota.throttle import DOUBLE_MAX, LONG_MAX, UNLIMITED, to_int32, token_bucket_throttle_time
+from sluice.quota.quota_config import QuotaConfig, QuotaWindow
+from sluice.quota.sensor import INACTIVE_SENSOR_EXPIRATION_MS, QuotaSensor, new_quota_sensor
+from sluice.quota.throttle import DOUBLE_MAX, LONG_MAX, UNLIMITED, to_int32, token_bucket_throttle_time
 
 # ClientQuotaManagerConfig.NanosToPercentagePerSecond: a recorded ns of thread time, in "% of a thread".
 NANOS_TO_PERCENTAGE_PER_SECOND: Final = 100.0 / 1_000_000_000

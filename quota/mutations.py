@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from quota.errors import QuotaViolation, ThrottlingQuotaExceeded
-from quota.sensor import QuotaSensor
-from quota.throttle import to_int32, token_bucket_throttle_time
+from sluice.quota.errors import QuotaViolation, ThrottlingQuotaExceeded
+from sluice.quota.sensor import QuotaSensor
+from sluice.quota.throttle import to_int32, token_bucket_throttle_time
 
 # API key -> first request version that gets the strict quota (spec §4).
 CREATE_TOPICS: Final = 19

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from quota.errors import QuotaConfigError, require_positive_int
-from quota.keys import QuotaKey, SensorKind, parse_quota_key, parse_sensor_kind
+from sluice.quota.errors import QuotaConfigError, require_positive_int
+from sluice.quota.keys import QuotaKey, SensorKind, parse_quota_key, parse_sensor_kind
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,11 @@ it a fresh, empty history, which is what Kafka's re-created sensor has.
 
 from __future__ import annotations
 
-from quota.errors import QuotaViolation, require_bound
-from quota.keys import SensorKind, parse_sensor_kind
-from quota.throttle import java_round
-from quota.token_bucket import TokenBucket
-from quota.window import SampledRate
+from sluice.quota.errors import QuotaViolation, require_bound
+from sluice.quota.keys import SensorKind, parse_sensor_kind
+from sluice.quota.throttle import java_round
+from sluice.quota.token_bucket import TokenBucket
+from sluice.quota.window import SampledRate
 
 # ClientQuotaManager.InactiveSensorExpirationTimeSeconds, in ms.
 INACTIVE_SENSOR_EXPIRATION_MS = 3_600_000

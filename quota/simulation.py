@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from quota.entities import QuotaEntity
-from quota.keys import QuotaKey, SensorKind
-from quota.managers import ClientQuotaManager
-from quota.quota_config import QuotaWindow
+from sluice.quota.entities import QuotaEntity
+from sluice.quota.keys import QuotaKey, SensorKind
+from sluice.quota.managers import ClientQuotaManager
+from sluice.quota.quota_config import QuotaWindow
 
 # One 10,000-byte record value with its 8-byte key, one record per 16 KiB batch (two would not fit), plus
 # the record, batch and Produce request overheads: "just over 10 kB", as the book puts it.

@@ -7,8 +7,8 @@ in violation while it holds fewer than zero tokens, and the throttle is the time
 
 from __future__ import annotations
 
-from quota.errors import require_bound, require_positive_int
-from quota.throttle import LONG_MAX
+from sluice.quota.errors import require_bound, require_positive_int
+from sluice.quota.throttle import LONG_MAX
 
 
 def _check_rate(rate: float | None) -> float | None:

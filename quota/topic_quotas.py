@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from quota.errors import QuotaConfigError, require_bound
-from quota.keys import SensorKind, parse_sensor_kind
-from quota.quota_config import QuotaWindow
-from quota.sensor import QuotaSensor, new_quota_sensor
+from sluice.quota.errors import QuotaConfigError, require_bound
+from sluice.quota.keys import SensorKind, parse_sensor_kind
+from sluice.quota.quota_config import QuotaWindow
+from sluice.quota.sensor import QuotaSensor, new_quota_sensor
 
 
 class TopicQuotas:

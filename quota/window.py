@@ -17,7 +17,7 @@ ring when a sample can actually have expired.
 
 from __future__ import annotations
 
-from quota.errors import require_positive_int
+from sluice.quota.errors import require_positive_int
 
 _NEVER = 1 << 62
 

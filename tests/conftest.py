@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.mock_cluster_process import MockCluster
-from proxy.proxy_process import ProxyProcess
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.proxy_process import ProxyProcess
 
 CLIENT_TOPICS = {"roundtrip-confluent": 6, "roundtrip-aiokafka": 6, "roundtrip-kafkapython": 6, "faults": 6}
 

@@ -8,7 +8,7 @@ import socket
 import struct
 from typing import Any
 
-from protocol.headers import encode_request_header, frame, response_header_size
+from sluice.protocol.headers import encode_request_header, frame, response_header_size
 
 
 class RawClient:

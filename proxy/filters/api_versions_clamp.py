@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from protocol.api_versions_clamp import clamp_api_versions
-from protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
+from sluice.protocol.api_versions_clamp import clamp_api_versions
+from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
 
 from .base import ConnectionInfo, Filter, Frame, InFlight
 from .frames import with_body

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Protocol
 
-from protocol.headers import RequestHeader
+from sluice.protocol.headers import RequestHeader
 
 Frame = memoryview | bytes
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from protocol.broker_addresses import rewrite_broker_addresses
-from protocol.headers import response_header_size
+from sluice.protocol.broker_addresses import rewrite_broker_addresses
+from sluice.protocol.headers import response_header_size
 
 from ..brokers import BrokerDirectory
 from .base import ConnectionInfo, Filter, Frame, InFlight

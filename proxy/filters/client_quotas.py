@@ -26,22 +26,22 @@ from __future__ import annotations
 
 import struct
 
-from config.quota_settings import FetchThrottle, ThrottleMode
-from protocol.apis import api_spec
-from protocol.errors import ProtocolError
-from protocol.fetch import (
+from sluice.config.quota_settings import FetchThrottle, ThrottleMode
+from sluice.protocol.apis import api_spec
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.fetch import (
     cap_fetch_request,
     empty_fetch_response,
     fetch_request_limits,
     fetch_response_session,
 )
-from protocol.headers import RequestHeader, response_header_size
-from protocol.throttle_field import read_throttle_ms, throttle_field_offset
-from quota import QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
+from sluice.protocol.headers import RequestHeader, response_header_size
+from sluice.protocol.throttle_field import read_throttle_ms, throttle_field_offset
+from sluice.quota import QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
-from ..quota_metrics import ThrottleStats
 from .base import ConnectionInfo, Filter, Frame, InFlight
 from .frames import with_body
+from .quota_metrics import ThrottleStats
 
 PRODUCE, FETCH = 0, 1
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 from weakref import WeakKeyDictionary
 
-from config.quota_settings import MutationSettings, ValidateOnly
-from protocol.headers import RequestHeader, encode_response, response_header_size
-from protocol.throttle_field import raise_frame_throttle_ms
-from protocol.topic_mutations import (
+from sluice.config.quota_settings import MutationSettings, ValidateOnly
+from sluice.protocol.headers import RequestHeader, encode_response, response_header_size
+from sluice.protocol.throttle_field import raise_frame_throttle_ms
+from sluice.protocol.topic_mutations import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -41,18 +41,18 @@ from protocol.topic_mutations import (
     mutation_request_subset,
     result_errors,
 )
-from quota import QuotaManagers
-from quota.mutations import (
+from sluice.quota import QuotaManagers
+from sluice.quota.mutations import (
     UNBOUNDED_CONTROLLER_MUTATION_QUOTA,
     ControllerMutationQuota,
     charge_topics,
     is_strict,
 )
 
-from ..quota_metrics import MutationRates, ThrottleStats
-from ..topic_cache import KAFKA_DEFAULT_NUM_PARTITIONS, TopicCache
 from .base import Answer, ConnectionInfo, Defer, Filter, Frame, InFlight
 from .frames import with_body
+from .quota_metrics import MutationRates, ThrottleStats
+from .topic_cache import KAFKA_DEFAULT_NUM_PARTITIONS, TopicCache
 
 _KEYS = frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS})
 QUOTA_KIND = "ControllerMutation"

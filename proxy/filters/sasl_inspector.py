@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from weakref import WeakKeyDictionary
 
-from protocol.errors import ProtocolError
-from protocol.headers import RequestHeader, response_header_size
-from protocol.sasl import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import RequestHeader, response_header_size
+from sluice.protocol.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     decode_authenticate_request,
@@ -28,8 +28,8 @@ from protocol.sasl import (
     decode_handshake_request,
     decode_handshake_response,
 )
-from protocol.sasl_exchange import FOLLOWABLE_MECHANISMS, SaslExchange, SaslOutcome
-from quota import ANONYMOUS
+from sluice.protocol.sasl_exchange import FOLLOWABLE_MECHANISMS, SaslExchange, SaslOutcome
+from sluice.quota import ANONYMOUS
 
 from ..log import get_logger
 from .base import ConnectionInfo, Filter, Frame, InFlight

@@ -24,15 +24,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
 
 from harness import BareRelayProcess, QuietProxy
 from kafka.protocol.metadata import ApiVersionsRequest
 from measurements import Record, measurement
 from process_stats import open_fds, raise_fd_limit, rss_bytes
 
-from protocol.headers import encode_request_header, frame
-from proxy.mock_cluster_process import MockCluster
+from sluice.protocol.headers import encode_request_header, frame
+from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TARGET_KB = 30.0
 CONNECTIONS = 5_000

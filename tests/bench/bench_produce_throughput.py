@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
 
 from harness import QuietProxy, display, perf_test_command, run_child
 from measurements import Record, measurement, median
 from process_stats import cpu_seconds
 
-from proxy.mock_cluster_process import MockCluster
+from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TARGET_RATIO = 0.95
 BROKERS = 3

@@ -10,23 +10,19 @@ rather than the machine's noise.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
 
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
-from protocol.broker_addresses import rewrite_broker_addresses, rewrite_metadata_with_codec
-from protocol.frames import FrameSplitter
-from protocol.headers import encode_request_header, frame, parse_request_header
-from protocol.throttle_field import patch_throttle_ms
+from sluice.protocol.broker_addresses import rewrite_broker_addresses, rewrite_metadata_with_codec
+from sluice.protocol.frames import FrameSplitter
+from sluice.protocol.headers import encode_request_header, frame, parse_request_header
+from sluice.protocol.throttle_field import patch_throttle_ms
 
 METADATA_TARGET_MS = 1.0
 SMALL_REQUEST_TARGET_NS = 2000.0

@@ -9,18 +9,14 @@ including the Python loop that makes the calls.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
-
-from quota.entities import DEFAULT, QuotaEntity, QuotaRules
-from quota.keys import QuotaKey, SensorKind
-from quota.managers import ClientQuotaManager
-from quota.sensor import QuotaSensor, TokenBucketQuotaSensor, WindowQuotaSensor
+from sluice.quota.entities import DEFAULT, QuotaEntity, QuotaRules
+from sluice.quota.keys import QuotaKey, SensorKind
+from sluice.quota.managers import ClientQuotaManager
+from sluice.quota.sensor import QuotaSensor, TokenBucketQuotaSensor, WindowQuotaSensor
 
 RECORD_CHECK_TARGET_US = 2.0
 RESOLUTION_TARGET_US = 2.0

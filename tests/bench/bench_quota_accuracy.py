@@ -46,13 +46,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
 
 from confluent_kafka import KafkaError, Producer
 from harness import QuietProxy
 from measurements import Record, measurement
 
-from proxy.mock_cluster_process import MockCluster
+from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 QUOTA = 100_000  # producer_byte_rate, B/s
 TARGET_PERCENT = 2.0

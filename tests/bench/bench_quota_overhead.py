@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
 
 # The same perf-test experiment as section 1, so the two sections compare like with like.
 from bench_produce_throughput import (
@@ -47,7 +46,7 @@ from measurements import Record, measurement, median
 from process_stats import cpu_seconds
 from wire_load import CLIENT_ID as WIRE_LOAD_CLIENT_ID
 
-from proxy.mock_cluster_process import MockCluster
+from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 ROUNDS = 9  # throughput on this shared 2-core machine varies +-15 % run to run; medians need rounds
 PRODUCER_PROPS = {"acks": "1"}

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
 
 from harness import (
     BareRelayProcess,
@@ -35,7 +34,7 @@ from harness import (
 from measurements import Record, measurement, median
 from process_stats import cpu_seconds
 
-from proxy.mock_cluster_process import MockCluster
+from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TARGET_CPU_S_PER_GIB = 0.5
 GIB = 1 << 30

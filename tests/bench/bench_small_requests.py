@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
 
 from harness import BareRelayProcess, QuietProxy, display, run_windowed, wire_load_command
 from measurements import Record, measurement, median
 
-from proxy.mock_cluster_process import MockCluster
+from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TARGET_PER_S = 50_000
 TOPIC = "small"

@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from quota.simulation import (
+from sluice.quota.simulation import (
     BOOK_PRODUCER_BYTE_RATE,
     BOOK_REQUEST_BYTES,
     BOOK_SEND_INTERVAL_MS,

@@ -18,11 +18,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
-
 from process_stats import children_cpu_seconds, cpu_seconds
 
-from proxy.proxy_process import ProxyProcess
+from sluice.proxy.tools.proxy_process import ProxyProcess
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parents[1]
@@ -189,8 +187,8 @@ def wire_load_command(port: int, **options: object) -> list[str]:
 def perf_test_command(
     bootstrap: str, topic: str, num_records: int, record_size: int, props: dict
 ) -> list[str]:
-    """`sluice perf-test` (python -m proxy perf-test) against `bootstrap`, unthrottled."""
-    command = [PYTHON, "-m", "proxy", "perf-test", "--topic", topic, "--num-records", str(num_records)]
+    """`sluice perf-test` (python -m sluice.proxy perf-test) against `bootstrap`, unthrottled."""
+    command = [PYTHON, "-m", "sluice.proxy", "perf-test", "--topic", topic, "--num-records", str(num_records)]
     command += ["--record-size", str(record_size), "--throughput", "-1", "--producer-props"]
     command += [f"bootstrap.servers={bootstrap}"] + [f"{k}={v}" for k, v in props.items()]
     return command

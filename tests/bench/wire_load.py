@@ -23,16 +23,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, cast
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere without installing
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from protocol.headers import encode_request_header, frame, response_header_size
+from sluice.protocol.headers import encode_request_header, frame, response_header_size
 
 PRODUCE_VERSION = 7  # the newest non-flexible Produce: a fixed-size header, nothing to patch
 CLIENT_ID = "sluice-bench"

@@ -7,7 +7,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config import ConfigError, ProxyConfig, load_config
+from sluice.config import ConfigError, ProxyConfig, load_config
 
 BASE = {"listen": "127.0.0.1:9092", "upstream.bootstrap": ["kafka:19092"]}
 KEYS = [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import ConfigError
-from config.load import config_from_mapping
-from config.quota_settings import ValidateOnly
+from sluice.config.errors import ConfigError
+from sluice.config.load import config_from_mapping
+from sluice.config.quota_settings import ValidateOnly
 
 BASE = {"listen": "127.0.0.1:9092", "upstream": {"bootstrap": "127.0.0.1:19092"}}
 

@@ -4,8 +4,16 @@ from pathlib import Path
 
 import pytest
 
-from config import ConfigError, HostPort, LogConfig, QuotaRule, QuotaSettings, ThrottleMode, load_config
-from quota import QuotaEntity, QuotaKey
+from sluice.config import (
+    ConfigError,
+    HostPort,
+    LogConfig,
+    QuotaRule,
+    QuotaSettings,
+    ThrottleMode,
+    load_config,
+)
+from sluice.quota import QuotaEntity, QuotaKey
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "config-example.yaml"
 

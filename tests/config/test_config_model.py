@@ -5,8 +5,8 @@ from types import MappingProxyType
 
 import pytest
 
-from config import ConfigError, HostPort, ProxyConfig, QuotaSettings
-from config.errors import MISSING
+from sluice.config import ConfigError, HostPort, ProxyConfig, QuotaSettings
+from sluice.config.errors import MISSING
 
 
 def make_config(**changes: object) -> ProxyConfig:

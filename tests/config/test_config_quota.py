@@ -8,8 +8,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config import ConfigError, FetchThrottle, QuotaRule, QuotaSettings, ThrottleMode, load_config
-from quota import (
+from sluice.config import ConfigError, FetchThrottle, QuotaRule, QuotaSettings, ThrottleMode, load_config
+from sluice.quota import (
     DEFAULT,
     UNLIMITED,
     QuotaConfig,

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from config import ConfigError, load_config
+from sluice.config import ConfigError, load_config
 
 BASE = {"listen": "127.0.0.1:9092", "upstream.bootstrap": ["kafka:19092"]}
 

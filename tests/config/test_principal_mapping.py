@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config.principal_mapping import NoMatchingRule, PrincipalMappingRules
+from sluice.config.principal_mapping import NoMatchingRule, PrincipalMappingRules
 
 # ---------------------------------------------------------------- mapping rules: Kafka's cases
 

@@ -26,11 +26,11 @@ from typing import Any
 
 from doubles.loop_thread import LoopThread
 
-from protocol.errors import ProtocolError
-from protocol.frames import FrameSplitter
-from protocol.headers import RequestHeader, encode_response, parse_request_header
-from protocol.message_codec import decode_request_body, encode_response_body
-from protocol.topic_mutations import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.frames import FrameSplitter
+from sluice.protocol.headers import RequestHeader, encode_response, parse_request_header
+from sluice.protocol.message_codec import decode_request_body, encode_response_body
+from sluice.protocol.topic_mutations import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,

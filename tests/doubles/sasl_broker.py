@@ -53,21 +53,21 @@ from doubles.loop_thread import LoopThread
 from kafka.protocol.metadata import ApiVersionsResponse
 from scramp import ScramException, ScramMechanism
 
-from protocol.apis import produce_acks
-from protocol.broker_addresses import REWRITABLE_MAX_VERSIONS, rewrite_broker_addresses
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.errors import ProtocolError
-from protocol.headers import (
+from sluice.protocol.apis import produce_acks
+from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS, rewrite_broker_addresses
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import (
     RequestHeader,
     encode_response,
     parse_request_header,
     read_correlation_id,
     response_header_size,
 )
-from protocol.headers import (
+from sluice.protocol.headers import (
     frame as framed,
 )
-from protocol.sasl import (
+from sluice.protocol.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     decode_authenticate_request,
@@ -75,9 +75,9 @@ from protocol.sasl import (
     encode_authenticate_response,
     encode_handshake_response,
 )
-from proxy.discovery import fetch_brokers
-from proxy.filters.frames import with_body
-from proxy.mock_cluster import parse_bootstrap
+from sluice.proxy.discovery import fetch_brokers
+from sluice.proxy.filters.frames import with_body
+from sluice.proxy.tools.mock_cluster import parse_bootstrap
 
 __all__ = ["SaslBrokerDouble"]
 

@@ -7,7 +7,7 @@ import pytest
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas.fields.base import BaseField
 
-from protocol.apis import (
+from sluice.protocol.apis import (
     API_SPECS,
     ApiSpec,
     ThrottlePosition,

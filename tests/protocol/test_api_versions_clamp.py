@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from protocol.api_versions_clamp import clamp_api_versions
-from protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.errors import ProtocolError
+from sluice.protocol.api_versions_clamp import clamp_api_versions
+from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.errors import ProtocolError
 
 ApiVersion = ApiVersionsResponse.ApiVersion
 BROKER_RANGES = {0: (0, 11), 1: (4, 17), 3: (0, 12), 10: (0, 6), 18: (0, 4), 60: (0, 1), 75: (0, 0)}

@@ -13,15 +13,15 @@ from hypothesis import strategies as st
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
-from protocol.broker_addresses import (
+from sluice.protocol.broker_addresses import (
     REWRITABLE_MAX_VERSIONS,
     decode_brokers,
     rewrite_broker_addresses,
     rewrite_metadata_with_codec,
 )
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.errors import ProtocolError
-from protocol.metadata_brokers import rewrite_metadata_brokers
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.metadata_brokers import rewrite_metadata_brokers
 
 METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 3, 10, 60
 Broker = MetadataResponse.MetadataResponseBroker

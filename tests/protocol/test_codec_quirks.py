@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.errors import ProtocolError
-from protocol.primitives import encode_uvarint
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import encode_uvarint
 
 Broker = MetadataResponse.MetadataResponseBroker
 Topic = MetadataResponse.MetadataResponseTopic

@@ -12,17 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.errors import ProtocolError
-from protocol.fetch import (
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.fetch import (
     FETCH_MAX_VERSION,
     cap_fetch_request,
     empty_fetch_response,
     fetch_request_limits,
     fetch_response_session,
 )
-from protocol.primitives import INT32_MAX
-from protocol.throttle_field import patch_throttle_ms, read_throttle_ms
+from sluice.protocol.primitives import INT32_MAX
+from sluice.protocol.throttle_field import patch_throttle_ms, read_throttle_ms
 
 VERSIONS = range(FETCH_MAX_VERSION + 1)
 MAX_BYTES = 52_428_800  # the Java consumer's fetch.max.bytes default

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.errors import ProtocolError
-from protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameSplitter
-from protocol.headers import frame
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameSplitter
+from sluice.protocol.headers import frame
 
 
 def _frames(*payloads: bytes) -> list[bytes]:

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from kafka.protocol.api_header import RequestHeader as KafkaRequestHeader
 from kafka.protocol.api_header import ResponseHeader as KafkaResponseHeader
 
-from protocol.errors import ProtocolError
-from protocol.headers import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import (
     RequestHeader,
     encode_request_header,
     frame,
@@ -20,7 +20,7 @@ from protocol.headers import (
     read_correlation_id,
     response_header_size,
 )
-from protocol.primitives import encode_uvarint
+from sluice.protocol.primitives import encode_uvarint
 
 METADATA, API_VERSIONS, CONTROLLED_SHUTDOWN, FETCH = 3, 18, 7, 1
 

@@ -14,9 +14,9 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from protocol.errors import ProtocolError
-from protocol.primitives import encode_uvarint
-from protocol.sasl import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import encode_uvarint
+from sluice.protocol.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     SaslAuthenticateResult,

@@ -14,7 +14,7 @@ import pytest
 import scramp
 from sasl_tokens import oauthbearer_response, plain_token, unsecured_jwt
 
-from protocol.sasl_exchange import FOLLOWABLE_MECHANISMS, SaslExchange, SaslOutcome
+from sluice.protocol.sasl_exchange import FOLLOWABLE_MECHANISMS, SaslExchange, SaslOutcome
 
 PENDING, SUCCEEDED, FAILED = SaslOutcome.PENDING, SaslOutcome.SUCCEEDED, SaslOutcome.FAILED
 SASL_AUTHENTICATION_FAILED = 58

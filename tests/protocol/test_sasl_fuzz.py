@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sasl_tokens import b64url
 
-from protocol.errors import ProtocolError
-from protocol.sasl import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.sasl import (
     decode_authenticate_request,
     decode_authenticate_response,
     decode_handshake_request,
@@ -25,8 +25,13 @@ from protocol.sasl import (
     encode_authenticate_request,
     encode_authenticate_response,
 )
-from protocol.sasl_exchange import SaslExchange, SaslOutcome
-from protocol.sasl_mechanisms import SaslTokenError, oauthbearer_principal, plain_principal, scram_principal
+from sluice.protocol.sasl_exchange import SaslExchange, SaslOutcome
+from sluice.protocol.sasl_mechanisms import (
+    SaslTokenError,
+    oauthbearer_principal,
+    plain_principal,
+    scram_principal,
+)
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -14,8 +14,8 @@ from sasl_tokens import b64url as _b64url
 from sasl_tokens import oauthbearer_response as _oauth
 from sasl_tokens import unsecured_jwt as _jwt
 
-from protocol.errors import ProtocolError
-from protocol.sasl_mechanisms import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.sasl_mechanisms import (
     SaslTokenError,
     oauthbearer_principal,
     plain_principal,

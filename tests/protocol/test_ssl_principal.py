@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tls_certs import TestCA
 
-from config.principal_mapping import PrincipalMappingRules
-from protocol.ssl_principal import rfc2253_name
+from sluice.config.principal_mapping import PrincipalMappingRules
+from sluice.protocol.ssl_principal import rfc2253_name
 
 # ---------------------------------------------------------------- rendering: synthetic subjects
 

@@ -22,12 +22,12 @@ from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.producer import ProduceResponse
 from kafka.protocol.schemas.fields.struct import StructField
 
-from protocol.apis import API_SPECS, ThrottlePosition
-from protocol.codec_quirks import decode_body, encode_body
-from protocol.errors import ProtocolError
-from protocol.headers import frame, response_header_size
-from protocol.primitives import INT32_MAX, INT32_PACK, INT32_UNPACK
-from protocol.throttle_field import (
+from sluice.protocol.apis import API_SPECS, ThrottlePosition
+from sluice.protocol.codec_quirks import decode_body, encode_body
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import frame, response_header_size
+from sluice.protocol.primitives import INT32_MAX, INT32_PACK, INT32_UNPACK
+from sluice.protocol.throttle_field import (
     THROTTLE_PATCHABLE_MAX_VERSIONS,
     patch_frame_throttle_ms,
     patch_throttle_ms,

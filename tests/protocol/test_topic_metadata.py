@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.metadata import MetadataRequest
 
-from protocol.errors import ProtocolError
-from protocol.headers import encode_request, parse_request_header
-from protocol.message_codec import decode_request_body, encode_response_body
-from protocol.topic_metadata import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import encode_request, parse_request_header
+from sluice.protocol.message_codec import decode_request_body, encode_response_body
+from sluice.protocol.topic_metadata import (
     BROKER_CONFIG_VERSION,
     BROKER_RESOURCE_TYPE,
     DESCRIBE_CONFIGS_KEY,

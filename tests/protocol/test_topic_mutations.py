@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import ProtocolError
-from protocol.message_codec import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.message_codec import (
     decode_request_body,
     decode_response_body,
     encode_request_body,
     encode_response_body,
 )
-from protocol.throttle_field import read_throttle_ms
-from protocol.topic_mutations import (
+from sluice.protocol.throttle_field import read_throttle_ms
+from sluice.protocol.topic_mutations import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from quota.simulation import Enforcement, SimulationResult, coefficient_of_variation
+from sluice.quota.simulation import Enforcement, SimulationResult, coefficient_of_variation
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from quota.entities import (
+from sluice.quota.entities import (
     ANONYMOUS,
     CLIENT_ID_QUOTA_ENABLED,
     DEFAULT,
@@ -18,10 +18,10 @@ from quota.entities import (
     QuotaTags,
     sanitize_user,
 )
-from quota.errors import QuotaConfigError
-from quota.keys import QuotaKey
-from quota.managers import ClientQuotaManager
-from quota.throttle import UNLIMITED
+from sluice.quota.errors import QuotaConfigError
+from sluice.quota.keys import QuotaKey
+from sluice.quota.managers import ClientQuotaManager
+from sluice.quota.throttle import UNLIMITED
 
 E = QuotaEntity
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from quota.entities import ANONYMOUS, DEFAULT, QuotaEntity
-from quota.errors import QuotaConfigError
-from quota.keys import QuotaKey, SensorKind
-from quota.managers import (
+from sluice.quota.entities import ANONYMOUS, DEFAULT, QuotaEntity
+from sluice.quota.errors import QuotaConfigError
+from sluice.quota.keys import QuotaKey, SensorKind
+from sluice.quota.managers import (
     NANOS_TO_PERCENTAGE_PER_SECOND,
     ClientQuotaManager,
     ControllerMutationQuotaManager,
@@ -16,9 +16,9 @@ from quota.managers import (
     kip219_throttle_ms,
     pre_kip219_throttle_ms,
 )
-from quota.quota_config import QuotaConfig, QuotaWindow
-from quota.sensor import INACTIVE_SENSOR_EXPIRATION_MS
-from quota.throttle import DOUBLE_MAX, to_int32
+from sluice.quota.quota_config import QuotaConfig, QuotaWindow
+from sluice.quota.sensor import INACTIVE_SENSOR_EXPIRATION_MS
+from sluice.quota.throttle import DOUBLE_MAX, to_int32
 
 
 def _v13_manager() -> ClientQuotaManager:

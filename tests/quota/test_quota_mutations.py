@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from quota.entities import ANONYMOUS, QuotaEntity
-from quota.errors import ThrottlingQuotaExceeded
-from quota.managers import ControllerMutationQuotaManager
-from quota.mutations import (
+from sluice.quota.entities import ANONYMOUS, QuotaEntity
+from sluice.quota.errors import ThrottlingQuotaExceeded
+from sluice.quota.managers import ControllerMutationQuotaManager
+from sluice.quota.mutations import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -17,8 +17,8 @@ from quota.mutations import (
     charge_topics,
     is_strict,
 )
-from quota.quota_config import QuotaWindow
-from quota.sensor import TokenBucketQuotaSensor
+from sluice.quota.quota_config import QuotaWindow
+from sluice.quota.sensor import TokenBucketQuotaSensor
 
 
 def _bucket(rate: float, num_samples: int) -> TokenBucketQuotaSensor:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from quota.errors import QuotaConfigError, QuotaViolation
-from quota.keys import SensorKind
-from quota.sensor import (
+from sluice.quota.errors import QuotaConfigError, QuotaViolation
+from sluice.quota.keys import SensorKind
+from sluice.quota.sensor import (
     INACTIVE_SENSOR_EXPIRATION_MS,
     TokenBucketQuotaSensor,
     WindowQuotaSensor,

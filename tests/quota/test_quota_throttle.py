@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from quota.throttle import (
+from sluice.quota.throttle import (
     INT_MAX,
     INT_MIN,
     LONG_MAX,
@@ -19,7 +19,7 @@ from quota.throttle import (
     to_int32,
     token_bucket_throttle_time,
 )
-from quota.window import SampledRate
+from sluice.quota.window import SampledRate
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from quota.errors import QuotaConfigError
-from quota.throttle import LONG_MAX
-from quota.token_bucket import TokenBucket
+from sluice.quota.errors import QuotaConfigError
+from sluice.quota.throttle import LONG_MAX
+from sluice.quota.token_bucket import TokenBucket
 
 
 def _v6_bucket() -> TokenBucket:

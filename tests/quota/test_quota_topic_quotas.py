@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from quota.errors import QuotaConfigError
-from quota.keys import SensorKind
-from quota.topic_quotas import TopicQuotas
+from sluice.quota.errors import QuotaConfigError
+from sluice.quota.keys import SensorKind
+from sluice.quota.topic_quotas import TopicQuotas
 
 
 def _quotas() -> TopicQuotas:

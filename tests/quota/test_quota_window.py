@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from quota.errors import QuotaConfigError
-from quota.window import SampledRate
+from sluice.quota.errors import QuotaConfigError
+from sluice.quota.window import SampledRate
 
 
 # V1: RateTest.testRateWithNoPriorAvailableSamples. Record 50 at t = 0, measure at W_s * 1000 - 1.

@@ -11,11 +11,11 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from rawclient import RawClient
 
-from config.load import load_config
-from proxy.mock_cluster_process import MockCluster
-from proxy.perf_test import run_perf_test
-from proxy.ports import free_port_block
-from proxy.server import SluiceServer
+from sluice.config.load import load_config
+from sluice.proxy.ports import free_port_block
+from sluice.proxy.server import SluiceServer
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.perf_test import run_perf_test
 
 TOPIC = "backpressure"
 

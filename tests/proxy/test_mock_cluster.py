@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 
-from proxy.mock_cluster import MockClusterError, TopicSpec, parse_bootstrap, parse_topic_spec
-from proxy.mock_cluster_process import MockCluster
+from sluice.proxy.tools.mock_cluster import MockClusterError, TopicSpec, parse_bootstrap, parse_topic_spec
+from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TOPIC = "orders"
 PARTITIONS = 6
@@ -195,7 +195,7 @@ def test_sigterm_exits_zero_and_closes_every_port() -> None:
 
 def _start(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "proxy.mock_cluster", *args],
+        [sys.executable, "-m", "sluice.proxy.tools.mock_cluster", *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

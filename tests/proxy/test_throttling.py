@@ -19,8 +19,8 @@ import pytest
 from records import digest
 from throttle_harness import FlatOutProducer, TrafficSampler, metric_value, metric_values
 
-from proxy.mock_cluster_process import MockCluster
-from proxy.proxy_process import ProxyProcess
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.proxy_process import ProxyProcess
 
 QUOTA = 100_000
 WARM_UP_S = 12

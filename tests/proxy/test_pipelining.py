@@ -13,8 +13,8 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 from rawclient import RawClient
 from throttle_harness import metric_value
 
-from proxy.mock_cluster_process import MockCluster
-from proxy.proxy_process import ProxyProcess
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.proxy_process import ProxyProcess
 
 TOPIC = "pipeline"
 RECORDS_PER_BATCH = 5

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from proxy import demo
+from sluice.proxy import demo
 
 RUN_S = 15
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -29,10 +29,10 @@ from kafka.admin import ConfigResourceType
 from kafka.admin import NewPartitions as KpNewPartitions
 from rawclient import RawClient
 
-from protocol.errors import ProtocolError
-from protocol.headers import encode_request_header, frame
-from protocol.message_codec import decode_response_body, encode_request_body
-from protocol.topic_metadata import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import encode_request_header, frame
+from sluice.protocol.message_codec import decode_response_body, encode_request_body
+from sluice.protocol.topic_metadata import (
     BROKER_CONFIG_VERSION,
     DESCRIBE_CONFIGS_KEY,
     METADATA_KEY,
@@ -46,7 +46,7 @@ from protocol.topic_metadata import (
     encode_broker_config_request,
     encode_topic_metadata_request,
 )
-from protocol.topic_mutations import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, TopicMutation
+from sluice.protocol.topic_mutations import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, TopicMutation
 
 TIMEOUT_S = 15.0
 API_VERSIONS = 18

@@ -16,8 +16,8 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 from rawclient import RawClient
 
-from proxy.mock_cluster_process import MockCluster
-from proxy.proxy_process import ProxyProcess
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.proxy_process import ProxyProcess
 
 TOPIC = "modes"
 QUOTA = 100_000

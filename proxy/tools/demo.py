@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .mock_cluster_process import MockCluster
-from .proxy_process import REPO, ProxyProcess
+from .proxy_process import ProxyProcess
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message, Producer, ThrottleEvent
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 PARTITIONS = 6
 RECORD_SIZE = 10_000
 DEFAULT_SECONDS = 30
-DEFAULT_CHART = REPO / "out" / "demo-throughput.png"
+DEFAULT_CHART = Path("out") / "demo-throughput.png"
 # The token bucket's one burst (N x W x quota, 11 s worth) drains in the first second or two; the window
 # sensor's comb repeats every ~11 s, so with it no warm-up makes a short run's average exact.
 MAX_WARM_UP_S = 12

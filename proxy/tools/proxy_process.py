@@ -1,4 +1,4 @@
-"""The real proxy (`python -m proxy run ...`) as a child process, for the demo, benchmarks and tests."""
+"""The real proxy (`sluice run ...`) as a child process, for the demo, benchmarks and tests."""
 
 from __future__ import annotations
 
@@ -14,9 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from .ports import free_port_block, wait_for_port
-
-REPO = Path(__file__).resolve().parent.parent
+from ..ports import free_port_block, wait_for_port
 
 
 class ProxyProcess:
@@ -57,8 +55,7 @@ class ProxyProcess:
         self._log_file = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "run", "--config", str(self.config_path)],
-            cwd=REPO,
+            [sys.executable, "-m", "sluice.proxy", "run", "--config", str(self.config_path)],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=env,

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -40,8 +41,10 @@ from rawclient import RawClient
 from throttle_harness import metric_value, metric_values
 from tls_certs import TestCA
 
-from proxy.mock_cluster_process import MockCluster
-from proxy.proxy_process import REPO, ProxyProcess
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.proxy_process import ProxyProcess
+
+REPO = Path(__file__).resolve().parents[2]
 
 TOPIC = "identity"
 USERS = {"alice": "alice-pw-7d1c", "bob": "bob-pw-93fa"}
@@ -422,7 +425,7 @@ def test_unreadable_or_mismatched_tls_files_stop_startup_naming_the_file(tmp_pat
             f"tls: {{listener: {{cert: '{listener['cert']}', key: '{listener['key']}'}}}}\n"
         )
         run = subprocess.run(
-            [sys.executable, "-m", "proxy", "run", "--config", str(config)],
+            [sys.executable, "-m", "sluice.proxy", "run", "--config", str(config)],
             cwd=REPO,
             capture_output=True,
             text=True,

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from types import TracebackType
 
-from proxy.mock_cluster import MockClusterError, parse_bootstrap
+from sluice.proxy.tools.mock_cluster import MockClusterError, parse_bootstrap
 
 _START_TIMEOUT_S = 10.0
 _COMMAND_TIMEOUT_S = 10.0
@@ -35,7 +35,7 @@ class MockCluster:
 
     def __init__(self, brokers: int = 3, topics: dict[str, int] | None = None) -> None:
         self.brokers = brokers
-        command = [sys.executable, "-m", "proxy.mock_cluster", "--brokers", str(brokers)]
+        command = [sys.executable, "-m", "sluice.proxy.tools.mock_cluster", "--brokers", str(brokers)]
         for name, partitions in (topics or {}).items():
             command += ["--topic", f"{name}:{partitions}"]
         # stderr is inherited so pytest's fd capture shows the broker's log next to a failing test.

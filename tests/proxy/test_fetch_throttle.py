@@ -12,8 +12,8 @@ import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from rawclient import RawClient
 
-from proxy.mock_cluster_process import MockCluster
-from proxy.proxy_process import ProxyProcess
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.proxy_process import ProxyProcess
 
 TOPIC = "fetch-throttle"
 RECORDS = 50

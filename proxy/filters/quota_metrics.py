@@ -9,9 +9,9 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from quota import QuotaManagers, QuotaTags, QuotaWindow, SampledRate, WindowQuotaSensor
+from sluice.quota import QuotaManagers, QuotaTags, QuotaWindow, SampledRate, WindowQuotaSensor
 
-from .metrics import api_name
+from ..metrics import api_name
 
 _MAX_ENTITIES = 10_000
 

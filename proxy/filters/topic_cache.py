@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from protocol.broker_addresses import decode_brokers
-from protocol.errors import ProtocolError
-from protocol.topic_metadata import (
+from sluice.protocol.broker_addresses import decode_brokers
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.topic_metadata import (
     BROKER_CONFIG_VERSION,
     DESCRIBE_CONFIGS_KEY,
     METADATA_KEY,
@@ -27,8 +27,8 @@ from protocol.topic_metadata import (
     encode_topic_metadata_request,
 )
 
-from .filters.base import ConnectionInfo
-from .log import get_logger
+from ..log import get_logger
+from .base import ConnectionInfo
 
 # Kafka's own default for num.partitions, used for a request when the cluster will not say.
 KAFKA_DEFAULT_NUM_PARTITIONS = 1

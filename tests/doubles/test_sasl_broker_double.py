@@ -27,7 +27,7 @@ from kafka.protocol.sasl import (
 from rawclient import RawClient
 from tls_certs import TestCA
 
-from proxy.mock_cluster_process import MockCluster
+from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 USERS = {"alice": "alice-pw-7f3a", "bob": "bob-pw-91c2", "carol": "carol-pw-55d0"}
 PARTITIONS = 3

@@ -6,14 +6,17 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from rawclient import RawClient
 from throttle_harness import FlatOutProducer
 
-from proxy.ports import free_port_block, wait_for_port
-from proxy.proxy_process import REPO, ProxyProcess
+from sluice.proxy.ports import free_port_block, wait_for_port
+from sluice.proxy.tools.proxy_process import ProxyProcess
+
+REPO = Path(__file__).resolve().parents[2]
 
 BAD_INPUTS = {
     # A browser pointed at the port: "GET " read as a length is ~1.1 GB, far over max_frame_bytes.
@@ -76,7 +79,7 @@ def test_broker_down_and_up(proxy, cluster) -> None:
 
 def run_sluice(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "proxy", *args], cwd=REPO, capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "sluice.proxy", *args], cwd=REPO, capture_output=True, text=True, timeout=30
     )
 
 

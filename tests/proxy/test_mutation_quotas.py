@@ -30,9 +30,9 @@ from kafka.protocol.metadata import MetadataRequest
 from rawclient import RawClient
 from throttle_harness import metric_value
 
-from protocol.headers import response_header_size
-from protocol.topic_mutations import CREATE_TOPICS
-from proxy.proxy_process import ProxyProcess
+from sluice.protocol.headers import response_header_size
+from sluice.protocol.topic_mutations import CREATE_TOPICS
+from sluice.proxy.tools.proxy_process import ProxyProcess
 
 QUOTA_EXCEEDED, NONE = 89, 0
 MESSAGE = "The throttling quota has been exceeded."

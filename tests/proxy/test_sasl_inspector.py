@@ -7,9 +7,9 @@ import pytest
 from sasl_tokens import oauthbearer_response, plain_token, unsecured_jwt
 from scramp import ScramClient, ScramMechanism
 
-from protocol.errors import ProtocolError
-from protocol.headers import encode_request, encode_response, parse_request_header
-from protocol.sasl import (
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import encode_request, encode_response, parse_request_header
+from sluice.protocol.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     encode_authenticate_request,
@@ -17,9 +17,9 @@ from protocol.sasl import (
     encode_handshake_request,
     encode_handshake_response,
 )
-from proxy.filters.base import InFlight, RawExchange
-from proxy.filters.sasl_inspector import SaslInspector
-from quota import ANONYMOUS
+from sluice.proxy.filters.base import InFlight, RawExchange
+from sluice.proxy.filters.sasl_inspector import SaslInspector
+from sluice.quota import ANONYMOUS
 
 FAILED = 58
 

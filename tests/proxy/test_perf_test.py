@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.mock_cluster_process import MockCluster
-from proxy.perf_test import (
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.perf_test import (
     PerfResult,
     PerfStats,
     PerfTestError,
@@ -40,7 +40,7 @@ def test_cli_against_the_mock_cluster_prints_kafkas_summary_line(cluster: MockCl
     arguments = ["--topic", TOPIC, "--num-records", "3000", "--record-size", "200", "--throughput", "-1"]
     props = ["--producer-props", f"bootstrap.servers={cluster.bootstrap}", "acks=1"]
     completed = subprocess.run(
-        [sys.executable, "-m", "proxy.perf_test", *arguments, *props],
+        [sys.executable, "-m", "sluice.proxy.tools.perf_test", *arguments, *props],
         capture_output=True,
         text=True,
         timeout=60,

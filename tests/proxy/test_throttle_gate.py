@@ -9,8 +9,8 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from proxy.flow import ReadPauses
-from proxy.throttle_gate import ThrottleGate
+from sluice.proxy.flow import ReadPauses
+from sluice.proxy.throttle_gate import ThrottleGate
 
 
 class ManualLoop:
