@@ -13,12 +13,16 @@ quota or when no quota of this key is configured at all (then nothing is recorde
 
 Do not keep a sensor across requests: always go through the manager, which swaps in a fresh sensor when
 the tags change or the old one expired. The manager's own lookup is a dict hit when warm.
+
+In fleet mode (quota/fleet.py) a manager's ``fleet`` adds other instances' unreported usage to each check.
+This module runs past ~350 lines because the four managers share one recording path and are kept together
+as Kafka's ClientQuotaManager hierarchy is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from sluice.quota.entities import QuotaEntity, QuotaRules, QuotaTags, Resolution
 from sluice.quota.keys import QuotaKey, SensorKind, parse_quota_key, parse_sensor_kind
@@ -32,6 +36,9 @@ from sluice.quota.mutations import (
 from sluice.quota.quota_config import QuotaConfig, QuotaWindow
 from sluice.quota.sensor import INACTIVE_SENSOR_EXPIRATION_MS, QuotaSensor, new_quota_sensor
 from sluice.quota.throttle import DOUBLE_MAX, LONG_MAX, UNLIMITED, to_int32, token_bucket_throttle_time
+
+if TYPE_CHECKING:
+    from sluice.quota.fleet import FleetQuotas
 
 # ClientQuotaManagerConfig.NanosToPercentagePerSecond: a recorded ns of thread time, in "% of a thread".
 NANOS_TO_PERCENTAGE_PER_SECOND: Final = 100.0 / 1_000_000_000
@@ -69,6 +76,7 @@ class ClientQuotaManager:
         "_sensors",
         "_window",
         "_window_ms",
+        "fleet",
         "key",
     )
 
@@ -93,6 +101,8 @@ class ClientQuotaManager:
         self._lookup: dict[tuple[str, str | None], QuotaSensor] = {}
         self._lookup_limit = lookup_limit
         self._max_throttle_ms = LONG_MAX
+        # Fleet mode (quota/fleet.py): other instances' unreported usage, counted in every check.
+        self.fleet: FleetQuotas | None = None
 
     # -- configuration -------------------------------------------------------------------------------
 
@@ -160,7 +170,12 @@ class ClientQuotaManager:
         sensor = self._lookup.get((user, client_id))
         if sensor is None or now_ms - sensor.last_record_ms > INACTIVE_SENSOR_EXPIRATION_MS:
             sensor = self._sensor(user, client_id, now_ms)
-        throttle = sensor.record(value, now_ms)
+        fleet = self.fleet
+        if fleet is None:
+            throttle = sensor.record(value, now_ms)
+        else:
+            sensor.record(value, now_ms, False)
+            throttle = sensor.throttle_ms(now_ms, fleet.on_local(sensor, value, now_ms))
         if not throttle:
             return 0
         max_throttle = self._max_throttle_ms
@@ -169,12 +184,18 @@ class ClientQuotaManager:
     def record_no_throttle(self, user: str, client_id: str | None, value: float, now_ms: int) -> None:
         """Record without a check; the value weighs on the next checked record (spec §2.6)."""
         if self._rules.enabled_bits:
-            self.sensor_for(user, client_id, now_ms).record(value, now_ms, False)
+            sensor = self.sensor_for(user, client_id, now_ms)
+            sensor.record(value, now_ms, False)
+            if self.fleet is not None:
+                self.fleet.on_local(sensor, value, now_ms)
 
     def unrecord(self, user: str, client_id: str | None, value: float, now_ms: int) -> None:
         """Take a recorded value back (record ``-value`` without a check), as for a throttled fetch."""
         if self._rules.enabled_bits:
-            self.sensor_for(user, client_id, now_ms).unrecord(value, now_ms)
+            sensor = self.sensor_for(user, client_id, now_ms)
+            sensor.unrecord(value, now_ms)
+            if self.fleet is not None:
+                self.fleet.on_local(sensor, -value, now_ms)  # and its estimate of the peers
 
     def sensor_for(self, user: str, client_id: str | None, now_ms: int) -> QuotaSensor:
         """The sensor this client shares at ``now_ms`` (created, or renewed if expired). For inspection."""
