@@ -15,14 +15,14 @@ Do not keep a sensor across requests: always go through the manager, which swaps
 the tags change or the old one expired. The manager's own lookup is a dict hit when warm.
 
 In fleet mode (quota/fleet.py) a manager's ``fleet`` adds other instances' unreported usage to each check.
-This module runs past ~350 lines because the four managers share one recording path and are kept together
-as Kafka's ClientQuotaManager hierarchy is.
+
+Why this module is long: one manager per quota key, and the rules that combine their throttles.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from sluice.quota.entities import QuotaEntity, QuotaRules, QuotaTags, Resolution
 from sluice.quota.keys import QuotaKey, SensorKind, parse_quota_key, parse_sensor_kind
@@ -37,8 +37,13 @@ from sluice.quota.quota_config import QuotaConfig, QuotaWindow
 from sluice.quota.sensor import INACTIVE_SENSOR_EXPIRATION_MS, QuotaSensor, new_quota_sensor
 from sluice.quota.throttle import DOUBLE_MAX, LONG_MAX, UNLIMITED, to_int32, token_bucket_throttle_time
 
-if TYPE_CHECKING:
-    from sluice.quota.fleet import FleetQuotas
+
+class FleetHook(Protocol):
+    """What a manager asks in fleet mode (quota/fleet.py's FleetQuotas)."""
+
+    def on_local(self, sensor: QuotaSensor, value: float, now_ms: int) -> float:
+        """Account a local record; return the other instances' estimated unreported usage."""
+        ...
 
 # ClientQuotaManagerConfig.NanosToPercentagePerSecond: a recorded ns of thread time, in "% of a thread".
 NANOS_TO_PERCENTAGE_PER_SECOND: Final = 100.0 / 1_000_000_000
@@ -102,7 +107,7 @@ class ClientQuotaManager:
         self._lookup_limit = lookup_limit
         self._max_throttle_ms = LONG_MAX
         # Fleet mode (quota/fleet.py): other instances' unreported usage, counted in every check.
-        self.fleet: FleetQuotas | None = None
+        self.fleet: FleetHook | None = None
 
     # -- configuration -------------------------------------------------------------------------------
 
