@@ -20,6 +20,7 @@ from sluice.config.model import (
 )
 from sluice.config.quota_section import parse_quota_section
 from sluice.config.sources import apply_overrides, read_yaml_file
+from sluice.config.usage_section import parse_fleet_section, parse_usage_section
 from sluice.config.values import (
     is_wildcard,
     parse_bootstrap,
@@ -48,6 +49,8 @@ TOP_LEVEL_KEYS = (
     "quota",
     "tls",
     "sasl",
+    "usage",
+    "fleet",
 )
 # Sections whose keys we know here; broker_ports is keyed by node id, quota is checked by quota_section.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
@@ -87,6 +90,8 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     quota = parse_quota_section(_get(tree, "quota"), "quota")
     tls = parse_tls_section(_get(tree, "tls"), "tls")
     sasl = parse_sasl_section(_get(tree, "sasl"), "sasl")
+    usage = parse_usage_section(_get(tree, "usage"), "usage")
+    fleet = parse_fleet_section(_get(tree, "fleet"), usage, "fleet")
 
     listen = parse_host_port(_required(tree, "listen"), "listen")
     bootstrap = parse_bootstrap(_required(upstream, "upstream.bootstrap"), "upstream.bootstrap")
@@ -120,6 +125,8 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         quota=quota,
         tls=tls,
         sasl=sasl,
+        usage=usage,
+        fleet=fleet,
     )
 
 
