@@ -8,10 +8,11 @@ own clients at their next request, exactly like Kafka's unchecked records (spec 
 Other instances' usage arrives late: up to one publish interval plus the delivery time (D). A sampled
 window lets a flat-out client through in bursts as large as the headroom it sees (the comb of
 docs/quotas.md); with D of delay, every instance would spend the same headroom before hearing of the
-others. So each sensor also keeps a :class:`PeerEstimate`: for every local record, what each live peer is
-likely to have admitted meanwhile (the local value times that peer's recent share relative to this
-instance), counted in the throttle check (never in the sensor) until that peer's report covering the time
-arrives or a horizon passes. The error bounds this gives are stated and measured in docs/fleet.md.
+others. So each sampled-window sensor also keeps a :class:`PeerEstimate`: for every local record, what
+each live peer is likely to have admitted meanwhile (the local value times that peer's recent share
+relative to this instance), counted in the throttle check (never in the sensor) until that peer's report
+covering the time arrives or a horizon passes. A token bucket needs no estimate: late charges still land
+in full. The error bounds are stated and measured in docs/fleet.md.
 
 Instances come and go: a peer that stops publishing stops counting at once in the estimates (its liveness
 is its last batch, empty batches included) and its charges age out of the sampled windows within one
@@ -26,7 +27,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sluice.quota.keys import QuotaKey
+from sluice.quota.keys import QuotaKey, SensorKind
 from sluice.quota.managers import NANOS_TO_PERCENTAGE_PER_SECOND, ClientQuotaManager, QuotaManagers
 from sluice.quota.sensor import QuotaSensor
 from sluice.quota.usage_records import UsageBatch, UsageRow
@@ -140,8 +141,11 @@ class FleetQuotas:
         shared: Iterable[QuotaKey] = DEFAULT_SHARED_KEYS,
         *,
         interval_ms: int = 1000,
+        estimate: bool = True,
     ) -> None:
         self.managers = managers
+        # False: charge reports only, no estimate of unreported usage (for measuring what it is worth).
+        self.estimate = estimate
         self.instance = instance
         self.shared = frozenset(QuotaKey(key) for key in shared)
         self.horizon_ms = LIVENESS_INTERVALS * interval_ms
@@ -166,6 +170,10 @@ class FleetQuotas:
 
     def on_local(self, sensor: QuotaSensor, value: float, now_ms: int) -> float:
         """The pending estimate `sensor` must be checked with after recording `value` locally."""
+        if not self.estimate or sensor.kind is SensorKind.TOKEN_BUCKET:
+            # A token bucket conserves: every late charge still lands in full, so reports alone hold it to
+            # the quota (docs/fleet.md); an estimate would only make it hold back more.
+            return 0.0
         estimate = sensor.peers
         if estimate is None:
             if not self.live:

@@ -45,6 +45,7 @@ class FleetHook(Protocol):
         """Account a local record; return the other instances' estimated unreported usage."""
         ...
 
+
 # ClientQuotaManagerConfig.NanosToPercentagePerSecond: a recorded ns of thread time, in "% of a thread".
 NANOS_TO_PERCENTAGE_PER_SECOND: Final = 100.0 / 1_000_000_000
 

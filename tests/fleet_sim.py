@@ -76,6 +76,7 @@ def simulate_fleet(
     request_bytes: int = 10_120,
     send_interval_ms: float = 0.11,
     sharing: bool = True,
+    estimate: bool = True,
     stop: dict[int, int] | None = None,
     paces: list[float] | None = None,
     seed: int = 0,
@@ -88,7 +89,7 @@ def simulate_fleet(
     for name in names:
         m = QuotaManagers(config)
         m.set_quota(QuotaEntity(client_id=CLIENT_ID), QuotaKey.PRODUCER_BYTE_RATE, quota)
-        fleet = FleetQuotas(m, name, interval_ms=interval_ms)
+        fleet = FleetQuotas(m, name, interval_ms=interval_ms, estimate=estimate)
         if sharing:
             fleet.install()
         managers.append(m)
