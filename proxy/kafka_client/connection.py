@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sluice.config.client_settings import ClientSasl
 from sluice.protocol.client_requests import (
@@ -68,9 +68,9 @@ class BrokerConnection(asyncio.Protocol):
     # ---- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.set_write_buffer_limits(high=_HIGH_WATER)
+        # uvloop's transports are not asyncio.Transport subclasses, hence the cast, not an isinstance check.
+        self._transport = cast(asyncio.Transport, transport)
+        self._transport.set_write_buffer_limits(high=_HIGH_WATER)
 
     def data_received(self, data: bytes) -> None:
         try:
