@@ -17,7 +17,7 @@ from sluice.config.client_settings import (
     Secret,
 )
 from sluice.config.errors import MISSING, ConfigError
-from sluice.config.values import parse_number, parse_section, value_at
+from sluice.config.values import parse_number, parse_section, reject_unknown_keys, value_at
 
 CLIENT_KEYS = ("client_id", "request_timeout_s", "sasl")
 SASL_KEYS = ("mechanism", "username", "password", "password_file")
@@ -44,6 +44,10 @@ def _client_id(raw: object, key: str) -> str:
 
 
 def _sasl(raw: object, key: str) -> ClientSasl | None:
+    if isinstance(raw, Mapping):
+        # A mistyped key here is likely `pasword: <the password>`: name the key, never show its value.
+        redacted = {name: value if name in SASL_KEYS else Secret("") for name, value in raw.items()}
+        reject_unknown_keys(redacted, SASL_KEYS, prefix=f"{key}.")
     section = parse_section(raw, key, SASL_KEYS)
     if not section:
         return None

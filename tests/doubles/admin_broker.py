@@ -78,6 +78,7 @@ class AdminBrokerDouble:
         self.num_partitions = num_partitions
         self.topics: dict[str, int] = dict(topics or {})
         self.topic_ids: dict[str, bytes] = {name: uuid.uuid4().bytes for name in self.topics}
+        self.topic_configs: dict[str, dict[str, str | None]] = {}  # the configs each created topic was given
         self.received: list[tuple[int, int, MutationRequest]] = []
         self.metadata_requests = 0
         self.describe_configs_requests = 0
@@ -307,6 +308,7 @@ class AdminBrokerDouble:
                 if not validate_only:
                     self.topics[topic.name] = partitions
                     self.topic_ids[topic.name] = topic_id
+                    self.topic_configs[topic.name] = {c.name: c.value for c in topic.configs or []}
                 result.update(
                     num_partitions=partitions,
                     replication_factor=1,
