@@ -11,6 +11,8 @@ API or malformed frame. Every answer is built by `protocol/` (message_codec over
 generated codecs), never by hand. It runs its own asyncio loop in a background thread and binds
 127.0.0.1 on a free port; leaving the `with` block stops it and closes every connection.
 
+`topic_configs` keeps the configs each created topic was given (`cleanup.policy`, `retention.ms`, ...).
+
 Every broker-side check it makes has a Kafka error code, in the order a KRaft controller makes them;
 replication is single-broker, so any replication factor above 1 is INVALID_REPLICATION_FACTOR.
 """
