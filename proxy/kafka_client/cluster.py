@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from sluice.config.client_settings import ClientSasl
 from sluice.protocol.client_requests import (
@@ -26,12 +26,20 @@ from sluice.protocol.client_requests import (
 from sluice.protocol.errors import ProtocolError
 
 from .connection import BrokerConnection, open_broker_connection
-from .errors import BrokerUnavailable, ClientClosed, KafkaClientError
+from .errors import (
+    UNKNOWN_TOPIC_OR_PARTITION,
+    BrokerUnavailable,
+    ClientClosed,
+    KafkaClientError,
+    KafkaErrorCode,
+    from_code,
+)
 
 if TYPE_CHECKING:
     from sluice.proxy.tls import UpstreamTlsTarget
 
 MAIN_LANE = "main"
+T = TypeVar("T")
 _Key = tuple[int | str, str]  # (node id, or "host:port" for a bootstrap server; lane)
 
 
@@ -173,6 +181,65 @@ class Cluster:
 
     def invalidate(self, topic: str) -> None:
         self.topics.pop(topic, None)
+
+    async def known_partitions(self, topic: str) -> list[int]:
+        info = self.topics.get(topic)
+        if info is None:
+            await self.refresh([topic])
+            info = self.topics.get(topic)
+        if info is None or info.error_code:
+            raise from_code(info.error_code if info else UNKNOWN_TOPIC_OR_PARTITION, f"Metadata for {topic}")
+        return sorted(info.partitions)
+
+    async def leader_connection(self, topic: str, partition: int, lane: str = MAIN_LANE) -> BrokerConnection:
+        """A connection to the partition's leader, asking Metadata first if the leader is unknown."""
+        leader = self.leader_for(topic, partition)
+        if leader is None:
+            await self.refresh([topic])
+            leader = self.leader_for(topic, partition)
+        if leader is None:
+            info = self.topics.get(topic)
+            entry = info.partitions.get(partition) if info is not None else None
+            code = entry.error_code if entry is not None and entry.error_code else None
+            if code is None:
+                code = info.error_code if info is not None and info.error_code else UNKNOWN_TOPIC_OR_PARTITION
+            raise from_code(code, f"leader of {topic}-{partition}")
+        return await self.connection_to(leader, lane)
+
+    def partition_error(
+        self, code: int, where: str, topic: str, message: str | None = None
+    ) -> KafkaErrorCode:
+        """The error a partition answered; if it says the leader moved, the topic is looked up again."""
+        error = from_code(code, where, message)
+        if error.stale_metadata:
+            self.invalidate(topic)
+        return error
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        connection: BrokerConnection,
+        api_key: int,
+        what: str,
+        encode: Callable[[int], bytes],
+        decode: Callable[[int, memoryview], T],
+        extra_wait_s: float = 0.0,
+    ) -> T:
+        """One request on `connection` at the newest version both sides speak. A lost connection or a
+        malformed answer drops the connection (the next call reconnects) and raises BrokerUnavailable."""
+        version = connection.version_for(api_key, what)
+        try:
+            body = await connection.request(
+                api_key, version, encode(version), self.request_timeout_s + extra_wait_s
+            )
+            return decode(version, body)
+        except BrokerUnavailable:
+            self.forget(connection)
+            raise
+        except ProtocolError as exc:
+            self.forget(connection)
+            raise BrokerUnavailable(f"{connection.label}: malformed {what} answer ({exc.reason})") from None
 
     # ---- life cycle -----------------------------------------------------------------------------
 
