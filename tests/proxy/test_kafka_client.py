@@ -234,3 +234,18 @@ async def test_a_stopped_client_refuses_calls(cluster) -> None:
     await client.stop()
     with pytest.raises(ClientClosed):
         await client.metadata()
+
+
+def test_the_client_runs_on_uvloop_as_the_proxy_does(cluster) -> None:
+    uvloop = pytest.importorskip("uvloop")  # the proxy's loop wherever uvloop installs (not Windows)
+
+    async def round_trip() -> list[bytes | None]:
+        client = new_client(cluster)
+        try:
+            base = await client.produce(TOPIC, 0, [Record(b"k", b"on uvloop"), Record(None, b"too")])
+            return [r.value for r in (await client.fetch(TOPIC, 0, base, max_wait_ms=0)).records]
+        finally:
+            await client.stop()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(round_trip()) == [b"on uvloop", b"too"]
