@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
@@ -29,7 +30,7 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request, read_correlation_id, response_header_size
 
-from .errors import BrokerUnavailable, KafkaErrorCode, UnsupportedByBroker
+from .errors import AuthenticationFailed, BrokerUnavailable, KafkaErrorCode, UnsupportedByBroker
 
 if TYPE_CHECKING:
     from sluice.proxy.tls import UpstreamTlsTarget
@@ -191,8 +192,12 @@ async def open_broker_connection(
     except TimeoutError:
         connection.close()
         raise BrokerUnavailable(f"{name}: no connection within {timeout_s:g} s") from None
+    except ssl.SSLError as exc:
+        # As Kafka's SslAuthenticationException: a certificate that does not verify will not verify on
+        # the next try either, so this is not retried.
+        raise AuthenticationFailed(f"{name}: TLS handshake failed: {exc.reason or exc}") from None
     except OSError as exc:
-        # str(exc) of an SSL or socket error names the host and the reason, never a credential.
+        # str(exc) of a socket error names the host and the reason, never a credential.
         raise BrokerUnavailable(f"{name}: cannot connect: {exc.strerror or exc}") from None
     try:
         answer = await connection.request(

@@ -30,13 +30,16 @@ async def retrying(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + budget_s
     backoff = policy.backoff()
+    last: BaseException = TimeoutError("no answer in time")
     while True:
         try:
             # A request cut short here keeps its place on its connection; its late answer is read and dropped.
             return await asyncio.wait_for(attempt(), max(0.0, deadline - loop.time()))
         except TimeoutError:
-            raise GaveUp(what, budget_s, TimeoutError("no answer in time")) from None
+            # The attempt the budget cut short tells less than the failure before it, if there was one.
+            raise GaveUp(what, budget_s, last) from None
         except KafkaClientError as exc:
+            last = exc
             unknown_topic = isinstance(exc, KafkaErrorCode) and exc.code == UNKNOWN_TOPIC_OR_PARTITION
             if not exc.retriable or (unknown_topic and not retry_unknown_topic):
                 raise
