@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TypeVar
 
+from sluice.config.client_section import parse_client_section
 from sluice.config.errors import MISSING, ConfigError
 from sluice.config.identity_section import parse_sasl_section, parse_tls_section
 from sluice.config.model import (
@@ -51,6 +52,7 @@ TOP_LEVEL_KEYS = (
     "sasl",
     "usage",
     "fleet",
+    "client",
 )
 # Sections whose keys we know here; broker_ports is keyed by node id, quota is checked by quota_section.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
@@ -92,6 +94,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     sasl = parse_sasl_section(_get(tree, "sasl"), "sasl")
     usage = parse_usage_section(_get(tree, "usage"), "usage")
     fleet = parse_fleet_section(_get(tree, "fleet"), usage, "fleet")
+    client = parse_client_section(_get(tree, "client"), "client")
 
     listen = parse_host_port(_required(tree, "listen"), "listen")
     bootstrap = parse_bootstrap(_required(upstream, "upstream.bootstrap"), "upstream.bootstrap")
@@ -127,6 +130,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         sasl=sasl,
         usage=usage,
         fleet=fleet,
+        client=client,
     )
 
 
