@@ -38,9 +38,12 @@ from .kafka_client import KafkaClient
 from .log import get_logger
 from .metrics import ProxyMetrics, metrics_registry
 from .metrics_http import MetricsEndpoint
+from .periodic import Periodic
 from .sensor_sweep import SensorSweep
 from .services import Service, Services
+from .throttle_episodes import ThrottleEpisodes
 from .tls import UpstreamTlsTarget, certificate_principal, listener_context, upstream_context
+from .usage_plane import UsagePlane
 
 _log = get_logger("sluice.server")
 
@@ -71,7 +74,7 @@ class SluiceServer:
             config.advertised_host, config.broker_port, self._open_broker_listener
         )
         self.quota_managers = config.quota.new_managers()
-        self.throttle_stats = ThrottleStats()
+        self.throttle_stats = ThrottleStats(ThrottleEpisodes())
         self.mutation_rates = MutationRates(config.quota.engine.controller_window)
         tls = config.tls
         # Built now, so an unreadable or mismatched file stops start-up naming it (a ConfigError).
@@ -82,6 +85,17 @@ class SluiceServer:
             else None
         )
         mtls = tls.listener is not None and tls.listener.client_ca is not None
+        self.kafka_client = KafkaClient(
+            [(hp.host, hp.port) for hp in config.upstream_bootstrap],
+            client_id=config.client.client_id,
+            tls=self.upstream_tls,
+            sasl=config.client.sasl,
+            request_timeout_s=config.client.request_timeout_s,
+        )
+        # Usage records and fleet quotas (docs/fleet.md): nothing at all unless usage.enabled.
+        self.usage = (
+            UsagePlane(config, self.quota_managers, self.kafka_client) if config.usage.enabled else None
+        )
         filters, quotas = self._filters()
         self.settings = SessionSettings(
             FilterChain(filters),
@@ -96,13 +110,6 @@ class SluiceServer:
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
-        self.kafka_client = KafkaClient(
-            [(hp.host, hp.port) for hp in config.upstream_bootstrap],
-            client_id=config.client.client_id,
-            tls=self.upstream_tls,
-            sasl=config.client.sasl,
-            request_timeout_s=config.client.request_timeout_s,
-        )
         self.services = Services(self._services())
 
     def _services(self) -> list[Service]:
@@ -114,12 +121,17 @@ class SluiceServer:
             registry.register(
                 QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates)
             )
+            if self.usage is not None:
+                registry.register(self.usage.collector())
             services.append(MetricsEndpoint(registry, metrics_listen.host, metrics_listen.port))
         services += [
             self.kafka_client,
             BrokerDiscovery(self.kafka_client, self.directory),
             SensorSweep(self.quota_managers),
+            Periodic("throttle_episodes", 1.0, self.throttle_stats.sweep_episodes),
         ]
+        if self.usage is not None:
+            services += self.usage.services()
         return services
 
     def _filters(self) -> tuple[list[Filter], ClientQuotas | None]:
@@ -156,6 +168,9 @@ class SluiceServer:
                 self.quota_managers, quota.throttle_mode, quota.fetch_throttle, self.throttle_stats
             )
             filters.append(quotas)
+        if self.usage is not None:
+            # After the quota filters: it counts what was forwarded and what the client got.
+            filters += self.usage.filters()
         return filters, quotas
 
     # ---- listeners ------------------------------------------------------------------------------

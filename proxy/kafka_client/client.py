@@ -223,6 +223,18 @@ class KafkaClient:
         """{partition: the offset the next record will get} (the high watermark)."""
         return await self._list_offsets(topic, partitions, LATEST_TIMESTAMP, timeout_s)
 
+    async def offsets_for_time(
+        self,
+        topic: str,
+        timestamp_ms: int,
+        partitions: Sequence[int] | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> dict[int, int]:
+        """{partition: the first offset whose timestamp is at or after `timestamp_ms`} (Kafka's
+        offsetsForTimes); -1 where there is none, or where the broker cannot look offsets up by time."""
+        return await self._list_offsets(topic, partitions, timestamp_ms, timeout_s)
+
     async def _list_offsets(
         self, topic: str, partitions: Sequence[int] | None, timestamp: int, timeout_s: float | None
     ) -> dict[int, int]:

@@ -203,6 +203,7 @@ async def test_a_service_that_cannot_start_closes_the_proxy_listener_again() -> 
             "kafka_client",
             "broker_discovery",
             "sensor_sweep",
+            "throttle_episodes",
         ]
         with structlog.testing.capture_logs() as logs, pytest.raises(ServiceStartError) as caught:
             await server.start()
@@ -229,6 +230,6 @@ async def test_the_server_stops_its_services_on_shutdown() -> None:
     )
     server = SluiceServer(config)
     await server.start()
-    assert server.services.running == ["kafka_client", "broker_discovery", "sensor_sweep"]
+    assert server.services.running == ["kafka_client", "broker_discovery", "sensor_sweep", "throttle_episodes"]
     await server.shutdown()
     assert server.services.running == []
