@@ -230,6 +230,11 @@ async def test_the_server_stops_its_services_on_shutdown() -> None:
     )
     server = SluiceServer(config)
     await server.start()
-    assert server.services.running == ["kafka_client", "broker_discovery", "sensor_sweep", "throttle_episodes"]
+    assert server.services.running == [
+        "kafka_client",
+        "broker_discovery",
+        "sensor_sweep",
+        "throttle_episodes",
+    ]
     await server.shutdown()
     assert server.services.running == []
