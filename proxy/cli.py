@@ -14,6 +14,7 @@ from sluice.config.model import ProxyConfig
 
 from .log import configure_logging, get_logger
 from .services import ServiceStartError
+from .workers import check_workers, run_workers
 
 EXIT_CONFIG_ERROR = 2
 
@@ -36,6 +37,17 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--advertised-host", metavar="H", help="host clients are told to connect to")
     p.add_argument("--broker-port-base", metavar="N", type=int, help="broker node N listens on N + this port")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here")
+    p.add_argument(
+        "--instance-id", metavar="NAME", help="this process's name in usage records (unique in a fleet)"
+    )
+    p.add_argument(
+        "--workers",
+        metavar="N",
+        type=int,
+        default=1,
+        help="run N proxy processes on the same listeners (SO_REUSEPORT), sharing quotas like a fleet; "
+        "worker i serves metrics on the metrics port + i (default 1)",
+    )
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
@@ -45,28 +57,37 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
         "advertised_host": args.advertised_host,
         "broker_port_base": args.broker_port_base,
         "metrics.listen": args.metrics,
+        "usage.instance_id": args.instance_id,
     }
     return {key: value for key, value in flags.items() if value is not None}
 
 
-async def _serve(config: ProxyConfig) -> int:
+async def _serve(config: ProxyConfig, reuse_port: bool = False) -> int:
     from .server import SluiceServer
 
-    server = SluiceServer(config)
+    server = SluiceServer(config, reuse_port=reuse_port)
     await server.start()
     await server.run_until_stopped()
     return 0
 
 
 def run_command(args: argparse.Namespace) -> int:
+    workers = getattr(args, "workers", 1)
     try:
         config = load_config(args.config, _overrides(args))
+        check_workers(config, workers)
     except ConfigError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     configure_logging(config.log.level, config.log.format)
+    if workers > 1:
+        return run_workers(config, workers, lambda worker: _serve_one(worker, reuse_port=True))
+    return _serve_one(config)
+
+
+def _serve_one(config: ProxyConfig, reuse_port: bool = False) -> int:
     try:
-        return run_event_loop(lambda: _serve(config))
+        return run_event_loop(lambda: _serve(config, reuse_port))
     except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR

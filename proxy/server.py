@@ -51,11 +51,13 @@ BOOTSTRAP = "bootstrap"
 FETCH_KEY = 1
 
 
-def _bind_listening_socket(host: str, port: int) -> socket.socket:
+def _bind_listening_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # `sluice run --workers N`: every worker listens on the same ports
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(1024)
         sock.setblocking(False)
@@ -66,8 +68,9 @@ def _bind_listening_socket(host: str, port: int) -> socket.socket:
 
 
 class SluiceServer:
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, *, reuse_port: bool = False) -> None:
         self.config = config
+        self._reuse_port = reuse_port
         self.metrics = ProxyMetrics()
         self.registry = ConnectionRegistry(self.metrics)
         self.directory = BrokerDirectory(
@@ -211,7 +214,7 @@ class SluiceServer:
             _log.error("listener_failed", node_id=node_id, error=str(exc))
             return
         try:
-            sock = _bind_listening_socket(self.config.listen.host, port)
+            sock = _bind_listening_socket(self.config.listen.host, port, self._reuse_port)
         except OSError as exc:
             _log.error("listener_failed", node_id=node_id, port=port, error=str(exc))
             return
@@ -231,7 +234,7 @@ class SluiceServer:
         """Open the bootstrap listener, then start the services; a service that fails to start closes the
         listener again and raises ServiceStartError."""
         cfg = self.config
-        sock = _bind_listening_socket(cfg.listen.host, cfg.listen.port)
+        sock = _bind_listening_socket(cfg.listen.host, cfg.listen.port, self._reuse_port)
         await self._serve(BOOTSTRAP, sock, self._bootstrap_candidates)
         _log.info("listener_opened", node_id=None, host=cfg.listen.host, port=self.listen_ports[BOOTSTRAP])
         try:

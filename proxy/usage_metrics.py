@@ -68,6 +68,11 @@ class UsageCollector(Collector):
         )
         if self._fleet is not None:
             yield _gauge("sluice_fleet_peers", "Other instances heard from recently", len(self._fleet.live))
+            yield _gauge(
+                "sluice_fleet_delivery_delay_ms",
+                "How long after its interval ended the latest batch was read",
+                self._fleet.last_delay_ms,
+            )
             yield _counter(
                 "sluice_fleet_batches_charged",
                 "Batches of other instances charged",

@@ -40,6 +40,9 @@ DEFAULT_SHARED_KEYS = frozenset(
 # How quickly a peer's share of an entity's traffic is forgotten (an exponential average, ms). Long enough
 # to remember a flat-out client across most of the comb's ten-second pauses (chosen by simulation).
 SHARE_MEMORY_MS = 15_000
+# A peer whose recent share is at least this fraction of this instance's is assumed to admit at least as
+# much as this instance meanwhile (see PeerEstimate.on_local).
+ACTIVE_PEER_RATIO = 0.25
 # A peer may be estimated to admit at most this many times what this instance admits meanwhile.
 MAX_PEER_RATIO = 3.0
 # A peer whose last batch is older than this many of its intervals is taken for gone.
@@ -83,6 +86,11 @@ class PeerEstimate:
             if peer is None or peer.share <= 0 or local <= 0:
                 continue
             ratio = peer.share / local
+            if ratio >= ACTIVE_PEER_RATIO and ratio < 1.0:
+                # A peer that carries a fair part of this entity's traffic may take as much as this
+                # instance when headroom opens: all flat-out clients burst at once. Assuming less lets
+                # whichever instance burst first take more each time (measured: 1.05-1.17 Q).
+                ratio = 1.0
             estimate = value * (ratio if ratio < MAX_PEER_RATIO else MAX_PEER_RATIO)
             pending = peer.pending
             if pending is None:
@@ -103,10 +111,12 @@ class PeerEstimate:
         peer.share += value
 
     def forget(self, name: str) -> None:
-        """A peer is gone: its estimates no longer count."""
-        peer = self._peers.pop(name, None)
+        """A peer went silent: its estimates no longer count. Its share is kept (it fades on its own), so a
+        peer that was only late, on a starved machine, is estimated as before when it is heard again."""
+        peer = self._peers.get(name)
         if peer is not None and peer.pending:
             self.total -= sum(entry[1] for entry in peer.pending)
+            peer.pending.clear()
 
     def pending(self, now_ms: int, fleet: FleetQuotas) -> float:
         """The estimate of usage not yet reported: entries a peer's batch has since covered (it reported
@@ -156,6 +166,8 @@ class FleetQuotas:
         self.live: tuple[str, ...] = ()
         self.batches_charged = 0
         self.batches_stale = 0
+        # How late the latest batch arrived after its interval ended (wall clock), ms: D minus the interval.
+        self.last_delay_ms = 0
 
     def install(self) -> None:
         """Make the shared managers consult this fleet on every local record."""
@@ -197,6 +209,7 @@ class FleetQuotas:
             return 0
         batch_end = batch.interval_start_ms + batch.interval_ms
         age_ms = max(0, wall_now_ms - batch_end)
+        self.last_delay_ms = age_ms
         # Where the batch's end falls on the sensors' clock: estimates before it are replaced by it.
         covered_to = now_ms - age_ms
         if covered_to > self.covered_to.get(batch.instance, covered_to - 1):

@@ -13,7 +13,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from sluice.quota import QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers, SensorKind
+from sluice.quota import QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers, QuotaWindow, SensorKind
 from sluice.quota.fleet import FleetQuotas
 from sluice.quota.usage_ledger import UsageLedger
 from sluice.quota.usage_records import decode_batch, encode_batch
@@ -80,10 +80,14 @@ def simulate_fleet(
     stop: dict[int, int] | None = None,
     paces: list[float] | None = None,
     seed: int = 0,
+    samples: int = 11,
 ) -> FleetRun:
     """Run the fleet; `stop` maps an instance to the time it dies (it neither sends nor publishes after)."""
     rng = random.Random(seed)
-    config = QuotaConfig(sensor_kinds={QuotaKey.PRODUCER_BYTE_RATE: SensorKind(sensor)})
+    config = QuotaConfig(
+        client_window=QuotaWindow(samples, 1),
+        sensor_kinds={QuotaKey.PRODUCER_BYTE_RATE: SensorKind(sensor)},
+    )
     names = [f"sluice-{i}" for i in range(instances)]
     managers, fleets, ledgers = [], [], []
     for name in names:

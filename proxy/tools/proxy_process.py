@@ -28,10 +28,12 @@ class ProxyProcess:
         log_level: str = "info",
         wait_for_brokers: bool = True,
         command: list[str] | None = None,
+        run_args: list[str] | None = None,
     ) -> None:
         """`wait_for_brokers=False` for an upstream that refuses the proxy's own unauthenticated Metadata
         request (SASL): the proxy then learns brokers from its clients' answers. `command` starts the proxy
-        (default: this interpreter's `-m sluice.proxy`; the wheel smoke test uses the `sluice` script)."""
+        (default: this interpreter's `-m sluice.proxy`; the wheel smoke test uses the `sluice` script);
+        `run_args` are more flags for `sluice run` (`--workers 2`)."""
         block = free_port_block(16)
         self.port = block
         self.metrics_port = block + 1 if metrics else None
@@ -57,7 +59,13 @@ class ProxyProcess:
         self._log_file = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
-            [*(command or [sys.executable, "-m", "sluice.proxy"]), "run", "--config", str(self.config_path)],
+            [
+                *(command or [sys.executable, "-m", "sluice.proxy"]),
+                "run",
+                "--config",
+                str(self.config_path),
+                *(run_args or []),
+            ],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=env,
