@@ -25,25 +25,19 @@ from sluice.quota import ANONYMOUS
 from .filters.base import RawExchange
 from .flow import ReadPauses
 from .log import get_logger
-from .request_pipeline import CloseConnection, RequestPipeline
+from .request_pipeline import CloseConnection, Lifecycle, RequestPipeline
 from .session import ConnectionRegistry, SessionSettings
 from .throttle_gate import ThrottleGate
+from .upstream import WRITE_HIGH_WATER, UpstreamSide, UpstreamUnreachable, connect_first
 
 if TYPE_CHECKING:
     from .filters import Frame
 
 __all__ = ["ClientSide", "ConnectionRegistry", "SessionSettings", "UpstreamSide"]
 
-# asyncio's default high-water mark (64 KiB) is below one typical Produce request (librdkafka batches up to
-# 1 MiB), so every large request would pause the client until the broker drained it. A 1 MiB mark keeps
-# large requests flowing; memory is only used while a peer is actually slower than the other.
-_WRITE_HIGH_WATER = 1 << 20
-# A broker address that silently drops SYNs would otherwise hold the client for the kernel's ~2 minutes.
-_CONNECT_TIMEOUT_S = 10.0
 _log = get_logger("sluice.connection")
 _thread_time_ns = time.thread_time_ns
-
-Address = tuple[str, int]
+_DRAINING = Lifecycle.DRAINING
 
 
 def _format_peer(peername: object) -> str:
@@ -59,7 +53,7 @@ class ClientSide(asyncio.Protocol):
         self,
         settings: SessionSettings,
         listener: str,
-        upstream_candidates: Callable[[], list[Address]],
+        upstream_candidates: Callable[[], list[tuple[str, int]]],
     ) -> None:
         self._settings = settings
         self._metrics = settings.metrics
@@ -93,7 +87,7 @@ class ClientSide(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but they have its methods.
         transport = cast(asyncio.Transport, transport)
-        transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._transport = transport
         self.peer = _format_peer(transport.get_extra_info("peername"))
         self._pauses = ReadPauses(transport)
@@ -133,8 +127,20 @@ class ClientSide(asyncio.Protocol):
         except ProtocolError as exc:
             self._protocol_error("client", exc)
             return
-        assert self._pipeline is not None
-        self._run(self._pipeline.client_frames, frames)
+        pipeline = self._pipeline
+        assert pipeline is not None
+        try:  # _run's work, inline: this is the hot path
+            ready = pipeline.client_frames(frames)
+            if ready is not None:
+                self._wait_for(ready)
+        except ProtocolError as exc:
+            self._protocol_error("client", exc)
+        except CloseConnection as exc:
+            self.close("filter_closed", reason=exc.reason)
+        except Exception as exc:
+            self._filter_failed(exc)
+        finally:
+            self._flush()
         if started:
             self.cpu_ns += _thread_time_ns() - started
 
@@ -262,37 +268,25 @@ class ClientSide(asyncio.Protocol):
     # ---- upstream ------------------------------------------------------------------------------
 
     async def _connect_upstream(self) -> None:
-        failures: list[str] = []
-        tls = self._settings.upstream_tls
-        for host, port in self._upstream_candidates():
-            connecting = (
-                self._loop.create_connection(lambda: UpstreamSide(self), host, port)
-                if tls is None
-                else self._loop.create_connection(
-                    lambda: UpstreamSide(self),
-                    host,
-                    port,
-                    ssl=tls.context,
-                    server_hostname=tls.hostname_for(host),
-                )
+        try:
+            transport, self.upstream_peer = await connect_first(
+                self._loop,
+                self._upstream_candidates(),
+                self._settings.upstream_tls,
+                lambda: UpstreamSide(self),
             )
-            try:
-                transport, _ = await asyncio.wait_for(connecting, _CONNECT_TIMEOUT_S)
-            except (OSError, TimeoutError) as exc:
-                failures.append(f"{host}:{port}: {getattr(exc, 'strerror', None) or exc or 'timed out'}")
-                continue
-            if self._closed:
-                transport.close()
-                return
-            self._upstream = cast(asyncio.Transport, transport)
-            self._upstream.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
-            self.upstream_peer = f"{host}:{port}"
-            self._upstream_pauses = ReadPauses(self._upstream)
-            assert self._pipeline is not None and self._pauses is not None
-            self._run(self._pipeline.upstream_ready)
-            self._pauses.discard("connecting")
+        except UpstreamUnreachable as exc:
+            self.close("upstream_unreachable", tried=exc.tried)
             return
-        self.close("upstream_unreachable", tried=failures or ["no known address"])
+        if self._closed:
+            transport.close()
+            return
+        self._upstream = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self._upstream_pauses = ReadPauses(transport)
+        assert self._pipeline is not None and self._pauses is not None
+        self._run(self._pipeline.upstream_ready)
+        self._pauses.discard("connecting")
 
     def upstream_data(self, data: bytes) -> None:
         self._last_activity = self._loop.time()
@@ -310,7 +304,7 @@ class ClientSide(asyncio.Protocol):
                 self._flush()
         if started:
             self.cpu_ns += _thread_time_ns() - started
-        if pipeline.drained:
+        if pipeline.state is _DRAINING and pipeline.drained:
             if self._gate is not None:
                 self._gate.flush_held()
             self.close("shutdown")
@@ -399,27 +393,3 @@ class ClientSide(asyncio.Protocol):
         self._metrics.count_disconnect(cause)
         extra = {k: v for k, v in detail.items() if v is not None}
         _log.info("connection_closed", peer=self.peer, listener=self.listener, cause=cause, **extra)
-
-
-class UpstreamSide(asyncio.Protocol):
-    """The proxy's connection to one broker, on behalf of one client connection."""
-
-    __slots__ = ("_client",)
-
-    def __init__(self, client: ClientSide) -> None:
-        self._client = client
-
-    def data_received(self, data: bytes) -> None:
-        self._client.upstream_data(data)
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._client.upstream_lost(exc)
-
-    def pause_writing(self) -> None:
-        self._client.upstream_pause_writing()
-
-    def resume_writing(self) -> None:
-        self._client.upstream_resume_writing()

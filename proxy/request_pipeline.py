@@ -65,6 +65,9 @@ class Lifecycle(Enum):
     CLOSED = "closed"
 
 
+_OPEN = Lifecycle.OPEN
+
+
 class CloseConnection(Exception):
     """A filter asked for the connection to close (its `Close` effect)."""
 
@@ -208,21 +211,34 @@ class RequestPipeline:
                 self._held[:0] = frames
                 return None
             deferred, self._resume = self._resume, None
-            verdict = self._settle(deferred.header, deferred.original, self._filters.resume(deferred))
+            header = deferred.header
+            out = self._filters.on_request(header, deferred.frame, deferred)
+            verdict = self._settle(header, deferred.original, out)
             if type(verdict) is Deferred:
                 self._held[:0] = frames
                 return self._defer(verdict)
             answered = verdict is not None
+        on_request = self._filters.on_request
         for i, frame in enumerate(frames):
             # uvloop may deliver data that arrived with the connection before our pause took effect.
-            if self.state is not Lifecycle.OPEN or gate.muted:
+            if self.state is not _OPEN or gate.muted:
                 self._held.extend(frames[i:])
                 break
             if self._raw_exchange is not None:
                 self._raw_request(frame)
                 continue
             header = parse_request_header(frame)
-            verdict = self._settle(header, frame, self._filters.on_request(header, frame))
+            out = on_request(header, frame)
+            if type(out) is memoryview:
+                # Forwarded untouched, no throttle: _settle's common case, inline (this is the hot path).
+                self._metrics.count_request(header.api_key, len(frame) - 4)
+                if header.api_key != PRODUCE or produce_acks(frame, header) != 0:
+                    self._in_flight.append(InFlight(header))
+                else:
+                    self._acks0_sent.append(header.correlation_id)
+                self.outgoing.append(out)
+                continue
+            verdict = self._settle(header, frame, out)
             if verdict is not None:
                 if type(verdict) is Deferred:
                     self._held.extend(frames[i + 1 :])

@@ -131,34 +131,30 @@ class ConnectionFilters:
         self._cpu_response_key = _instances(chain._cpu_response_key, filters)
         self._cpu_needed = chain.cpu_time_needed()
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Answer | Close | Deferred:
-        """Run the request filters; the frame (or Forward with the throttle earned), an Answer (its
-        throttle includes the earlier filters'), a Close, or a Deferred to resume later."""
+    def on_request(
+        self, header: RequestHeader, frame: Frame, deferred: Deferred | None = None
+    ) -> Frame | Forward | Answer | Close | Deferred:
+        """Run the request filters (or, given `deferred`, go on from the filter that deferred it); the frame
+        (or Forward with the throttle earned), an Answer (its throttle includes the earlier filters'), a
+        Close, or a Deferred to resume later. One method for both, so the hot path makes one call."""
         key = header.api_key
         filters = self._by_request_key[key] if 0 <= key < TABLE_SIZE else _NO_FILTERS
         if not filters:
             return frame
-        return self._run(filters, header, frame, frame, 0, 0)
-
-    def resume(self, deferred: Deferred) -> Frame | Forward | Answer | Close | Deferred:
-        """Go on with a deferred request, from the filter that deferred it."""
-        d = deferred
-        filters = self._by_request_key[d.header.api_key]
-        return self._run(filters, d.header, d.original, d.frame, d.position, d.throttle_ms)
-
-    def _run(
-        self,
-        filters: tuple[Filter, ...],
-        header: RequestHeader,
-        original: Frame,
-        frame: Frame,
-        start: int,
-        throttle: int,
-    ) -> Frame | Forward | Answer | Close | Deferred:
-        for position in range(start, len(filters)):
-            out = filters[position].on_request(header, frame)
+        original, start, throttle = frame, 0, 0
+        if deferred is not None:
+            original, frame, start, throttle = (
+                deferred.original,
+                deferred.frame,
+                deferred.position,
+                deferred.throttle_ms,
+            )
+        for f in filters[start:] if start else filters:
+            out = f.on_request(header, frame)
             kind = type(out)
-            if kind is Forward:
+            if kind is memoryview:  # the common case first: forwarded untouched
+                frame = out
+            elif kind is Forward:
                 frame = out.frame
                 if out.throttle_ms > 0:
                     self._mute(out.throttle_ms)
@@ -168,7 +164,7 @@ class ConnectionFilters:
                     self._mute(out.throttle_ms)
                 return out if out.throttle_ms >= throttle else out._replace(throttle_ms=throttle)
             elif kind is Defer:
-                return Deferred(out.ready, header, original, frame, position, throttle)
+                return Deferred(out.ready, header, original, frame, filters.index(f, start), throttle)
             elif kind is Close:
                 return out
             else:

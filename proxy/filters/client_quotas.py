@@ -67,7 +67,18 @@ class ClientQuotas(Filter):
         ApiKey.FETCH: FETCH_MAX_VERSION,
     }
 
-    __slots__ = ("_fetch", "_fetch_throttle", "_mode", "_produce", "_request", "_stats")
+    __slots__ = (
+        "_all_rules",
+        "_fetch",
+        "_fetch_rules",
+        "_fetch_throttle",
+        "_mode",
+        "_produce",
+        "_produce_rules",
+        "_request",
+        "_request_rules",
+        "_stats",
+    )
 
     def __init__(self, conn: ConnectionInfo, shared: ClientQuotasFactory) -> None:
         super().__init__(conn)
@@ -75,6 +86,18 @@ class ClientQuotas(Filter):
         self._produce = managers.produce
         self._fetch = managers.fetch
         self._request = managers.request
+        # The managers' live rules, read per request (an attribute read each, on the hot path): a quota
+        # added or removed at run time counts from the next request.
+        self._produce_rules = managers.produce.rules
+        self._fetch_rules = managers.fetch.rules
+        self._request_rules = managers.request.rules
+        # A mutation quota's mute shows in Produce and Fetch answers too.
+        self._all_rules = (
+            self._produce_rules,
+            self._fetch_rules,
+            self._request_rules,
+            managers.controller_mutation.rules,
+        )
         self._mode = shared.mode
         self._fetch_throttle = shared.fetch_throttle
         self._stats = shared.stats
@@ -83,10 +106,10 @@ class ClientQuotas(Filter):
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
         if header.api_key == _PRODUCE:
-            if self._produce.quotas_enabled:
+            if self._produce_rules.enabled_bits:
                 return self._charge_produce(header, frame)
             return frame
-        if self._fetch.quotas_enabled:
+        if self._fetch_rules.enabled_bits:
             return self._cap_fetch(header, frame)
         return frame
 
@@ -129,14 +152,20 @@ class ClientQuotas(Filter):
         return spec is not None and not spec.client_throttles(header.api_version)
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame | Respond:
+        if not request.throttle_ms:
+            for rules in self._all_rules:
+                if rules.enabled_bits:
+                    break
+            else:
+                return frame  # no quota configured at all: nothing to charge, no mute to tell
         conn = self.conn
         header = request.header
         key, user, client_id = header.api_key, conn.user, header.client_id
         if key in _AUTHENTICATION_KEYS:
             conn.take_cpu_ns()  # spent authenticating: dropped, not charged to the request after it
             return frame
-        charges_request = self._request.quotas_enabled
-        charges_fetch = key == _FETCH and self._fetch.quotas_enabled
+        charges_request = self._request_rules.enabled_bits != 0
+        charges_fetch = key == _FETCH and self._fetch_rules.enabled_bits != 0
         muted_ms = max(conn.mute_remaining_ms(), request.throttle_ms)
         if not (charges_request or charges_fetch or muted_ms):
             return frame  # nothing to charge, nothing to tell (no quota of these keys is configured)
