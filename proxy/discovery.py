@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.broker_addresses import decode_brokers
 from sluice.protocol.headers import encode_request, response_header_size
 from sluice.protocol.topic_metadata import encode_topic_metadata_request
@@ -12,7 +13,7 @@ from sluice.protocol.topic_metadata import encode_topic_metadata_request
 if TYPE_CHECKING:
     from .tls import UpstreamTlsTarget
 
-METADATA = 3
+METADATA = ApiKey.METADATA
 # v1 is the oldest version that can ask for brokers without topics (an empty topic array); every broker
 # this proxy can front speaks it.
 _METADATA_VERSION = 1

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Protocol
 
-from sluice.protocol.apis import produce_acks
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
 from sluice.protocol.headers import (
@@ -29,11 +29,12 @@ from sluice.protocol.headers import (
     read_correlation_id,
     response_header_size,
 )
+from sluice.protocol.produce import produce_acks
 
 from .filters.base import Answer, Close, EntryKind, Forward, Frame, InFlight, RawExchange, Respond
 from .filters.chain import ConnectionFilters, Deferred
 
-PRODUCE = 0
+_PRODUCE = ApiKey.PRODUCE
 # acks=0 correlation ids remembered, to recognise a broker that answers them anyway.
 ACKS0_REMEMBERED = 1024
 # The proxy's own requests count up from here, clear of the client's ids (Kafka clients count up from 0).
@@ -232,7 +233,7 @@ class RequestPipeline:
             if type(out) is memoryview:
                 # Forwarded untouched, no throttle: _settle's common case, inline (this is the hot path).
                 self._metrics.count_request(header.api_key, len(frame) - 4)
-                if header.api_key != PRODUCE or produce_acks(frame, header) != 0:
+                if header.api_key != _PRODUCE or produce_acks(frame, header) != 0:
                     self._in_flight.append(InFlight(header))
                 else:
                     self._acks0_sent.append(header.correlation_id)
@@ -269,7 +270,7 @@ class RequestPipeline:
         else:
             frame = out  # bytes a filter rewrote
         self._metrics.count_request(header.api_key, len(original) - 4)
-        if header.api_key != PRODUCE or produce_acks(original, header) != 0:
+        if header.api_key != _PRODUCE or produce_acks(original, header) != 0:
             if answer is not None:
                 entry = InFlight(header, _ANSWERED, throttle, answer.response, answer.delay_ms)
             else:
