@@ -10,6 +10,10 @@ the connection muted?), a sink that writes responses or hands the proxy's own re
 
 The connection's life is one `Lifecycle` value; forwarding happens only while it is OPEN and the gate
 is not muted. Requests that cannot go now are held, in order, until `release()`.
+
+Why this module is long: it is one state machine. The FIFO, the held requests, a deferral's resume point
+and the life cycle all serve one invariant, that the client sees its answers in the order it asked, and
+each step reads or changes several of them; split, that invariant would have no single place.
 """
 
 from __future__ import annotations
@@ -150,11 +154,6 @@ class RequestPipeline:
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
-
-    @property
-    def waiting(self) -> bool:
-        """Requests are held (not forwarded yet)."""
-        return bool(self._held) or self._resume is not None
 
     # ---- life cycle -----------------------------------------------------------------------------
 
