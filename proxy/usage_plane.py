@@ -14,8 +14,8 @@ from sluice.quota import QuotaManagers
 from sluice.quota.fleet import FleetQuotas
 from sluice.quota.usage_ledger import UsageLedger, bounds_in_force
 
-from .filters.base import Filter
-from .filters.usage_recorder import TopicNames, UsageRecorder, UsageRecording
+from .filters.base import FilterFactory
+from .filters.usage_recorder import TopicNames, UsageRecorderFactory, UsageRecording
 from .fleet_follower import FleetFollower, UsageConsumer
 from .services import Service
 from .usage_metrics import UsageCollector
@@ -55,8 +55,8 @@ class UsagePlane:
             catch_up_ms = max(w.num_samples * w.window_ms for w in windows)
             self.follower = FleetFollower(client, self.fleet, usage.topic, catch_up_ms=catch_up_ms)
 
-    def filters(self) -> list[Filter]:
-        return [UsageRecorder(self.recording)]
+    def filters(self) -> list[FilterFactory]:
+        return [UsageRecorderFactory(self.recording)]
 
     def services(self) -> list[Service]:
         """After the Kafka client; the follower last, so it stops first."""

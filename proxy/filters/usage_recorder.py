@@ -16,14 +16,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader, response_header_size
 from sluice.protocol.record_sets import fetch_topic_bytes, produce_topic_bytes
 from sluice.quota.usage_ledger import EntityUsage, UsageLedger
 
-from .base import ConnectionInfo, Filter, Frame, InFlight
+from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
 
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH = ApiKey.PRODUCE, ApiKey.FETCH
 _ALL_API_KEYS = frozenset(range(128))
 # A topic id (Produce and Fetch v13+ name topics by id) -> its name, when the proxy knows it.
 TopicNames = Callable[[bytes], str | None]
@@ -98,13 +99,28 @@ class UsageRecorder(Filter):
     request_api_keys = _ALL_API_KEYS
     response_api_keys = frozenset({FETCH})
 
+    __slots__ = ("_recording",)
+
+    def __init__(self, conn: ConnectionInfo, shared: UsageRecorderFactory) -> None:
+        super().__init__(conn)
+        self._recording = shared.recording
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+        self._recording.request(self.conn.user, header, frame)
+        return frame
+
+    def on_response(self, request: InFlight, frame: Frame) -> Frame:
+        self._recording.fetch_response(self.conn.user, request.header, frame)
+        return frame
+
+
+class UsageRecorderFactory(FilterFactory):
+    """The usage recording every connection's UsageRecorder adds to."""
+
+    filter_class = UsageRecorder
+
     def __init__(self, recording: UsageRecording) -> None:
-        self._recording = recording
+        self.recording = recording
 
-    def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame:
-        self._recording.request(conn.user, header, frame)
-        return frame
-
-    def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
-        self._recording.fetch_response(conn.user, request.header, frame)
-        return frame
+    def create(self, conn: ConnectionInfo) -> UsageRecorder:
+        return UsageRecorder(conn, self)
