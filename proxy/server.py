@@ -95,6 +95,8 @@ class SluiceServer:
             if config.usage.enabled
             else None
         )
+        if self.usage is not None:  # the quota filters add their throttles, CPU time and mutations
+            self.throttle_stats.usage = self.usage.recording
         self.settings = SessionSettings(
             FilterChain(self._filters()),
             self.metrics,

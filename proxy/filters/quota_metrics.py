@@ -14,6 +14,7 @@ from sluice.quota import QuotaManagers, QuotaTags, QuotaWindow, SampledRate, Win
 from ..log import get_logger
 from ..metrics import api_name
 from ..throttle_episodes import ThrottleEpisodes
+from .usage_recorder import UsageRecording
 
 _MAX_ENTITIES = 10_000
 _log = get_logger("sluice.throttle")
@@ -31,13 +32,16 @@ class ThrottleStats:
       exists at 0 before the quota first binds;
     * per API: the `throttle_time_ms` values Sluice wrote into responses (what clients were told);
     * with `episodes`, a `throttle_started` log event when an entity starts being throttled (and the sweep
-      logs `throttle_stopped`), never one per request.
+      logs `throttle_stopped`), never one per request;
+    * with `usage` (usage records on), the quota filters also add what they charge to the usage ledger:
+      throttles here, CPU time and partition mutations through `usage` directly.
     """
 
     def __init__(self, episodes: ThrottleEpisodes | None = None) -> None:
         self.by_quota: dict[tuple[str, QuotaTags], list[int]] = {}
         self.by_response: dict[int, list[int]] = {}
         self.episodes = episodes
+        self.usage: UsageRecording | None = None
 
     def touch(self, kind: str, tags: QuotaTags) -> None:
         """An entity was charged: its throttle series exist (at 0) from now on."""
@@ -46,11 +50,21 @@ class ThrottleStats:
             self._make_room(key)
             self.by_quota[key] = [0, 0, 0]
 
-    def record_quota(self, kind: str, tags: QuotaTags, throttle_ms: int, now_ms: int | None = None) -> None:
-        """Keyed by the sensor's tags, as Kafka's throttle-time is, so label sets match sluice_byte_rate."""
+    def record_quota(
+        self,
+        kind: str,
+        tags: QuotaTags,
+        throttle_ms: int,
+        now_ms: int | None = None,
+        entity: tuple[str, str | None] | None = None,
+    ) -> None:
+        """Keyed by the sensor's tags, as Kafka's throttle-time is, so label sets match sluice_byte_rate.
+        `entity` (user, client-id) is who it was given to, for the usage records."""
         key = (kind, tags)
         self._make_room(key)
         _add(self.by_quota, key, throttle_ms)
+        if self.usage is not None and entity is not None:
+            self.usage.usage(*entity).add_throttle(kind, throttle_ms)
         if self.episodes is not None and now_ms is not None:
             for event in self.episodes.throttled(kind, tags, throttle_ms, now_ms):
                 _log.info(event.event, **event.fields)
