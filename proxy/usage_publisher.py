@@ -41,7 +41,7 @@ _log = get_logger("sluice.usage")
 # Under Kafka's default max.message.bytes (1 MiB + 12), with room for the batch and record headers.
 DEFAULT_MAX_MESSAGE_BYTES = 900_000
 STOP_FLUSH_S = 2.0
-_RETRY_S = (0.5, 5.0)  # first and longest wait between failed sends
+RETRY_S = (0.5, 5.0)  # first and longest wait between failed sends
 
 
 class UsageProducer(Protocol):
@@ -81,6 +81,11 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def next_boundary(now_ms: int, interval_ms: int) -> int:
+    """The next multiple of the interval on the wall clock, so every instance's intervals coincide."""
+    return (now_ms // interval_ms + 1) * interval_ms
+
+
 class UsagePublisher:
     name = "usage_publisher"
 
@@ -94,6 +99,7 @@ class UsagePublisher:
         wall_ms: Callable[[], int] = wall_clock_ms,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         stats: UsageStats | None = None,
+        retry_s: tuple[float, float] = RETRY_S,
     ) -> None:
         self._client = client
         self._ledger = ledger
@@ -108,6 +114,7 @@ class UsagePublisher:
         self._partition: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._failing = False
+        self._retry_s = retry_s
 
     @property
     def topic(self) -> str:
@@ -129,19 +136,20 @@ class UsagePublisher:
         self._tasks = []
         self.publish_interval()  # the interval so far: nothing admitted goes unrecorded
         if self._partition is not None:
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(TimeoutError, KafkaClientError, OSError):
                 await asyncio.wait_for(self._send_buffered(), STOP_FLUSH_S)
         if self._buffer:
             _log.warning("usage_records_unsent", messages=len(self._buffer), topic=self.topic)
 
     # ---- the timer ------------------------------------------------------------------------------
 
-    def publish_interval(self) -> None:
-        """Drain the ledger into a batch for [interval start, now) and buffer its messages."""
-        now = self._wall_ms()
+    def publish_interval(self, end_ms: int | None = None) -> None:
+        """Drain the ledger into a batch for [interval start, end) and buffer its messages. `end_ms` is the
+        interval boundary the timer woke for (default: now, for the last, partial interval at stop)."""
+        end = self._wall_ms() if end_ms is None else end_ms
         start = self._interval_start_ms
-        self._interval_start_ms = now
-        batch = self._ledger.drain(start, max(0, now - start), self._bounds, api_name)
+        self._interval_start_ms = end
+        batch = self._ledger.drain(start, max(0, end - start), self._bounds, api_name)
         self.stats.batches += 1
         for message in split_rows(batch, self._max_message_bytes):
             self._buffer.append(message)
@@ -155,15 +163,17 @@ class UsagePublisher:
     async def _timer(self) -> None:
         interval = self._settings.interval_ms
         while True:
-            now = self._wall_ms()
-            # The next multiple of the interval on the wall clock, so every instance's intervals coincide.
-            await asyncio.sleep(((now // interval + 1) * interval - now) / 1000)
-            self.publish_interval()
+            # Never the same boundary twice, even if the loop's timer woke a little early by the wall clock.
+            now = max(self._wall_ms(), self._interval_start_ms)
+            boundary = next_boundary(now, interval)
+            await asyncio.sleep((boundary - now) / 1000)
+            self.publish_interval(max(boundary, self._interval_start_ms))
 
     # ---- the sender -----------------------------------------------------------------------------
 
     async def _sender(self) -> None:
-        wait = _RETRY_S[0]
+        first_wait, longest_wait = self._retry_s
+        wait = first_wait
         while True:
             try:
                 if self._partition is None:
@@ -180,10 +190,10 @@ class UsagePublisher:
                         "usage_publish_failed", topic=self.topic, error=str(exc), buffered=len(self._buffer)
                     )
                 await asyncio.sleep(wait)
-                wait = min(wait * 2, _RETRY_S[1])
+                wait = min(wait * 2, longest_wait)
                 self._ready.set()  # try the buffer again
                 continue
-            wait = _RETRY_S[0]
+            wait = first_wait
 
     async def _prepare_topic(self) -> int:
         settings = self._settings
