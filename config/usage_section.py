@@ -22,7 +22,7 @@ from functools import partial
 
 from sluice.config.errors import MISSING, ConfigError
 from sluice.config.usage_settings import FleetSettings, UsageSettings
-from sluice.config.values import parse_bool, parse_int, parse_section, value_at
+from sluice.config.values import parse_bool, parse_choice, parse_int, parse_section, value_at
 from sluice.quota import QuotaKey
 from sluice.quota.fleet import DEFAULT_SHARED_KEYS
 
@@ -36,8 +36,10 @@ USAGE_KEYS = (
     "max_entities",
     "buffer_batches",
     "instance_id",
+    "compression",
 )
 FLEET_KEYS = ("enabled", "share")
+COMPRESSIONS = ("gzip", "none")
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 # Kafka's own rule for topic names (Topic.validate): at most 249 of these characters, not "." or "..".
@@ -81,6 +83,7 @@ def parse_usage_section(raw: object, key: str = "usage") -> UsageSettings:
             "buffer_batches", partial(parse_int, low=1, high=100_000), defaults.buffer_batches
         ),
         instance_id=get("instance_id", _instance_id, None),
+        compression=get("compression", partial(parse_choice, choices=COMPRESSIONS), defaults.compression),
     )
 
 

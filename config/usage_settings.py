@@ -22,6 +22,7 @@ class UsageSettings:
     max_entities: int = 10_000
     buffer_batches: int = 300
     instance_id: str | None = None
+    compression: str = "gzip"  # of the usage messages: gzip (about 24x smaller) or none
 
 
 @dataclass(frozen=True, slots=True)

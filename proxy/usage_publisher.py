@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sluice.config.usage_settings import UsageSettings
-from sluice.protocol.record_batches import Record
+from sluice.protocol.record_batches import GZIP, Record
 from sluice.quota.usage_ledger import BoundsOf, UsageLedger
 from sluice.quota.usage_records import split_rows
 
@@ -60,7 +60,13 @@ class UsageProducer(Protocol):
     async def partitions(self, topic: str, *, timeout_s: float | None = None) -> list[int]: ...
 
     async def produce(
-        self, topic: str, partition: int, records: Sequence[Record], *, timeout_s: float | None = None
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        timeout_s: float | None = None,
+        compression: int = 0,
     ) -> int: ...
 
 
@@ -115,6 +121,7 @@ class UsagePublisher:
         self._tasks: list[asyncio.Task[None]] = []
         self._failing = False
         self._retry_s = retry_s
+        self._compression = GZIP if settings.compression == "gzip" else 0
 
     @property
     def topic(self) -> str:
@@ -220,7 +227,10 @@ class UsagePublisher:
                 chunk.append(message)
                 size += len(message)
             await self._client.produce(
-                self.topic, self._partition, [Record(key, message) for message in chunk]
+                self.topic,
+                self._partition,
+                [Record(key, message) for message in chunk],
+                compression=self._compression,
             )
             # Only now: a message dropped from a full buffer meanwhile was older than these.
             for message in chunk:

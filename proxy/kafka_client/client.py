@@ -142,10 +142,17 @@ class KafkaClient:
     # ---- produce ----------------------------------------------------------------------------------
 
     async def produce(
-        self, topic: str, partition: int, records: Sequence[Record], *, timeout_s: float | None = None
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        timeout_s: float | None = None,
+        compression: int = 0,
     ) -> int:
-        """Write `records` as one batch to the partition's leader, acks=all; returns the base offset."""
-        batch = encode_record_batch(records, int(time.time() * 1000))
+        """Write `records` as one batch to the partition's leader, acks=all; returns the base offset.
+        `compression`: 0 (none) or `record_batches.GZIP`."""
+        batch = encode_record_batch(records, int(time.time() * 1000), compression=compression)
         where = f"Produce to {topic}-{partition}"
         timeout_ms = int(self.request_timeout_s * 1000)
 

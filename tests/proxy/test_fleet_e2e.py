@@ -10,7 +10,9 @@ measured as the slope of the cumulative bytes (docs/fleet.md explains why not a 
 
 from __future__ import annotations
 
+import contextlib
 import time
+import urllib.request
 
 import pytest
 from fleet_harness import (
@@ -21,7 +23,7 @@ from fleet_harness import (
     read_usage,
     slope,
 )
-from throttle_harness import FlatOutProducer
+from throttle_harness import FlatOutProducer, metric_value
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
@@ -42,6 +44,18 @@ def cluster():
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _wait_for_worker(proxy: ProxyProcess, index: int, timeout_s: float = 20.0) -> None:
+    """Until worker `index` (metrics on the metrics port + index) listens for the cluster's brokers."""
+    url = f"http://127.0.0.1:{proxy.metrics_port + index}/metrics"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as answer:
+            if metric_value(answer.read().decode(), "sluice_broker_listeners") > 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"worker {index} did not get ready:\n{proxy.log_path.read_text()}")
 
 
 def _producer(bootstrap: str) -> FlatOutProducer:
@@ -119,6 +133,7 @@ def test_one_process_dies_and_the_others_converge_within_one_quota_window(cluste
 def test_two_workers_on_one_machine_hold_one_quota(cluster) -> None:
     config = fleet_config("token_bucket")
     with ProxyProcess(cluster.bootstrap, config, log_level="warning", run_args=["--workers", "2"]) as proxy:
+        _wait_for_worker(proxy, 1)  # worker 0 is ready (ProxyProcess waited); connections then spread
         producers = [_producer(proxy.bootstrap) for _ in range(3)]
         t0 = _wall_ms()
         for producer in producers:
@@ -128,8 +143,8 @@ def test_two_workers_on_one_machine_hold_one_quota(cluster) -> None:
             _stop_now(producer)
         proxy.stop()
     batches = read_usage(cluster.bootstrap)
-    assert len({batch.instance for batch in batches}) == 2  # two workers, each publishing
-    assert len(instances_with_traffic(batches)) == 2  # the kernel spread the connections over both
     rate = slope(admitted_per_interval(batches), t0 + START_S * 1000, t0 + RUN_S * 1000)
     print(f"--workers 2: admitted {rate:.0f} B/s = {rate / QUOTA:.3f} Q")
+    assert len({batch.instance for batch in batches}) == 2  # two workers, each publishing
+    assert len(instances_with_traffic(batches)) == 2  # the kernel spread the connections over both
     assert rate == pytest.approx(QUOTA, rel=0.05), f"two workers admitted {rate:.0f} B/s"

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from sluice.config.usage_settings import UsageSettings
-from sluice.protocol.record_batches import Record
+from sluice.protocol.record_batches import GZIP, Record
 from sluice.proxy.kafka_client import BrokerUnavailable
 from sluice.proxy.usage_publisher import UsagePublisher, next_boundary
 from sluice.quota.usage_ledger import UsageLedger
@@ -38,8 +38,9 @@ class FakeKafka:
         self._check()
         return list(range(self._partitions))
 
-    async def produce(self, topic, partition, records, *, timeout_s=None):
+    async def produce(self, topic, partition, records, *, timeout_s=None, compression=0):
         self._check()
+        assert compression == GZIP  # the default
         self.produced.append((topic, partition, list(records)))
         return len(self.produced)
 
