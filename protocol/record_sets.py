@@ -146,10 +146,80 @@ def _finish(reason: str, walk, buf: Buffer) -> TopicBytes:
     return found
 
 
+def _classic_name(buf: Buffer, pos: int) -> tuple[str, int]:
+    length = _I16(buf, pos)[0]
+    pos += 2
+    stop = pos + length
+    if length < 0 or stop > len(buf):
+        raise ValueError(f"topic name length {length}")
+    return str(buf[pos:stop], "utf-8"), stop
+
+
+def _classic_partitions(
+    buf: Buffer, pos: int, end: int, fixed: int, aborted: bool, replica: int = 0
+) -> tuple[int, int]:
+    """(record bytes, position after) of a classic partitions array: `fixed` bytes, then (Fetch v4+) the
+    aborted transactions and `replica` bytes (Fetch v11+), then a nullable int32-sized record set. Reads
+    past the end raise struct.error."""
+    count = _I32(buf, pos)[0]
+    pos += 4
+    if count < -1:
+        raise ValueError(f"array length {count}")
+    total = 0
+    for _ in range(count):
+        pos += fixed
+        if aborted:
+            transactions = _I32(buf, pos)[0]
+            pos += 4
+            if transactions > 0:
+                pos += 16 * transactions
+            elif transactions < -1:
+                raise ValueError(f"array length {transactions}")
+            pos += replica
+        size = _I32(buf, pos)[0]
+        pos += 4
+        if size > 0:
+            pos += size
+            if pos > end:
+                raise IndexError("records")
+            total += size
+        elif size < -1:
+            raise ValueError(f"records length {size}")
+    return total, pos
+
+
+def _classic_topics(
+    buf: Buffer, pos: int, end: int, fixed: int, aborted: bool, replica: int = 0
+) -> tuple[TopicBytes, int]:
+    """The hot path for the non-flexible versions most clients speak: no helper call per field."""
+    count = _I32(buf, pos)[0]
+    pos += 4
+    if count < -1:
+        raise ValueError(f"array length {count}")
+    found: TopicBytes = []
+    for _ in range(count):
+        topic, pos = _classic_name(buf, pos)
+        total, pos = _classic_partitions(buf, pos, end, fixed, aborted, replica)
+        found.append((topic, total))
+    return found, pos
+
+
 def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
     """[(topic, record bytes)] of a Produce request body, one entry per topic in the request."""
     if not 0 <= api_version <= _PRODUCE_MAX:
         raise ProtocolError("unsupported_version", f"Produce v{api_version}")
+    if api_version < _FLEXIBLE_FROM[0]:
+
+        def classic(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
+            pos = 0
+            if api_version >= 3:  # transactional_id
+                length = _I16(buf, 0)[0]
+                pos = 2 + (length if length > 0 else 0)
+                if length < -1:
+                    raise ValueError(f"transactional_id length {length}")
+            return _classic_topics(buf, pos + 6, end, 4, False)  # after acks, timeout_ms; partition index
+
+        return _finish("bad_produce_request", classic, body)
     flexible = api_version >= _FLEXIBLE_FROM[0]
     by_id = api_version >= _TOPIC_ID_FROM
     has_transactional_id = api_version >= 3
@@ -204,6 +274,12 @@ def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
     has_aborted = api_version >= 4
     replica = 4 if api_version >= 11 else 0
     head = (4 if api_version >= 1 else 0) + (6 if api_version >= 7 else 0)
+    if not flexible:
+
+        def classic(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
+            return _classic_topics(buf, head, end, fixed, has_aborted, replica)
+
+        return _finish("bad_fetch_response", classic, body)
 
     def walk(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
         found: TopicBytes = []

@@ -126,6 +126,13 @@ def sections() -> list[Section]:
             "with 16 KiB and with 1 MB batches (measured in % off the quota)",
             bench_quota_accuracy.run,
         ),
+        Section(
+            "usage",
+            "9. Usage records and one quota for a fleet",
+            "issue 12: throughput with usage records on >= 0.98 x off; three processes sharing one quota "
+            "within +/-5 % of it (window and token bucket); the usage topic's size with 1,000 entities",
+            _optional_run("bench_usage"),
+        ),
     ]
 
 
