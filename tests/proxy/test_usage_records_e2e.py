@@ -177,3 +177,30 @@ def test_kafka_unreachable_for_the_usage_topic_never_holds_traffic_back() -> Non
     assert rate == pytest.approx(200_000, rel=0.1)
     assert dropped > 0 and buffered <= 4
     assert not [error for error in producer.errors if "Purged" not in error]
+
+
+def test_throttles_and_the_quota_in_force_are_in_the_records() -> None:
+    with MockCluster(brokers=3, topics={TOPIC: 3}) as cluster:
+        config = {
+            "quota": {
+                "window": {"samples": 2, "size_seconds": 1},
+                "entities": [{"client_id": "pump", "producer_byte_rate": 20_000}],
+            },
+            "usage": {"enabled": True, "interval_ms": 500},
+        }
+        with ProxyProcess(cluster.bootstrap, config, log_level="info") as proxy:
+            producer = FlatOutProducer(
+                proxy.bootstrap, TOPIC, "pump", partitions=3, **{"queue.buffering.max.kbytes": 256}
+            )
+            producer.start()
+            time.sleep(5)
+            producer._stop_flag.set()
+            producer.join(30)
+            producer.producer.purge()
+            started = proxy.wait_for_event("throttle_started", client_id="pump")
+        batches = read_usage(cluster.bootstrap)
+    rows = [row for b in batches for row in b.rows if row.client_id == "pump" and row.topic is None]
+    assert sum(row.throttle_count.get("Produce", 0) for row in rows) > 0
+    assert sum(row.throttle_time_ms.get("Produce", 0) for row in rows) > 0
+    assert all(dict(row.quotas) == {"producer_byte_rate": 20_000} for row in rows)
+    assert started["quota_type"] == "Produce" and started["throttle_ms"] > 0
