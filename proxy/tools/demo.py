@@ -460,11 +460,20 @@ def run_demo(seconds: int, chart: Path, sensor: str) -> int:
     return 0 if all(ok for _, ok in checks) else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="sluice demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def _seconds(text: str) -> int:
+    value = int(text)
+    if value < 3:
+        raise argparse.ArgumentTypeError("must be at least 3")
+    return value
+
+
+DESCRIPTION = __doc__
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--seconds", type=_seconds, default=DEFAULT_SECONDS, help="how long the producers run"
     )
-    parser.add_argument("--seconds", type=int, default=DEFAULT_SECONDS, help="how long the producers run")
     parser.add_argument("--chart", type=Path, default=DEFAULT_CHART, help="where to write the PNG chart")
     parser.add_argument(
         "--sensor",
@@ -472,10 +481,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=SENSORS[0],
         help="quota sensor: Sluice's token_bucket (steady) or Kafka's sampled window (comb)",
     )
-    args = parser.parse_args(argv)
-    if args.seconds < 3:
-        parser.error("--seconds must be at least 3")
+
+
+def run(args: argparse.Namespace) -> int:
     return run_demo(args.seconds, args.chart, args.sensor)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="sluice demo", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
