@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -13,7 +15,7 @@ import yaml
 from sluice.config.effective import HIDDEN, effective_config, mask_credentials
 from sluice.config.load import TOP_LEVEL_KEYS, load_config
 from sluice.config.quota_section import QUOTA_KEYS
-from sluice.proxy.cli import SUBCOMMANDS, main
+from sluice.proxy.cli import SUBCOMMANDS, command_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_EXAMPLE = REPO / "docs" / "config-example.yaml"
@@ -214,3 +216,28 @@ def test_credentials_are_hidden_wherever_they_sit() -> None:
     assert masked["sasl"] == tree["sasl"]
     assert masked["unset"] == {"password": None}
     assert tree["upstream"]["sasl"]["password"] == "s3cret"  # the input is left alone
+
+
+def _readme_sluice_commands() -> list[list[str]]:
+    """Every `sluice ...` line of the README's shell blocks, as arguments, without redirections."""
+    text = (REPO / "README.md").read_text()
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if not words or not words[0].endswith("bin/sluice"):
+                continue
+            cut = next(
+                (i for i, w in enumerate(words) if w in ("&", "|") or w[:1] in "<>" or w[:2] == "2>"), None
+            )
+            commands.append(words[1:cut])
+    return commands
+
+
+def test_the_readme_has_sluice_commands_and_every_one_parses() -> None:
+    commands = _readme_sluice_commands()
+    assert {"mock-cluster", "check-config", "run", "perf-test", "consume"} <= {c[0] for c in commands}
+    by_name = {command.name: command for command in SUBCOMMANDS}
+    for words in commands:
+        parser, _module = command_parser(by_name[words[0]])
+        parser.parse_args(words[1:])  # a usage error raises SystemExit and fails the test
