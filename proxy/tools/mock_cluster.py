@@ -56,6 +56,9 @@ What the mock is, and is not (librdkafka 2.16.0; checked by tests/proxy/test_moc
 * Placement: with replication 1, partition p lives on broker ``p % N + 1``; with more replicas the leader is
   picked at random among them. Leaders do not move when a broker goes down.
 * No authentication, no TLS, no quotas: every response carries throttle_time_ms 0.
+* Producer sequence numbers are checked only for transactional producers: a batch that an idempotent
+  (non-transactional) producer sends twice is appended twice, where a broker would keep one copy
+  (tests/batch_log.py replays a log with a broker's rule).
 """
 
 from __future__ import annotations

@@ -370,8 +370,9 @@ DESCRIPTION = "Kafka's producer performance test (kafka-producer-perf-test) on c
 EPILOG = """\
 Against a quota, run long enough to pass the first burst: a new client may send about
 samples x size_seconds x quota (11 s worth) at full speed before Sluice throttles it, so a run that
-fits in that burst looks unthrottled. Producing to a quota tighter than a few batches per
-request.timeout.ms, use enable.idempotence=true (docs/quotas.md, "Tight quotas and librdkafka")."""
+fits in that burst looks unthrottled. Against a tight quota, where one request's throttle (its size
+divided by the quota) nears socket.timeout.ms, set enable.idempotence=true and a smaller batch.size
+(docs/quotas.md, "Tight quotas and librdkafka")."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
