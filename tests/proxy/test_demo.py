@@ -41,6 +41,7 @@ def number(text: str) -> float:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_demo_holds_the_quota_clients_and_leaves_the_other_alone(tmp_path, capsys) -> None:
     chart = tmp_path / "charts" / "throughput.png"
     exit_code = demo.main(["--seconds", str(RUN_S), "--chart", str(chart)])

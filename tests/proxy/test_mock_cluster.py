@@ -186,6 +186,7 @@ def test_bad_commands_are_answered_with_an_error_and_the_cluster_carries_on(clus
     assert cluster.returncode is None
 
 
+@pytest.mark.slow
 def test_sigterm_exits_zero_and_closes_every_port() -> None:
     cluster = MockCluster(brokers=2)
     assert not any(_refuses_connections(address) for address in cluster.addresses)
@@ -203,6 +204,7 @@ def _start(*args: str) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.slow
 def test_with_commands_end_of_stdin_exits_zero() -> None:
     process = _start("--brokers", "1", "--commands")
     assert process.stdout is not None and process.stdin is not None
@@ -212,6 +214,7 @@ def test_with_commands_end_of_stdin_exits_zero() -> None:
     process.stdout.close()
 
 
+@pytest.mark.slow
 def test_started_in_the_background_with_stdin_closed_it_keeps_running_until_sigterm() -> None:
     # What `sluice mock-cluster ... &` in a script does: stdin is /dev/null (or closed), no commands.
     process = subprocess.Popen(
@@ -230,6 +233,7 @@ def test_started_in_the_background_with_stdin_closed_it_keeps_running_until_sigt
     process.stdout.close()
 
 
+@pytest.mark.slow
 def test_ready_file_holds_the_announced_bootstrap_and_is_removed_on_sigint(tmp_path: Path) -> None:
     ready = tmp_path / "state" / "ready"  # its folder is made if missing
     process = _start("--brokers", "2", "--ready-file", str(ready))
@@ -247,6 +251,7 @@ def test_ready_file_holds_the_announced_bootstrap_and_is_removed_on_sigint(tmp_p
     process.stdout.close()
 
 
+@pytest.mark.slow
 def test_port_base_puts_every_broker_on_a_fixed_port_clients_are_told_about() -> None:
     base = free_port_block(4)
     with MockCluster(brokers=3, topics={TOPIC: PARTITIONS}, port_base=base) as fixed:
@@ -277,6 +282,7 @@ def test_port_base_puts_every_broker_on_a_fixed_port_clients_are_told_about() ->
     assert all(_refuses_connections(address) for address in expected)
 
 
+@pytest.mark.slow
 def test_a_taken_fixed_port_exits_2_without_announcing() -> None:
     base = free_port_block(4)
     with socket.socket() as taken:
@@ -288,6 +294,7 @@ def test_a_taken_fixed_port_exits_2_without_announcing() -> None:
     assert stdout == b""
 
 
+@pytest.mark.slow
 def test_a_bad_topic_argument_exits_2_without_announcing() -> None:
     process = _start("--topic", "orders")
     stdout, _ = process.communicate(timeout=10)

@@ -34,6 +34,8 @@ from sluice.protocol.headers import response_header_size
 from sluice.protocol.topic_mutations import CREATE_TOPICS
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 QUOTA_EXCEEDED, NONE = 89, 0
 MESSAGE = "The throttling quota has been exceeded."
 STRICT_CREATE, PERMISSIVE_CREATE = 7, 5
