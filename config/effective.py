@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sluice.config.client_settings import ClientSettings, Secret
 from sluice.config.identity_settings import SaslSettings, TlsSettings
 from sluice.config.model import ProxyConfig
 from sluice.config.quota_settings import QuotaSettings
@@ -25,8 +26,11 @@ _CREDENTIAL_KEY = re.compile(
 )
 
 
-def effective_config(config: ProxyConfig) -> dict[str, Any]:
-    """The configuration as a nested mapping shaped like the YAML file (null: not set)."""
+def effective_config(config: ProxyConfig, reveal: bool = False) -> dict[str, Any]:
+    """The configuration as a nested mapping shaped like the YAML file (null: not set).
+
+    Secrets (the proxy's own password) are `[hidden]` unless `reveal` is set, which only a test that loads
+    the result back should do."""
     return {
         "listen": str(config.listen),
         "advertised_host": config.advertised_host,
@@ -41,11 +45,14 @@ def effective_config(config: ProxyConfig) -> dict[str, Any]:
         "quota": _quota(config.quota),
         "tls": _tls(config.tls),
         "sasl": _sasl(config.sasl),
+        "client": _client(config.client, reveal),
     }
 
 
 def mask_credentials(tree: object) -> object:
-    """A copy of `tree` with the value of every credential-named key replaced by `[hidden]`."""
+    """A copy of `tree` with every Secret, and the value of every credential-named key, as `[hidden]`."""
+    if isinstance(tree, Secret):
+        return HIDDEN
     if isinstance(tree, Mapping):
         return {
             key: HIDDEN
@@ -118,3 +125,18 @@ def _tls(tls: TlsSettings) -> dict[str, Any]:
 
 def _sasl(sasl: SaslSettings) -> dict[str, Any]:
     return {"oauthbearer": {"principal_claim": sasl.oauthbearer_principal_claim}}
+
+
+def _client(client: ClientSettings, reveal: bool) -> dict[str, Any]:
+    sasl = client.sasl
+    return {
+        "client_id": client.client_id,
+        "request_timeout_s": client.request_timeout_s,
+        "sasl": None
+        if sasl is None
+        else {
+            "mechanism": sasl.mechanism,
+            "username": sasl.username,
+            "password": sasl.password.reveal() if reveal else HIDDEN,
+        },
+    }

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sluice.config.client_settings import Secret
 from sluice.config.effective import HIDDEN, effective_config, mask_credentials
 from sluice.config.load import TOP_LEVEL_KEYS, load_config
 from sluice.config.quota_section import QUOTA_KEYS
@@ -184,10 +185,10 @@ def test_check_config_of_a_missing_file_exits_2(capsys, tmp_path) -> None:
 
 @pytest.mark.parametrize("path", SHIPPED_CONFIGS, ids=lambda path: str(path.relative_to(REPO)))
 def test_every_shipped_configuration_loads_and_its_effective_form_loads_back_the_same(path, tmp_path) -> None:
-    rendered = effective_config(load_config(path))
+    rendered = effective_config(load_config(path), reveal=True)
     again = tmp_path / "effective.yaml"
     again.write_text(yaml.safe_dump(rendered))
-    assert effective_config(load_config(again)) == rendered
+    assert effective_config(load_config(again), reveal=True) == rendered
 
 
 def test_the_effective_configuration_has_every_section_the_loader_knows() -> None:
@@ -197,6 +198,29 @@ def test_the_effective_configuration_has_every_section_the_loader_knows() -> Non
     assert set(rendered["quota"]) == set(QUOTA_KEYS)
 
 
+def test_the_proxys_own_password_is_never_printed(capsys, tmp_path) -> None:
+    secret_file = tmp_path / "password"
+    secret_file.write_text("s3cret-from-a-file\n")
+    for sasl in (
+        "{mechanism: PLAIN, username: sluice, password: s3cret-inline}",
+        f"{{mechanism: SCRAM-SHA-512, username: sluice, password_file: {secret_file}}}",
+    ):
+        path = tmp_path / "with-sasl.yaml"
+        path.write_text(
+            f"listen: 127.0.0.1:9092\nupstream: {{bootstrap: [k:9092]}}\nclient: {{sasl: {sasl}}}\n"
+        )
+        code, out, err = sluice(capsys, "check-config", str(path))
+        assert code == 0, err
+        assert "s3cret" not in out + err
+        assert yaml.safe_load(out)["client"]["sasl"]["password"] == HIDDEN
+        assert yaml.safe_load(out)["client"]["sasl"]["username"] == "sluice"
+        # Loaded back with the password revealed, the configuration is the same one.
+        revealed = effective_config(load_config(path), reveal=True)
+        again = tmp_path / "again.yaml"
+        again.write_text(yaml.safe_dump(revealed))
+        assert load_config(again).client == load_config(path).client
+
+
 def test_credentials_are_hidden_wherever_they_sit() -> None:
     tree = {
         "upstream": {"sasl": {"mechanism": "PLAIN", "username": "sluice", "password": "s3cret"}},
@@ -204,6 +228,7 @@ def test_credentials_are_hidden_wherever_they_sit() -> None:
         "clients": [{"oauth": {"client_secret": "x", "token_endpoint_url": "https://idp"}}],
         "sasl": {"oauthbearer": {"principal_claim": "sub"}},
         "unset": {"password": None},
+        "anywhere": [Secret("s3cret")],
     }
     masked = mask_credentials(tree)
     assert masked["upstream"]["sasl"] == {"mechanism": "PLAIN", "username": "sluice", "password": HIDDEN}
@@ -215,6 +240,7 @@ def test_credentials_are_hidden_wherever_they_sit() -> None:
     assert masked["clients"][0]["oauth"] == {"client_secret": HIDDEN, "token_endpoint_url": "https://idp"}
     assert masked["sasl"] == tree["sasl"]
     assert masked["unset"] == {"password": None}
+    assert masked["anywhere"] == [HIDDEN]
     assert tree["upstream"]["sasl"]["password"] == "s3cret"  # the input is left alone
 
 
