@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import threading
+from collections.abc import Callable, Sequence
 
 _CHUNK = 65536
 _HOST = "127.0.0.1"
@@ -124,3 +126,25 @@ class BrokerRelays:
             self._thread.join(5)
         for sock in self._listeners.values():
             sock.close()
+
+
+def relay_fixed_ports(
+    port_base: int,
+    real_addresses: Sequence[tuple[str, int]],
+    advertise: Callable[[int, str, int], None],
+    blocked_signals: Sequence[signal.Signals] = (),
+) -> tuple[BrokerRelays, str]:
+    """Relays on port_base + N for brokers 1..N at `real_addresses`, each advertised with `advertise(id,
+    host, port)`; returns them and the new bootstrap list. `blocked_signals` stay blocked on the relays'
+    thread, so a signal wakes the main thread instead."""
+    listeners = bind_fixed_ports(port_base, len(real_addresses))
+    real_ports = {broker_id: port for broker_id, (_host, port) in enumerate(real_addresses, start=1)}
+    relays = BrokerRelays(listeners, real_ports)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked_signals)  # threads inherit the mask
+    try:
+        relays.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    for broker_id in real_ports:
+        advertise(broker_id, _HOST, port_base + broker_id)
+    return relays, ",".join(f"{_HOST}:{port_base + broker_id}" for broker_id in real_ports)

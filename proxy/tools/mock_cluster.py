@@ -62,8 +62,9 @@ What the mock is, and is not (librdkafka 2.16.0; checked by tests/proxy/test_moc
   (non-transactional) producer sends twice is appended twice, where a broker would keep one copy
   (tests/batch_log.py replays a log with a broker's rule).
 
-Why this module is long: the ctypes bindings to librdkafka's mock API and the command loop that drives
-them follow librdkafka's header together.
+Why this module is long: the ctypes bindings to librdkafka's mock API, the command loop that drives them
+and the command line that starts them follow librdkafka's header together (the fixed-port relays are in
+``broker_relay.py``).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from .broker_relay import BrokerRelays, RelayError, bind_fixed_ports
+from .broker_relay import BrokerRelays, RelayError, relay_fixed_ports
 
 _log = logging.getLogger("sluice.mock_cluster")
 
@@ -361,24 +362,6 @@ def _start_with_signals_blocked(brokers: int) -> LibrdkafkaMockCluster:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _relay_fixed_ports(cluster: LibrdkafkaMockCluster, port_base: int) -> tuple[BrokerRelays, str]:
-    """Relays on port_base + N, advertised by the mock; returns them and the new bootstrap list."""
-    try:
-        listeners = bind_fixed_ports(port_base, cluster.brokers)
-    except RelayError as exc:
-        raise MockClusterError(str(exc)) from None
-    real_ports = {broker_id: port for broker_id, (_host, port) in enumerate(cluster.addresses, start=1)}
-    relays = BrokerRelays(listeners, real_ports)
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # as for librdkafka's threads
-    try:
-        relays.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-    for broker_id in real_ports:
-        cluster.advertise(broker_id, "127.0.0.1", port_base + broker_id)
-    return relays, ",".join(f"127.0.0.1:{port_base + broker_id}" for broker_id in real_ports)
-
-
 DESCRIPTION = """\
 Run librdkafka's mock Kafka cluster on 127.0.0.1 until SIGTERM or SIGINT (safe to start in the background).
 One line `BOOTSTRAP host:port,...` on stdout when the brokers listen."""
@@ -436,7 +419,12 @@ def run(args: argparse.Namespace) -> int:
             cluster.create_topic(topic)
         bootstrap = cluster.bootstrap
         if args.port_base is not None:
-            relays, bootstrap = _relay_fixed_ports(cluster, args.port_base)
+            try:
+                relays, bootstrap = relay_fixed_ports(
+                    args.port_base, cluster.addresses, cluster.advertise, _STOP_SIGNALS
+                )
+            except RelayError as exc:
+                raise MockClusterError(str(exc)) from None
         if args.ready_file:
             _write_ready_file(args.ready_file, bootstrap)
         _log.info(
