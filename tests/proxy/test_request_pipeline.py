@@ -344,6 +344,13 @@ def test_a_close_effect_stops_the_pipeline() -> None:
     assert h.upstream() == []
 
 
+def test_answers_made_before_a_close_effect_leave_first() -> None:
+    h = Harness(Factory(AnswersApiVersions), Factory(ClosesOnMetadata))
+    with pytest.raises(CloseConnection):
+        h.client(request(API_VERSIONS, 1), request(METADATA, 2))
+    assert h.sink.correlation_ids() == [1]
+
+
 def test_a_response_effect_delays_or_mutes() -> None:
     delayed = Harness(Factory(RespondsLater, delay_ms=300))
     delayed.client(request(METADATA, 1))
