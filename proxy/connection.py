@@ -175,7 +175,9 @@ class ClientSide(asyncio.Protocol):
 
     def _run(self, step: Callable, *args: object) -> None:
         """Run a pipeline step; write what it produced (one writelines each way), close on a bad frame or
-        a filter's failure (which must cost one connection, never the process)."""
+        a filter's failure (which must cost one connection, never the process). Its CPU time is counted as a
+        read's is: an unmute or a resume runs the filters on held requests outside any read."""
+        started = _thread_time_ns() if self._cpu_time_needed() else 0
         try:
             ready = step(*args)
         except ProtocolError as exc:
@@ -189,6 +191,8 @@ class ClientSide(asyncio.Protocol):
                 self._wait_for(ready)
         finally:
             self._flush()
+            if started:
+                self.cpu_ns += _thread_time_ns() - started
 
     def _flush(self) -> None:
         pipeline = self._pipeline

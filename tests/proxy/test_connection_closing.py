@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from collections.abc import Callable
 
 from sluice.protocol.api_keys import ApiKey
@@ -18,9 +19,11 @@ from sluice.proxy.connection import ClientSide
 from sluice.proxy.filters import (
     Answer,
     Close,
+    Defer,
     Filter,
     FilterChain,
     FilterFactory,
+    Forward,
     Frame,
     InFlight,
     Respond,
@@ -219,3 +222,78 @@ async def test_an_answer_made_before_a_filter_closes_the_connection_reaches_the_
 
     factories = [Factory(AnswersApiVersions), Factory(ClosesOnMetadata)]
     assert await run(factories, scenario) == [1]
+
+
+# ---- CPU time spent outside a read is counted too ----------------------------------------------------
+
+BURN_NS = 30_000_000
+
+
+def burn_cpu() -> None:
+    started = time.thread_time_ns()
+    while time.thread_time_ns() - started < BURN_NS:
+        pass
+
+
+class ThrottlesFirstThenBurns(Filter):
+    """Throttles request 1 (so request 2 is held until the mute ends), burns CPU on every other."""
+
+    request_api_keys = frozenset({METADATA})
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+        if header.correlation_id == 1:
+            return Forward(frame, 50)
+        burn_cpu()
+        return frame
+
+
+class DefersThenBurns(Filter):
+    """Defers request 1 on `ready`; burns CPU when it runs again on the resume."""
+
+    request_api_keys = frozenset({METADATA})
+    ready: asyncio.Future[object]
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Defer:
+        if not self.ready.done():
+            return Defer(self.ready)
+        burn_cpu()
+        return frame
+
+
+async def cpu_counted_while(factory: FilterFactory, scenario: Callable) -> int:
+    """The connection's CPU time counted while `scenario` runs (after the connection is up)."""
+    broker = Broker()
+    proxy = Proxy(await broker.start(), factory)
+    try:
+        _reader, writer = await proxy.connect()
+        while broker.writer is None:  # the connection is up once the broker accepted it
+            await asyncio.sleep(0.01)
+        before = proxy.connection().cpu_ns
+        await scenario(broker, writer)
+        return proxy.connection().cpu_ns - before
+    finally:
+        proxy.close()
+        broker.close()
+
+
+async def test_cpu_time_of_requests_forwarded_when_a_mute_ends_is_counted() -> None:
+    async def scenario(broker: Broker, client: asyncio.StreamWriter) -> None:
+        client.write(metadata(1) + metadata(2))
+        assert await broker.received(1) == [1]
+        await broker.send(response(METADATA, 1))  # the mute ends 50 ms after request 1: 2 is forwarded
+        assert await broker.received(1) == [2]
+
+    assert await cpu_counted_while(Factory(ThrottlesFirstThenBurns, cpu=True), scenario) >= BURN_NS
+
+
+async def test_cpu_time_of_a_resumed_request_is_counted() -> None:
+    ready: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+
+    async def scenario(broker: Broker, client: asyncio.StreamWriter) -> None:
+        client.write(metadata(1))
+        await asyncio.sleep(0.05)
+        assert broker.requests.empty()
+        ready.set_result(None)
+        assert await broker.received(1) == [1]
+
+    assert await cpu_counted_while(Factory(DefersThenBurns, cpu=True, ready=ready), scenario) >= BURN_NS
