@@ -164,6 +164,20 @@ class BrokerConnection(asyncio.Protocol):
             self._transport.close()
 
 
+def _tls_failure(name: str, exc: ssl.SSLError) -> AuthenticationFailed | BrokerUnavailable:
+    """A certificate that does not verify, or a TLS alert from the broker (it refused our certificate or
+    our protocol), fails the same way on the next try: AuthenticationFailed, not retried, as Kafka's
+    SslAuthenticationException. A handshake the broker cut short (EOF, reset: a broker restarting, a load
+    balancer) is a lost connection like any other: BrokerUnavailable, retried."""
+    reason = getattr(exc, "reason", None) or ""
+    cut_short = isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError | ssl.SSLSyscallError)
+    if not cut_short and (
+        isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE" in reason or "ALERT" in reason
+    ):
+        return AuthenticationFailed(f"{name}: TLS handshake failed: {reason or exc}")
+    return BrokerUnavailable(f"{name}: TLS handshake cut short: {reason or type(exc).__name__}")
+
+
 async def open_broker_connection(
     host: str,
     port: int,
@@ -193,9 +207,7 @@ async def open_broker_connection(
         connection.close()
         raise BrokerUnavailable(f"{name}: no connection within {timeout_s:g} s") from None
     except ssl.SSLError as exc:
-        # As Kafka's SslAuthenticationException: a certificate that does not verify will not verify on
-        # the next try either, so this is not retried.
-        raise AuthenticationFailed(f"{name}: TLS handshake failed: {exc.reason or exc}") from None
+        raise _tls_failure(name, exc) from None
     except OSError as exc:
         # str(exc) of a socket error names the host and the reason, never a credential.
         raise BrokerUnavailable(f"{name}: cannot connect: {exc.strerror or exc}") from None
