@@ -30,6 +30,7 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request, read_correlation_id, response_header_size
 
+from .authenticate import authenticate
 from .errors import AuthenticationFailed, BrokerUnavailable, KafkaErrorCode, UnsupportedByBroker
 
 if TYPE_CHECKING:
@@ -190,8 +191,6 @@ async def open_broker_connection(
 ) -> BrokerConnection:
     """Connect, learn the broker's API versions, authenticate; raises BrokerUnavailable,
     AuthenticationFailed or UnsupportedByBroker."""
-    from .authenticate import authenticate  # here: authenticate imports this module's types
-
     loop = asyncio.get_running_loop()
     name = label or f"{host}:{port}"
     connection = BrokerConnection(name, client_id)
