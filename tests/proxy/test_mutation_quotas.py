@@ -34,6 +34,8 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import response_header_size
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 QUOTA_EXCEEDED, NONE, UNKNOWN_TOPIC, UNKNOWN_TOPIC_ID = 89, 0, 3, 100
 MESSAGE = "The throttling quota has been exceeded."
 STRICT_CREATE, PERMISSIVE_CREATE = 7, 5

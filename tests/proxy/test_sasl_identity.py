@@ -44,6 +44,8 @@ from tls_certs import TestCA
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 REPO = Path(__file__).resolve().parents[2]
 
 TOPIC = "identity"
