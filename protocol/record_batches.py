@@ -1,9 +1,10 @@
 """Record batches for the proxy's own Kafka client: build one (magic 2) to produce, read what a Fetch got.
 
 Sans-IO over kafka-python's record codecs (`kafka.record`): `encode_record_batch` builds one v2 batch
-(uncompressed, or gzip: the standard library's, which every Kafka client reads), `decode_records` walks the record set of a fetched partition. A fetch answer may end inside a
-batch (the broker cuts at `max_bytes`); that tail is not an error, the caller fetches from the next
-offset again. Control batches (transaction markers) are skipped; their offsets still advance the position.
+(uncompressed, or gzip: the standard library's, which every Kafka client reads), `decode_records` walks
+the record set of a fetched partition. A fetch answer may end inside a batch (the broker cuts at
+`max_bytes`); that tail is not an error, the caller fetches from the next offset again. Control batches
+(transaction markers) are skipped; their offsets still advance the position.
 
 Every malformed input is a ProtocolError('bad_record_batch'); no detail quotes record content.
 """

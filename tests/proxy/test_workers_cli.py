@@ -46,12 +46,12 @@ def test_each_worker_serves_metrics_on_its_own_port(tmp_path) -> None:
     assert worker_config(config, 2).listen == config.listen
 
 
-def test_instance_id_from_the_command_line(tmp_path) -> None:
-    import argparse
+def test_instance_id_and_workers_from_the_command_line(tmp_path) -> None:
+    from sluice.proxy.cli import SUBCOMMANDS, command_parser
+    from sluice.proxy.commands.run import config_overrides
 
-    from sluice.proxy.cli import _overrides, _run_parser  # the same parsing `sluice run` does
-
-    parser = argparse.ArgumentParser()
-    _run_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["run", "--config", _config(tmp_path), "--instance-id", "edge-a"])
-    assert load_config(args.config, _overrides(args)).usage.instance_id == "edge-a"
+    (run,) = [command for command in SUBCOMMANDS if command.name == "run"]
+    parser, _module = command_parser(run)  # the same parsing `sluice run` does
+    args = parser.parse_args(["--config", _config(tmp_path), "--instance-id", "edge-a", "--workers", "3"])
+    assert args.workers == 3
+    assert load_config(args.config, config_overrides(args)).usage.instance_id == "edge-a"
