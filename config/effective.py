@@ -15,6 +15,7 @@ from sluice.config.client_settings import ClientSettings, Secret
 from sluice.config.identity_settings import SaslSettings, TlsSettings
 from sluice.config.model import ProxyConfig
 from sluice.config.quota_settings import QuotaSettings
+from sluice.config.usage_settings import UsageSettings
 from sluice.quota import DEFAULT, QuotaKey, QuotaWindow
 
 HIDDEN = "[hidden]"
@@ -46,6 +47,8 @@ def effective_config(config: ProxyConfig, reveal: bool = False) -> dict[str, Any
         "tls": _tls(config.tls),
         "sasl": _sasl(config.sasl),
         "client": _client(config.client, reveal),
+        "usage": _usage(config.usage),
+        "fleet": {"enabled": config.fleet.enabled, "share": sorted(key.value for key in config.fleet.share)},
     }
 
 
@@ -120,6 +123,21 @@ def _tls(tls: TlsSettings) -> dict[str, Any]:
             "verify": upstream.verify,
         },
         "principal_mapping_rules": list(tls.principal_mapping_rules.rules),
+    }
+
+
+def _usage(usage: UsageSettings) -> dict[str, Any]:
+    return {
+        "enabled": usage.enabled,
+        "topic": usage.topic,
+        "interval_ms": usage.interval_ms,
+        "retention_ms": usage.retention_ms,
+        "partitions": usage.partitions,
+        "replication_factor": usage.replication_factor,
+        "max_entities": usage.max_entities,
+        "buffer_batches": usage.buffer_batches,
+        "instance_id": usage.instance_id,
+        "compression": usage.compression,
     }
 
 
