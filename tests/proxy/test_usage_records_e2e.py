@@ -17,6 +17,8 @@ from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 from sluice.quota.usage_records import SCHEMA, VERSION
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 TOPIC = "metered"
 CLIENTS = ("alpha", "beta", "gamma")
 SECONDS = 8
@@ -138,7 +140,6 @@ def test_the_records_a_real_consumer_reads_follow_the_documented_schema() -> Non
     assert any(row.get("client_id") == "pump" for m in messages for row in json.loads(m.value())["rows"])
 
 
-@pytest.mark.slow
 def test_kafka_unreachable_for_the_usage_topic_never_holds_traffic_back() -> None:
     """The usage topic's only partition lives on a broker that goes down; the client's topic does not.
     Client traffic keeps its rate (a token-bucket quota keeps it steady), the drops are counted."""
