@@ -28,8 +28,10 @@ from sluice.quota.sensor import WindowQuotaSensor
 
 def canonical_ip(address: str) -> str:
     """``address`` in canonical text form; QuotaConfigError if it is not an IP address literal."""
+    if not isinstance(address, str):
+        raise QuotaConfigError("ip", address, "an IPv4 or IPv6 address as a string")
     try:
-        parsed = ipaddress.ip_address(address.strip() if isinstance(address, str) else address)
+        parsed = ipaddress.ip_address(address.strip())
     except ValueError:
         raise QuotaConfigError("ip", address, "an IPv4 or IPv6 address") from None
     if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
