@@ -50,6 +50,9 @@ What the mock is, and is not (librdkafka 2.16.0; checked by tests/test_mock_clus
 * Placement: with replication 1, partition p lives on broker ``p % N + 1``; with more replicas the leader is
   picked at random among them. Leaders do not move when a broker goes down.
 * No authentication, no TLS, no quotas: every response carries throttle_time_ms 0.
+
+Why this module is long: the ctypes bindings to librdkafka's mock API and the command loop that drives
+them follow librdkafka's header together.
 """
 
 from __future__ import annotations
