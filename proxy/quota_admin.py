@@ -1,0 +1,127 @@
+"""DescribeClientQuotas and AlterClientQuotas answered by Sluice: bytes in, bytes out, no I/O here.
+
+The QuotaAdmin filter hands the request body over and sends back what comes out. A describe is
+answered at once from the quotas in force. An alter is decided at once (authorisation, Kafka's
+validation, `validate_only`), and what it changes comes back as the store records to write; the answer
+is only made when the store has acknowledged them (`AlterCall.finish`), so a client is never told
+"done" for a change that is not stored. A failed write answers every changed entity with the store's
+error, and nothing changes in the engine.
+
+Authorisation (`quota.admin_principals`): Kafka asks DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster;
+Sluice asks whether the connection's user (its SASL or mTLS principal, ANONYMOUS otherwise) is listed.
+Refused: describe answers CLUSTER_AUTHORIZATION_FAILED at the top, alter on every entry, as Kafka does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from sluice.config.client_quota_entity import ClientQuotaEntity
+from sluice.config.quota_admin_errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    CLUSTER_AUTHORIZATION_FAILED_MESSAGE,
+    ApiError,
+)
+from sluice.config.quota_alter import EntryPlan, apply_changes, plan_alteration
+from sluice.config.quota_describe import describe_quotas
+from sluice.config.quota_records import encode_key, encode_value
+from sluice.config.quota_state import QuotaState
+from sluice.protocol.client_quotas import (
+    AlterResult,
+    DescribedEntity,
+    decode_alter_request,
+    decode_describe_request,
+    encode_alter_response,
+    encode_describe_response,
+)
+
+DENIED = ApiError(CLUSTER_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED_MESSAGE)
+
+
+class StoreRecord(NamedTuple):
+    """One record for the store topic: the entity's key, and its value (None: a tombstone)."""
+
+    key: bytes
+    value: bytes | None
+
+
+class AlterCall(NamedTuple):
+    """An alter, decided. With `records`, write them, then call `finish` with the outcome."""
+
+    answer: bytes | None  # the response, when there is nothing to write
+    records: tuple[StoreRecord, ...]
+    # None when the store acknowledged every record; else the error every changed entity gets.
+    finish: Callable[[ApiError | None], bytes]
+
+
+class QuotaAdministration:
+    """The quota admin APIs over one instance's QuotaState."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: QuotaState) -> None:
+        self.state = state
+
+    def describe(self, version: int, body: bytes | memoryview, user: str) -> bytes:
+        """The DescribeClientQuotas answer body (ProtocolError if the request body is malformed)."""
+        request = decode_describe_request(version, body)
+        if not self.state.settings.admin_principals.may_describe(user):
+            return encode_describe_response(version, None, DENIED.code, DENIED.message)
+        error, found = describe_quotas(self.state.in_force(), request.components, request.strict)
+        if found is None:
+            return encode_describe_response(version, None, error.code, error.message)
+        entries = [
+            DescribedEntity(entity.wire_parts(), tuple(sorted(values.items()))) for entity, values in found
+        ]
+        return encode_describe_response(version, entries)
+
+    def alter(self, version: int, body: bytes | memoryview, user: str) -> AlterCall:
+        """Decide an AlterClientQuotas (ProtocolError if the request body is malformed)."""
+        request = decode_alter_request(version, body)
+        if not self.state.settings.admin_principals.may_alter(user):
+            results = [AlterResult(DENIED.code, DENIED.message, entry.entity) for entry in request.entries]
+            return _answered(encode_alter_response(version, results))
+        state = self.state
+        plans = plan_alteration(
+            [(entry.entity, entry.ops) for entry in request.entries],
+            state.store.snapshot(),
+            state.file_sources(),
+        )
+        writes: dict[ClientQuotaEntity, dict[str, float]] = {}
+        for plan in plans:
+            if plan.error.ok and plan.changes and plan.entity is not None:
+                writes[plan.entity] = apply_changes(state.store.get(plan.entity), plan.changes)
+        wire = [entry.entity for entry in request.entries]
+        if request.validate_only or not writes:
+            return _answered(encode_alter_response(version, _results(plans, wire, None)))
+        records = tuple(
+            StoreRecord(encode_key(entity), encode_value(quotas)) for entity, quotas in writes.items()
+        )
+
+        def finish(failure: ApiError | None) -> bytes:
+            if failure is None:
+                state.store_written(writes)
+            return encode_alter_response(version, _results(plans, wire, failure, writes))
+
+        return AlterCall(None, records, finish)
+
+
+def _answered(answer: bytes) -> AlterCall:
+    return AlterCall(answer, (), lambda _failure: answer)
+
+
+def _results(
+    plans: list[EntryPlan],
+    wire_entities: list,
+    failure: ApiError | None,
+    written: dict[ClientQuotaEntity, dict[str, float]] | None = None,
+) -> list[AlterResult]:
+    """One result per request entry, echoing the entity as the client sent it."""
+    results = []
+    for plan, wire_entity in zip(plans, wire_entities, strict=True):
+        error = plan.error
+        if error.ok and failure is not None and written is not None and plan.entity in written:
+            error = failure
+        results.append(AlterResult(error.code, error.message, wire_entity))
+    return results
