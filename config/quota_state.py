@@ -41,16 +41,21 @@ class QuotaState:
         """For each quota the file sets, the words that say where (for refusing its removal)."""
         return self._sources
 
-    def apply_record(self, key: bytes | None, value: bytes | None) -> list[QuotaChange]:
-        """A record read from the store topic; QuotaRecordError (nothing changed) if it is invalid."""
-        _, changed = self.store.apply_record(key, value)
+    def apply_record(
+        self, key: bytes | None, value: bytes | None, offset: int | None = None
+    ) -> list[QuotaChange]:
+        """A record read from the store topic at `offset`; QuotaRecordError (nothing changed) if invalid."""
+        _, changed = self.store.apply_record(key, value, offset)
         return self.live.apply(self.in_force()) if changed else []
 
-    def store_written(self, writes: Mapping[ClientQuotaEntity, Mapping[str, float]]) -> list[QuotaChange]:
-        """Entities this instance wrote and the store acknowledged: entity -> all its quotas now."""
+    def store_written(
+        self, writes: Mapping[ClientQuotaEntity, Mapping[str, float]], offset: int | None = None
+    ) -> list[QuotaChange]:
+        """Entities this instance wrote and the store acknowledged (all in one batch at `offset`):
+        entity -> all its quotas now."""
         changed = False
         for entity, quotas in writes.items():
-            changed = self.store.put(entity, quotas) or changed
+            changed = self.store.put(entity, quotas, offset) or changed
         return self.live.apply(self.in_force()) if changed else []
 
     def reload(self, settings: QuotaSettings) -> list[QuotaChange]:

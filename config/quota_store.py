@@ -26,18 +26,33 @@ CONNECTION_CREATION_RATE = "connection_creation_rate"
 
 
 class QuotaStore:
-    """What the store topic holds, entity by entity; the in-memory mirror every instance keeps."""
+    """What the store topic holds, entity by entity; the in-memory mirror every instance keeps.
 
-    __slots__ = ("_quotas",)
+    Each entity remembers the topic offset its value came from. An instance applies its own write as
+    soon as the store acknowledges it (at that write's offset), possibly before its follower has read
+    older records of the same entity; those older records are then ignored, so the entity never goes
+    back to an earlier value.
+    """
+
+    __slots__ = ("_offsets", "_quotas")
 
     def __init__(self) -> None:
         self._quotas: QuotaMap = {}
+        self._offsets: dict[ClientQuotaEntity, int] = {}
 
     def get(self, entity: ClientQuotaEntity) -> Mapping[str, float]:
         return self._quotas.get(entity, {})
 
-    def put(self, entity: ClientQuotaEntity, quotas: Mapping[str, float]) -> bool:
-        """Replace the entity's quotas (empty removes it); True if anything changed."""
+    def put(self, entity: ClientQuotaEntity, quotas: Mapping[str, float], offset: int | None = None) -> bool:
+        """Replace the entity's quotas (empty removes it); True if anything changed.
+
+        With `offset` (where the value sits in the store topic), a value older than the one held is
+        ignored.
+        """
+        if offset is not None:
+            if offset < self._offsets.get(entity, -1):
+                return False
+            self._offsets[entity] = offset
         new = dict(quotas)
         if self._quotas.get(entity, {}) == new:
             return False
@@ -47,10 +62,12 @@ class QuotaStore:
             self._quotas.pop(entity, None)
         return True
 
-    def apply_record(self, key: bytes | None, value: bytes | None) -> tuple[ClientQuotaEntity, bool]:
+    def apply_record(
+        self, key: bytes | None, value: bytes | None, offset: int | None = None
+    ) -> tuple[ClientQuotaEntity, bool]:
         """Apply one record of the store topic; QuotaRecordError (nothing changed) if it is invalid."""
         entity, quotas = decode_record(key, value)
-        return entity, self.put(entity, quotas)
+        return entity, self.put(entity, quotas, offset)
 
     def snapshot(self) -> QuotaMap:
         return {entity: dict(values) for entity, values in self._quotas.items()}

@@ -51,8 +51,9 @@ class AlterCall(NamedTuple):
 
     answer: bytes | None  # the response, when there is nothing to write
     records: tuple[StoreRecord, ...]
-    # None when the store acknowledged every record; else the error every changed entity gets.
-    finish: Callable[[ApiError | None], bytes]
+    # finish(None, offset) when the store acknowledged the records (written as one batch at `offset`);
+    # finish(error) when it did not: every changed entity gets that error.
+    finish: Callable[..., bytes]
 
 
 class QuotaAdministration:
@@ -99,16 +100,16 @@ class QuotaAdministration:
             StoreRecord(encode_key(entity), encode_value(quotas)) for entity, quotas in writes.items()
         )
 
-        def finish(failure: ApiError | None) -> bytes:
+        def finish(failure: ApiError | None, offset: int | None = None) -> bytes:
             if failure is None:
-                state.store_written(writes)
+                state.store_written(writes, offset)
             return encode_alter_response(version, _results(plans, wire, failure, writes))
 
         return AlterCall(None, records, finish)
 
 
 def _answered(answer: bytes) -> AlterCall:
-    return AlterCall(answer, (), lambda _failure: answer)
+    return AlterCall(answer, (), lambda *_: answer)
 
 
 def _results(

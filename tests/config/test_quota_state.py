@@ -78,3 +78,15 @@ def test_reload_changes_file_quotas_but_stored_ones_still_win() -> None:
     assert state.live.connections.quota("10.0.0.1") == 3.0
     assert state.live.topics is None  # quota.topics went away with the reload
     assert state.file_sources()[E(user="alice")]["consumer_byte_rate"].startswith("the quota.entities entry")
+
+
+def test_an_older_record_never_undoes_a_newer_own_write() -> None:
+    state = QuotaState(settings({}))
+    pump = E(client_id="pump")
+    state.store_written({pump: {"producer_byte_rate": 300.0}}, offset=7)
+    # The follower, still behind, reads an older record of the same entity (offset 5) and then our own.
+    assert state.apply_record(encode_key(pump), encode_value({"producer_byte_rate": 100}), offset=5) == []
+    assert state.apply_record(encode_key(pump), encode_value({"producer_byte_rate": 300}), offset=7) == []
+    assert state.live.managers.produce.quota("ANONYMOUS", "pump") == 300.0
+    state.apply_record(encode_key(pump), None, offset=9)
+    assert state.store.snapshot() == {}
