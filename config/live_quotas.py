@@ -72,6 +72,21 @@ class LiveQuotas:
         changes.sort(key=lambda change: (change.entity.sort_key(), change.key))
         return changes
 
+    def apply_entity(self, entity: ClientQuotaEntity, values: Mapping[str, float]) -> list[QuotaChange]:
+        """Make `values` the quotas in force for one entity (empty: none); the others stay as they are."""
+        old_values = self._applied.get(entity, {})
+        changes = []
+        for key in sorted(old_values.keys() | values.keys()):
+            old, new = old_values.get(key), values.get(key)
+            if old != new:
+                self._set(entity, key, new)
+                changes.append(QuotaChange(entity, key, old, new))
+        if values:
+            self._applied[entity] = dict(values)
+        else:
+            self._applied.pop(entity, None)
+        return changes
+
     def apply_topics(self, settings: TopicQuotaSettings | None) -> bool:
         """Make `settings` the topic quotas in force; True if anything changed.
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sluice.config.client_quota_entity import CLIENT_ID, ENTITY_TYPES, IP, USER, ClientQuotaEntity
 from sluice.config.quota_admin_errors import OK, UNSUPPORTED_VERSION, ApiError, invalid
-from sluice.quota import QuotaConfigError
+from sluice.quota import DEFAULT, QuotaConfigError
 from sluice.quota.connection_rate import canonical_ip
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
@@ -89,13 +89,16 @@ class QuotaFilter:
         return cls(exact, frozenset(specified), strict)
 
     def matches(self, entity: ClientQuotaEntity) -> bool:
-        parts = dict(entity.wire_parts())
-        if self.strict and len(parts) != len(self.exact) + len(self.specified):
+        names = {USER: entity.user, CLIENT_ID: entity.client_id, IP: entity.ip}
+        if self.strict and sum(name is not None for name in names.values()) != len(self.exact) + len(
+            self.specified
+        ):
             return False
-        for entity_type, name in self.exact.items():
-            if entity_type not in parts or parts[entity_type] != name:
+        for entity_type, wanted in self.exact.items():
+            name = names[entity_type]
+            if name is None or (DEFAULT if wanted is None else wanted) != name:
                 return False
-        return all(entity_type in parts for entity_type in self.specified)
+        return all(names[entity_type] is not None for entity_type in self.specified)
 
 
 def describe_quotas(

@@ -45,18 +45,25 @@ class QuotaState:
         self, key: bytes | None, value: bytes | None, offset: int | None = None
     ) -> list[QuotaChange]:
         """A record read from the store topic at `offset`; QuotaRecordError (nothing changed) if invalid."""
-        _, changed = self.store.apply_record(key, value, offset)
-        return self.live.apply(self.in_force()) if changed else []
+        entity, changed = self.store.apply_record(key, value, offset)
+        return self._refresh(entity) if changed else []
 
     def store_written(
         self, writes: Mapping[ClientQuotaEntity, Mapping[str, float]], offset: int | None = None
     ) -> list[QuotaChange]:
         """Entities this instance wrote and the store acknowledged (all in one batch at `offset`):
         entity -> all its quotas now."""
-        changed = False
+        changes = []
         for entity, quotas in writes.items():
-            changed = self.store.put(entity, quotas, offset) or changed
-        return self.live.apply(self.in_force()) if changed else []
+            if self.store.put(entity, quotas, offset):
+                changes += self._refresh(entity)
+        return changes
+
+    def _refresh(self, entity: ClientQuotaEntity) -> list[QuotaChange]:
+        """Put one entity's quotas in force: the file's, with the store's on top."""
+        values = dict(self._file.get(entity, {}))
+        values.update(self.store.get(entity))
+        return self.live.apply_entity(entity, values)
 
     def reload(self, settings: QuotaSettings) -> list[QuotaChange]:
         """New file settings (already validated); the live parts take effect at once."""

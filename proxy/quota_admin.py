@@ -14,7 +14,7 @@ Refused: describe answers CLUSTER_AUTHORIZATION_FAILED at the top, alter on ever
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from sluice.config.client_quota_entity import ClientQuotaEntity
@@ -34,6 +34,7 @@ from sluice.protocol.client_quotas import (
     decode_describe_request,
     encode_alter_response,
     encode_describe_response,
+    encode_described_entity,
 )
 
 DENIED = ApiError(CLUSTER_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED_MESSAGE)
@@ -59,10 +60,13 @@ class AlterCall(NamedTuple):
 class QuotaAdministration:
     """The quota admin APIs over one instance's QuotaState."""
 
-    __slots__ = ("state",)
+    __slots__ = ("_encoded", "state")
 
     def __init__(self, state: QuotaState) -> None:
         self.state = state
+        # (flexible?, entity) -> (its quotas, the encoded describe entry), reused while they stay equal:
+        # a describe of a large store then mostly joins bytes it already has.
+        self._encoded: dict[tuple[bool, ClientQuotaEntity], tuple[dict[str, float], bytes]] = {}
 
     def describe(self, version: int, body: bytes | memoryview, user: str) -> bytes:
         """The DescribeClientQuotas answer body (ProtocolError if the request body is malformed)."""
@@ -72,10 +76,21 @@ class QuotaAdministration:
         error, found = describe_quotas(self.state.in_force(), request.components, request.strict)
         if found is None:
             return encode_describe_response(version, None, error.code, error.message)
-        entries = [
-            DescribedEntity(entity.wire_parts(), tuple(sorted(values.items()))) for entity, values in found
-        ]
-        return encode_describe_response(version, entries)
+        return encode_describe_response(version, [self._entry(version, e, v) for e, v in found])
+
+    def _entry(self, version: int, entity: ClientQuotaEntity, values: Mapping[str, float]) -> bytes:
+        key = (version >= 1, entity)
+        cached = self._encoded.get(key)
+        if cached is not None and cached[0] == values:
+            return cached[1]
+        quotas = dict(values)
+        encoded = encode_described_entity(
+            version, DescribedEntity(entity.wire_parts(), tuple(sorted(quotas.items())))
+        )
+        if len(self._encoded) > 2 * len(self.state.store) + 10_000:
+            self._encoded.clear()  # entities come and go: never let the cache outgrow the store by much
+        self._encoded[key] = (quotas, encoded)
+        return encoded
 
     def alter(self, version: int, body: bytes | memoryview, user: str) -> AlterCall:
         """Decide an AlterClientQuotas (ProtocolError if the request body is malformed)."""

@@ -213,3 +213,52 @@ def test_any_bytes_decode_or_raise_protocol_error(data: bytes, version: int) -> 
     for decode in (decode_describe_request, decode_alter_request):
         with contextlib.suppress(ProtocolError):
             decode(version, data)
+
+
+def kp_describe_response(
+    version: int, entries: list[DescribedEntity] | None, code: int, message: str | None
+) -> bytes:
+    entry = DescribeClientQuotasResponse.EntryData
+    message_object = DescribeClientQuotasResponse(
+        version=version,
+        throttle_time_ms=11,
+        error_code=code,
+        error_message=message,
+        entries=None
+        if entries is None
+        else [
+            entry(
+                version=version,
+                entity=[entry.EntityData(version=version, entity_type=t, entity_name=n) for t, n in e.entity],
+                values=[entry.ValueData(version=version, key=k, value=v) for k, v in e.values],
+            )
+            for e in entries
+        ],
+    )
+    return bytes(message_object.encode(version=version))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@settings(max_examples=100, deadline=None)
+@given(
+    entries=st.one_of(
+        st.none(),
+        st.lists(
+            st.builds(
+                DescribedEntity,
+                st.lists(
+                    st.tuples(st.text(max_size=8), st.one_of(st.none(), st.text(max_size=200))), max_size=3
+                ).map(tuple),
+                st.lists(st.tuples(st.text(max_size=30), st.floats(allow_nan=False)), max_size=4).map(tuple),
+            ),
+            max_size=5,
+        ),
+    ),
+    code=st.integers(-1, 100),
+    message=st.one_of(st.none(), st.text(max_size=50)),
+)
+def test_hand_written_describe_answer_equals_kafka_python_byte_for_byte(
+    version: int, entries: list[DescribedEntity] | None, code: int, message: str | None
+) -> None:
+    ours = encode_describe_response(version, entries, code, message, throttle_time_ms=11)
+    assert ours == kp_describe_response(version, entries, code, message)
