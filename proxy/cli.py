@@ -85,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mock-cluster": "sluice.proxy.tools.mock_cluster",
         "perf-test": "sluice.proxy.tools.perf_test",
         "demo": "sluice.proxy.tools.demo",
+        "quotas": "sluice.proxy.tools.quotas",
     }
     if argv and argv[0] in passthrough:
         module = __import__(passthrough[argv[0]], fromlist=["main"])
