@@ -125,6 +125,10 @@ class LiveQuotas:
                 topics.set_threshold(topic, value)
         return True
 
+    def expire_idle_sensors(self, now_ms: int) -> int:
+        """Drop sensors idle for an hour (client quotas and connection rates); how many went."""
+        return self.managers.expire_idle_sensors(now_ms) + self.connections.expire_idle_sensors(now_ms)
+
     def _set(self, entity: ClientQuotaEntity, key: str, value: float | None) -> None:
         if entity.is_ip:
             if key == CONNECTION_CREATION_RATE:

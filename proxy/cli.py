@@ -49,24 +49,28 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     return {key: value for key, value in flags.items() if value is not None}
 
 
-async def _serve(config: ProxyConfig) -> int:
+async def _serve(
+    config: ProxyConfig, path: str | None = None, overrides: dict[str, object] | None = None
+) -> int:
     from .server import SluiceServer
 
     server = SluiceServer(config)
+    server.enable_reload(path, overrides or {})
     await server.start()
     await server.run_until_stopped()
     return 0
 
 
 def run_command(args: argparse.Namespace) -> int:
+    overrides = _overrides(args)
     try:
-        config = load_config(args.config, _overrides(args))
+        config = load_config(args.config, overrides)
     except ConfigError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     configure_logging(config.log.level, config.log.format)
     try:
-        return run_event_loop(lambda: _serve(config))
+        return run_event_loop(lambda: _serve(config, args.config, overrides))
     except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
@@ -86,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "perf-test": "sluice.proxy.tools.perf_test",
         "demo": "sluice.proxy.tools.demo",
         "quotas": "sluice.proxy.tools.quotas",
+        "reload": "sluice.proxy.tools.reload",
     }
     if argv and argv[0] in passthrough:
         module = __import__(passthrough[argv[0]], fromlist=["main"])

@@ -18,6 +18,8 @@ import socket
 
 from sluice.config.errors import ConfigError
 from sluice.config.model import ProxyConfig
+from sluice.config.quota_settings import AdminMode
+from sluice.config.quota_state import QuotaState
 
 from .brokers import Address, BrokerDirectory
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
@@ -25,13 +27,18 @@ from .discovery import BrokerDiscovery
 from .filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, FilterFactory
 from .filters.client_quotas import ClientQuotasFactory
 from .filters.mutation_quotas import MutationQuotasFactory
+from .filters.quota_admin import QuotaAdminFactory
 from .filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from .filters.sasl_inspector import SaslInspectorFactory
 from .filters.topic_cache import TopicCache
+from .filters.topic_quotas import TopicQuotasFactory
 from .kafka_client import KafkaClient
 from .log import get_logger
 from .metrics import ProxyMetrics, metrics_registry
 from .metrics_http import MetricsEndpoint
+from .quota_admin import QuotaAdministration
+from .quota_reload import QuotaReloader
+from .quota_store_service import QuotaStoreService
 from .sensor_sweep import SensorSweep
 from .services import Service, Services
 from .tls import UpstreamTlsTarget, certificate_principal, listener_context, upstream_context
@@ -63,7 +70,10 @@ class SluiceServer:
         self.directory = BrokerDirectory(
             config.advertised_host, config.broker_port, self._open_broker_listener
         )
-        self.quota_managers = config.quota.new_managers()
+        # The quotas in force: the file's, with the store's on top; the engine follows them (quotas may
+        # appear, change and go at run time: the filters read the managers' live rules per request).
+        self.quota_state = QuotaState(config.quota)
+        self.quota_managers = self.quota_state.live.managers
         self.throttle_stats = ThrottleStats()
         self.mutation_rates = MutationRates(config.quota.engine.controller_window)
         tls = config.tls
@@ -83,6 +93,7 @@ class SluiceServer:
             config.idle_timeout_s,
             upstream_tls=self.upstream_tls,
             client_principal=certificate_principal(tls.principal_mapping_rules) if mtls else None,
+            admission=self._admit,
         )
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
@@ -94,6 +105,10 @@ class SluiceServer:
             sasl=config.client.sasl,
             request_timeout_s=config.client.request_timeout_s,
         )
+        self.quota_store: QuotaStoreService | None = None
+        if config.quota.admin is AdminMode.PROXY:
+            self.quota_store = QuotaStoreService(self.kafka_client, self.quota_state, config.quota.store)
+        self.reloader = QuotaReloader(self.quota_state, config)
         self.services = Services(self._services())
 
     def _services(self) -> list[Service]:
@@ -106,10 +121,12 @@ class SluiceServer:
                 QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates)
             )
             services.append(MetricsEndpoint(registry, metrics_listen.host, metrics_listen.port))
+        services += [self.kafka_client]
+        if self.quota_store is not None:
+            services.append(self.quota_store)
         services += [
-            self.kafka_client,
             BrokerDiscovery(self.kafka_client, self.directory),
-            SensorSweep(self.quota_managers),
+            SensorSweep(self.quota_state.live),
         ]
         return services
 
@@ -118,10 +135,15 @@ class SluiceServer:
         ApiVersions clamp is computed from them. The quota filters are always in it: they ask the quota
         managers per request whether a quota applies, so quotas can come and go at run time."""
         quota = self.config.quota
+        admin: list[FilterFactory] = []
+        if quota.admin is AdminMode.PROXY:
+            # Answers DescribeClientQuotas/AlterClientQuotas itself; alters are written to the store first.
+            admin.append(QuotaAdminFactory(QuotaAdministration(self.quota_state), self._write_quota_store))
         return [
             SaslInspectorFactory(self.config.sasl.oauthbearer_principal_claim),
             BrokerAddressRewriteFactory(self.directory),
             ApiVersionsClampFactory(),
+            *admin,
             MutationQuotasFactory(
                 self.quota_managers,
                 quota.mutations,
@@ -129,11 +151,24 @@ class SluiceServer:
                 self.throttle_stats,
                 self.mutation_rates,
             ),
+            # Before ClientQuotas: the larger of the two throttles is the request's, told by ClientQuotas.
+            TopicQuotasFactory(lambda: self.quota_state.live.topics, self.throttle_stats),
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
             ClientQuotasFactory(
                 self.quota_managers, quota.throttle_mode, quota.fetch_throttle, self.throttle_stats
             ),
         ]
+
+    async def _write_quota_store(self, records) -> int:
+        assert self.quota_store is not None
+        return await self.quota_store.write(records)
+
+    def _admit(self, peername: object) -> int:
+        """KIP-612 at accept time: 0 to serve a new connection, else how long to hold it before closing."""
+        rates = self.quota_state.live.connections
+        if not rates.enabled or not isinstance(peername, tuple):
+            return 0
+        return rates.record_connection(peername[0], _loop_ms())
 
     # ---- listeners ------------------------------------------------------------------------------
 
@@ -204,18 +239,34 @@ class SluiceServer:
             raise
         if cfg.metrics_listen is not None:
             _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)
+        if cfg.quota.admin is AdminMode.PROXY and cfg.quota.admin_principals.open:
+            _log.warning(
+                "quota_admin_open",
+                detail="no quota.admin_principals: anyone who can connect may alter quotas, as on a Kafka "
+                "cluster without an authorizer",
+            )
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def enable_reload(self, path: str | None, overrides: dict[str, object]) -> None:
+        """Re-read `path` (with the start-up flags on top) on SIGHUP; without a file nothing is read."""
+        self.reloader.source = (path, dict(overrides)) if path is not None else None
+
+    def request_reload(self) -> None:
+        """SIGHUP: re-read the configuration file; a valid one applies its quotas live, an invalid one is
+        refused with the key named and the running configuration stays. No connection is touched."""
+        self.reloader.reload()
 
     async def run_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         try:
             await self._stop.wait()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         await self.shutdown()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sluice.config import ConfigError, load_config
-from sluice.config.quota_settings import AdminMode, TopicQuotaSettings
+from sluice.config.quota_settings import TopicQuotaSettings
 from sluice.config.reload import reload_config
 
 BASE = "listen: '127.0.0.1:9092'\nupstream: {bootstrap: 'kafka:19092'}\n"
@@ -27,7 +27,7 @@ def test_a_valid_file_reloads_its_quotas_live(tmp_path: Path) -> None:
     write(
         path,
         "quota:\n"
-        "  admin: broker\n"
+        "  admin_principals: {alter: ['User:admin']}\n"
         "  topics: {total_bytes_per_s: 5000}\n"
         "  entities:\n"
         "    - {client_id: pump, producer_byte_rate: 2000}\n"
@@ -38,7 +38,7 @@ def test_a_valid_file_reloads_its_quotas_live(tmp_path: Path) -> None:
     assert reloaded.quota.rules[0].values["producer_byte_rate"] == 2000.0
     assert reloaded.quota.ip_rules[0].ip == "10.0.0.1"
     assert reloaded.quota.topics == TopicQuotaSettings(5000.0, {})
-    assert reloaded.quota.admin is AdminMode.BROKER
+    assert not reloaded.quota.admin_principals.may_alter("eve")
 
 
 def test_keys_that_need_a_restart_are_named(tmp_path: Path) -> None:
@@ -46,13 +46,14 @@ def test_keys_that_need_a_restart_are_named(tmp_path: Path) -> None:
     running = load_config(path)
     path.write_text(
         "listen: '127.0.0.1:9093'\nupstream: {bootstrap: 'kafka:19092'}\n"
-        "quota:\n  window: {samples: 5}\n  throttle_mode: delay\n  store: {topic: other}\n"
+        "quota:\n  window: {samples: 5}\n  throttle_mode: delay\n  store: {topic: other}\n  admin: broker\n"
     )
     assert reload_config(path, running).restart_required == (
         "listen",
         "broker_port_base",
         "quota.window / quota.controller_window / quota.legacy_windows / quota.sensor",
         "quota.throttle_mode",
+        "quota.admin",
         "quota.store",
     )
 
