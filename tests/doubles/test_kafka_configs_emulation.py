@@ -43,7 +43,7 @@ def test_alter_then_describe(tool: KafkaConfigs) -> None:
         "pump",
     )
     assert alter == (0, ["Completed updating config for client pump."], [])
-    assert tool.requests[-3:] == [(18, 3), (48, 1), (49, 1)]
+    assert tool.requests[-3:] == [(18, 2), (48, 1), (49, 1)]
     describe = tool.run("--describe", "--entity-type", "clients", "--entity-name", "pump")
     assert describe.stdout == ["Quota configs for client-id 'pump' are producer_byte_rate=2097152.0"]
 
