@@ -139,6 +139,10 @@ class ClientSide(asyncio.Protocol):
         return True
 
     def data_received(self, data: bytes) -> None:
+        if self._pipeline is None:
+            # A connection refused at accept (KIP-612): uvloop may still hand over the bytes that arrived
+            # with it, although reading was paused at once. They are not served.
+            return
         self._last_activity = self._loop.time()
         started = _thread_time_ns() if self._cpu_time_needed() else 0
         try:
@@ -147,7 +151,6 @@ class ClientSide(asyncio.Protocol):
             self._protocol_error("client", exc)
             return
         pipeline = self._pipeline
-        assert pipeline is not None
         try:  # _run's work, inline: this is the hot path
             ready = pipeline.client_frames(frames)
             if ready is not None:
