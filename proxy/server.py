@@ -121,13 +121,12 @@ class SluiceServer:
                 QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates)
             )
             services.append(MetricsEndpoint(registry, metrics_listen.host, metrics_listen.port))
-        services += [self.kafka_client]
+        services += [self.kafka_client, BrokerDiscovery(self.kafka_client, self.directory)]
         if self.quota_store is not None:
+            # After discovery, whose start returns at once: the store's first read (start-up waits for it,
+            # briefly) then never delays the broker listeners.
             services.append(self.quota_store)
-        services += [
-            BrokerDiscovery(self.kafka_client, self.directory),
-            SensorSweep(self.quota_state.live),
-        ]
+        services.append(SensorSweep(self.quota_state.live))
         return services
 
     def _filters(self) -> list[FilterFactory]:

@@ -201,8 +201,8 @@ async def test_a_service_that_cannot_start_closes_the_proxy_listener_again() -> 
         assert server.services.names == [
             "metrics_endpoint",
             "kafka_client",
-            "quota_store",
             "broker_discovery",
+            "quota_store",
             "sensor_sweep",
         ]
         with structlog.testing.capture_logs() as logs, pytest.raises(ServiceStartError) as caught:
@@ -230,6 +230,6 @@ async def test_the_server_stops_its_services_on_shutdown() -> None:
     )
     server = SluiceServer(config)
     await server.start()
-    assert server.services.running == ["kafka_client", "quota_store", "broker_discovery", "sensor_sweep"]
+    assert server.services.running == ["kafka_client", "broker_discovery", "quota_store", "sensor_sweep"]
     await server.shutdown()
     assert server.services.running == []
