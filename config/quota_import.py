@@ -164,7 +164,12 @@ def _per_broker_note(plan: ImportPlan) -> list[str]:
 
 
 def _parts_text(parts: Sequence[Part]) -> str:
+    """An entity Sluice cannot hold, in kafka-configs.sh's words as far as they go."""
+    words = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
     return (
-        ", ".join(f"{kind}={'<default>' if name is None else repr(name)}" for kind, name in parts)
-        or "(empty)"
+        ", ".join(
+            f"the default {words.get(kind, kind)}" if name is None else f"{words.get(kind, kind)} '{name}'"
+            for kind, name in parts
+        )
+        or "(an empty entity)"
     )

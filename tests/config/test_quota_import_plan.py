@@ -33,7 +33,7 @@ def test_each_broker_quota_gets_an_action() -> None:
         ("client-id 'pump'", "consumer_byte_rate"): Action.CONFLICT,
         ("the default user-principal, the default client-id", "request_percentage"): Action.ADD,
         ("ip '10.0.0.1'", "connection_creation_rate"): Action.ADD,
-        ("ip='broker-host.example'", "connection_creation_rate"): Action.SKIP,
+        ("ip 'broker-host.example'", "connection_creation_rate"): Action.SKIP,
         ("user-principal 'bob'", "producer_byte_rate"): Action.ADD,
         ("user-principal 'bob'", "some_future_quota"): Action.SKIP,
     }
