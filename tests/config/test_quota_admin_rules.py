@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import pytest
+from quota_admin_cases import ALTER_ERRORS, DESCRIBE_ERRORS, default, exact, of_type, remove_op, set_op
 
 from sluice.config.client_quota_entity import ClientQuotaEntity
 from sluice.config.quota_admin_errors import INVALID_REQUEST, UNSUPPORTED_VERSION
 from sluice.config.quota_alter import apply_changes, plan_alteration
-from sluice.config.quota_describe import MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED, describe_quotas
+from sluice.config.quota_describe import MATCH_EXACT, describe_quotas
 from sluice.quota import DEFAULT
 
 E = ClientQuotaEntity
@@ -37,18 +38,6 @@ FIXTURE = {
     **{e: {"request_percentage": v} for e, v in USER_CLIENT.items()},
     **{e: {"connection_creation_rate": v} for e, v in IPS.items()},
 }
-
-
-def exact(kind: str, name: str) -> tuple[str, int, str | None]:
-    return (kind, MATCH_EXACT, name)
-
-
-def default(kind: str) -> tuple[str, int, str | None]:
-    return (kind, MATCH_DEFAULT, None)
-
-
-def of_type(kind: str) -> tuple[str, int, str | None]:
-    return (kind, MATCH_SPECIFIED, None)
 
 
 def matched(components: list, strict: bool) -> set[ClientQuotaEntity]:
@@ -126,41 +115,7 @@ def test_ip_exact_match_compares_canonical_addresses() -> None:
     assert len(describe_quotas(quotas, [exact("ip", "::ffff:192.0.2.1")], True)[1] or []) == 1
 
 
-@pytest.mark.parametrize(
-    ("components", "code", "message"),
-    [
-        ([("", MATCH_EXACT, "x")], INVALID_REQUEST, "Invalid empty entity type."),
-        (
-            [exact("user", "a"), of_type("user")],
-            INVALID_REQUEST,
-            "Entity type user cannot appear more than once in the filter.",
-        ),
-        ([exact("group", "g")], UNSUPPORTED_VERSION, "Unsupported entity type group"),
-        (
-            [("user", MATCH_EXACT, None)],
-            INVALID_REQUEST,
-            "Request specified MATCH_TYPE_EXACT, but set match string to null.",
-        ),
-        (
-            [("user", MATCH_DEFAULT, "a")],
-            INVALID_REQUEST,
-            "Request specified MATCH_TYPE_DEFAULT, but also specified a match string.",
-        ),
-        (
-            [("user", MATCH_SPECIFIED, "a")],
-            INVALID_REQUEST,
-            "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.",
-        ),
-        ([("user", 3, None)], INVALID_REQUEST, "Unknown match type 3"),
-        (
-            [of_type("ip"), of_type("user")],
-            INVALID_REQUEST,
-            "Invalid entity filter component combination. IP filter component should not be used with "
-            "user or clientId filter component.",
-        ),
-        ([of_type("ip"), exact("client-id", "c")], INVALID_REQUEST, "Invalid entity filter component"),
-    ],
-)
+@pytest.mark.parametrize(("components", "code", "message"), DESCRIBE_ERRORS)
 def test_describe_filter_errors_fail_the_whole_request(components: list, code: int, message: str) -> None:
     for strict in (False, True):
         error, entries = describe_quotas(FIXTURE, components, strict)
@@ -184,85 +139,7 @@ def one(parts: list, ops: list, stored: dict | None = None, file_sources: dict |
     return plan
 
 
-def set_op(key: str, value: float) -> tuple[str, float, bool]:
-    return (key, value, False)
-
-
-def remove_op(key: str) -> tuple[str, float, bool]:
-    return (key, 0.0, True)
-
-
-@pytest.mark.parametrize(
-    ("parts", "ops", "message"),
-    [
-        ([], [set_op("producer_byte_rate", 10000.5)], "Invalid empty client quota entity"),
-        ([("user", "")], [set_op("request_percentage", 12.34)], "Empty user not supported"),
-        ([("client-id", "")], [set_op("request_percentage", 12.34)], "Empty client-id not supported"),
-        ([("", "name")], [set_op("request_percentage", 12.34)], "Unhandled client quota entity type: "),
-        ([("group", "g")], [set_op("request_percentage", 1)], "Unhandled client quota entity type: group"),
-        (
-            [("user", "a"), ("user", "b")],
-            [set_op("request_percentage", 1)],
-            "Invalid client quota entity, duplicate entity entry user",
-        ),
-        (
-            [("user", "user"), ("ip", "1.2.3.4")],
-            [set_op("request_percentage", 12.34)],
-            "Invalid quota entity combination",
-        ),
-        (
-            [("client-id", "client"), ("ip", "1.2.3.4")],
-            [set_op("request_percentage", 12.34)],
-            "Invalid quota entity combination",
-        ),
-        (
-            [("ip", "not a valid host because it has spaces")],
-            [set_op("connection_creation_rate", 50)],
-            "not a valid IP",
-        ),
-        ([("ip", "RFC2606.invalid")], [set_op("connection_creation_rate", 50)], "not a valid IP"),
-        ([("user", "user")], [set_op("bad", 1.0)], "Invalid configuration key bad"),
-        ([("user", "u")], [set_op("connection_creation_rate", 5)], "Invalid configuration key"),
-        ([("ip", "1.2.3.4")], [set_op("producer_byte_rate", 5)], "Invalid configuration key"),
-        (
-            [("user", "user")],
-            [set_op("producer_byte_rate", 10000.5)],
-            "producer_byte_rate cannot be a fractional value.",
-        ),
-        (
-            [("ip", None)],
-            [set_op("connection_creation_rate", 1.5)],
-            "connection_creation_rate cannot be a fractional value.",
-        ),
-        (
-            [("user", "u")],
-            [set_op("consumer_byte_rate", 0)],
-            "Quota consumer_byte_rate must be greater than 0",
-        ),
-        (
-            [("user", "u")],
-            [set_op("request_percentage", -1)],
-            "Quota request_percentage must be greater than 0",
-        ),
-        (
-            [("user", "u")],
-            [set_op("producer_byte_rate", 1e19)],
-            "Proposed value for producer_byte_rate is too large for a LONG.",
-        ),
-        (
-            [("ip", "::1")],
-            [set_op("connection_creation_rate", 2**31)],
-            "Proposed value for connection_creation_rate is too large for an INT.",
-        ),
-        ([("user", "u")], [set_op("request_percentage", float("nan"))], "must be a finite number"),
-        ([("user", "u")], [set_op("request_percentage", float("inf"))], "must be a finite number"),
-        (
-            [("user", "u")],
-            [set_op("request_percentage", 1), set_op("request_percentage", 2)],
-            "Duplicate quota key request_percentage",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("parts", "ops", "message"), ALTER_ERRORS)
 def test_alter_entity_errors(parts: list, ops: list, message: str) -> None:
     plan = one(parts, ops)
     assert plan.error.code == INVALID_REQUEST

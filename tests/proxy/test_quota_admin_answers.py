@@ -11,6 +11,7 @@ from kafka.protocol.admin.client_quotas import (
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
 )
+from quota_admin_cases import ALTER_ERRORS, DESCRIBE_ERRORS
 
 from sluice.config import load_config
 from sluice.config.client_quota_entity import ClientQuotaEntity
@@ -214,3 +215,30 @@ def test_removing_the_last_key_writes_a_tombstone(version: int) -> None:
     # Removing it again writes nothing and still succeeds.
     call, answer = alter_answer(a, version, [([("user", "a")], [("producer_byte_rate", 0.0, True)])])
     assert call.records == () and codes(answer) == [(0, None)]
+
+
+# -- every rule of spec 7.4/7.5 on the wire, at each version (the cases: tests/quota_admin_cases.py) --------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("components", "code", "message"), DESCRIBE_ERRORS)
+def test_every_describe_rule_on_the_wire(version: int, components: list, code: int, message: str) -> None:
+    for strict in (False, True):
+        answer = describe(admin(), version, components, strict=strict)
+        assert answer.entries is None
+        assert answer.error_code == code
+        assert answer.error_message.startswith(message)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("parts", "ops", "message"), ALTER_ERRORS)
+def test_every_alter_rule_on_the_wire(version: int, parts: list, ops: list, message: str) -> None:
+    for validate_only in (True, False):
+        a = admin()
+        call, answer = alter_answer(a, version, [(parts, ops)], validate_only=validate_only)
+        assert call.records == ()
+        [(code, text)] = codes(answer)
+        assert code == 42 and message in text
+        # The answer echoes the entity as it was sent.
+        assert [(e.entity_type, e.entity_name) for e in answer.entries[0].entity] == list(parts)
+        assert a.state.store.snapshot() == {}
