@@ -287,3 +287,21 @@ async def test_an_unreachable_store_fails_the_alter_and_keeps_the_quotas_in_forc
             assert quotas_of(others[0], "client-id", "kept") == {"producer_byte_rate": 1000.0}
         finally:
             cluster.broker_up(leader)
+
+
+def test_broker_mode_forwards_the_quota_apis_and_creates_no_store() -> None:
+    from doubles.quota_broker import QuotaBrokerDouble
+
+    quotas = {(("client-id", "pump"),): {"producer_byte_rate": 1048576.0}}
+    with QuotaBrokerDouble(broker_count=1, quotas=quotas) as brokers:
+        config = {"quota": {"admin": "broker"}}
+        with ProxyProcess(brokers.bootstrap, config, wait_for_brokers=False) as p:
+            assert quotas_of(p.port, "client-id", "pump") == {"producer_byte_rate": 1048576.0}
+            answer = alter(
+                p.port, 1, [AlterEntry((("user", "bob"),), (QuotaOp("request_percentage", 5.0, False),))]
+            )
+            assert answer.results[0].error_code == 0
+            assert brokers.quotas[frozenset({("user", "bob")})] == {"request_percentage": 5.0}
+            assert brokers.describe_requests == 1
+            events = {e.get("event") for e in p.events()}
+            assert "quota_store_topic" not in events and "quota_admin_open" not in events
