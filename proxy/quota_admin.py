@@ -51,10 +51,13 @@ class AlterCall(NamedTuple):
     """An alter, decided. With `records`, write them, then call `finish` with the outcome."""
 
     answer: bytes | None  # the response, when there is nothing to write
-    records: tuple[StoreRecord, ...]
+    records: tuple[StoreRecord, ...]  # as the store stands now
     # finish(None, offset) when the store acknowledged the records (written as one batch at `offset`);
     # finish(error) when it did not: every changed entity gets that error.
     finish: Callable[..., bytes]
+    # The records again, from the store as it stands when the write begins: alters on one instance are
+    # written one at a time, and each entity's new value must build on the one written just before.
+    refresh: Callable[[], tuple[StoreRecord, ...]]
 
 
 class QuotaAdministration:
@@ -104,27 +107,28 @@ class QuotaAdministration:
             state.store.snapshot(),
             state.file_sources(),
         )
-        writes: dict[ClientQuotaEntity, dict[str, float]] = {}
-        for plan in plans:
-            if plan.error.ok and plan.changes and plan.entity is not None:
-                writes[plan.entity] = apply_changes(state.store.get(plan.entity), plan.changes)
+        changed = [plan for plan in plans if plan.error.ok and plan.changes and plan.entity is not None]
         wire = [entry.entity for entry in request.entries]
-        if request.validate_only or not writes:
+        if request.validate_only or not changed:
             return _answered(encode_alter_response(version, _results(plans, wire, None)))
-        records = tuple(
-            StoreRecord(encode_key(entity), encode_value(quotas)) for entity, quotas in writes.items()
-        )
+        writes: dict[ClientQuotaEntity, dict[str, float]] = {}
+
+        def refresh() -> tuple[StoreRecord, ...]:
+            writes.clear()
+            for plan in changed:
+                writes[plan.entity] = apply_changes(state.store.get(plan.entity), plan.changes)  # type: ignore[index]
+            return tuple(StoreRecord(encode_key(e), encode_value(q)) for e, q in writes.items())
 
         def finish(failure: ApiError | None, offset: int | None = None) -> bytes:
             if failure is None:
                 state.store_written(writes, offset)
             return encode_alter_response(version, _results(plans, wire, failure, writes))
 
-        return AlterCall(None, records, finish)
+        return AlterCall(None, refresh(), finish, refresh)
 
 
 def _answered(answer: bytes) -> AlterCall:
-    return AlterCall(answer, (), lambda *_: answer)
+    return AlterCall(answer, (), lambda *_: answer, tuple)
 
 
 def _results(

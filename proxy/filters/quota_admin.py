@@ -84,16 +84,21 @@ class QuotaAdminFactory(FilterFactory):
     def __init__(self, admin: QuotaAdministration, write: StoreWriter) -> None:
         self.admin = admin
         self._write = write
+        # One alter at a time per instance, from building its records to applying them, so the next one
+        # builds on it (Kafka's controller serialises alters the same way).
+        self._one_at_a_time = asyncio.Lock()
 
     def create(self, conn: ConnectionInfo) -> QuotaAdmin:
         return QuotaAdmin(conn, self)
 
     async def store(self, call: AlterCall, peer: str, user: str) -> bytes:
         """Write an alter's records, then make its answer: success only once the store acknowledged."""
-        try:
-            offset = await self._write(call.records)
-        except Exception as exc:  # every failure becomes the answer's error, never a false success
-            _log.warning("quota_alter_not_stored", peer=peer, user=user, error=str(exc))
-            return call.finish(ApiError(REQUEST_TIMED_OUT, f"{exc}; nothing was changed"))
-        _log.info("quota_altered", peer=peer, user=user, entities=len(call.records), offset=offset)
-        return call.finish(None, offset)
+        async with self._one_at_a_time:
+            records = call.refresh()
+            try:
+                offset = await self._write(records)
+            except Exception as exc:  # every failure becomes the answer's error, never a false success
+                _log.warning("quota_alter_not_stored", peer=peer, user=user, error=str(exc))
+                return call.finish(ApiError(REQUEST_TIMED_OUT, f"{exc}; nothing was changed"))
+            _log.info("quota_altered", peer=peer, user=user, entities=len(records), offset=offset)
+            return call.finish(None, offset)

@@ -4,6 +4,8 @@ the store acknowledgement and its failure."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from kafka.protocol.admin.client_quotas import (
     AlterClientQuotasRequest,
@@ -242,3 +244,43 @@ def test_every_alter_rule_on_the_wire(version: int, parts: list, ops: list, mess
         # The answer echoes the entity as it was sent.
         assert [(e.entity_type, e.entity_name) for e in answer.entries[0].entity] == list(parts)
         assert a.state.store.snapshot() == {}
+
+
+async def test_alters_on_one_instance_are_written_one_at_a_time_each_on_the_last() -> None:
+    from sluice.proxy.filters.quota_admin import QuotaAdminFactory
+
+    a = admin()
+    written: list[tuple] = []
+
+    async def slow_write(records) -> int:
+        await asyncio.sleep(0.05)
+        written.append(tuple(decode_record(r.key, r.value) for r in records))
+        return len(written)
+
+    factory = QuotaAdminFactory(a, slow_write)
+    # Both decided before either is written: each changes a different key of the same entity.
+    first = a.alter(1, alter_body(1, [([("client-id", "c")], [("producer_byte_rate", 10.0, False)])]), "x")
+    second = a.alter(1, alter_body(1, [([("client-id", "c")], [("consumer_byte_rate", 20.0, False)])]), "x")
+    answers = await asyncio.gather(factory.store(first, "peer", "x"), factory.store(second, "peer", "x"))
+    assert [codes(AlterClientQuotasResponse.decode(body, version=1)) for body in answers] == [[(0, None)]] * 2
+    entity = ClientQuotaEntity(client_id="c")
+    assert written == [
+        ((entity, {"producer_byte_rate": 10.0}),),
+        ((entity, {"producer_byte_rate": 10.0, "consumer_byte_rate": 20.0}),),
+    ]
+    assert a.state.store.get(entity) == {"producer_byte_rate": 10.0, "consumer_byte_rate": 20.0}
+
+
+async def test_a_failed_write_becomes_request_timed_out_and_changes_nothing() -> None:
+    from sluice.proxy.filters.quota_admin import QuotaAdminFactory
+
+    a = admin()
+
+    async def unreachable(records) -> int:
+        raise RuntimeError("the quota store topic _sluice_quotas was not reachable within 5 s")
+
+    call = a.alter(0, alter_body(0, [([("user", "u")], [("producer_byte_rate", 10.0, False)])]), "x")
+    body = await QuotaAdminFactory(a, unreachable).store(call, "peer", "x")
+    [(code, message)] = codes(AlterClientQuotasResponse.decode(body, version=0))
+    assert code == REQUEST_TIMED_OUT and "not reachable" in message and "nothing was changed" in message
+    assert a.state.store.snapshot() == {}
