@@ -35,6 +35,7 @@ PARTITION = 0
 TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 FOLLOW_WAIT_MS = 250
 RETRY_DELAY_S = 1.0
+STOP_WAIT_S = 2.0
 
 
 class StoreUnavailable(Exception):
@@ -62,6 +63,7 @@ class QuotaStoreService:
         self._caught_up = asyncio.Event()
         self._topic_ready = asyncio.Event()
         self._write_lock = asyncio.Lock()
+        self._stopping = False
         self.offset = 0  # the next offset to read
         self.records_applied = 0
         self.records_skipped = 0
@@ -87,10 +89,20 @@ class QuotaStoreService:
             )
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        task = self._task
+        if task is None:
+            return
+        # The flag as well as the cancel: Python 3.11's asyncio.wait_for loses a cancellation that lands
+        # just as the awaited fetch completes (the result is returned instead), and the follower would
+        # then go on fetching; it checks the flag before every fetch.
+        self._stopping = True
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
+        if not done:
+            _log.warning("quota_store_follower_still_running", topic=self.topic, waited_s=STOP_WAIT_S)
+            return
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     async def write(self, records: Sequence[StoreRecord]) -> int:
         """Append `records` as one batch; its base offset once acknowledged, else StoreUnavailable."""
@@ -117,7 +129,7 @@ class QuotaStoreService:
 
     async def _follow(self) -> None:
         failing = False
-        while True:
+        while not self._stopping:
             try:
                 if not self._topic_ready.is_set():
                     await self._ensure_topic()
@@ -135,6 +147,8 @@ class QuotaStoreService:
                 )
                 self.offset = earliest[PARTITION]
             except KafkaClientError as exc:
+                if self._stopping:
+                    return
                 if not failing:
                     _log.error("quota_store_unreachable", topic=self.topic, error=str(exc))
                     failing = True
@@ -154,8 +168,8 @@ class QuotaStoreService:
         return (await self._client.latest_offsets(self.topic, [PARTITION]))[PARTITION]
 
     async def _read(self, end: int | None) -> None:
-        """Fetch from `offset` until cancelled; `end`: the first read is complete there."""
-        while True:
+        """Fetch from `offset` until stopped; `end`: the first read is complete there."""
+        while not self._stopping:
             if end is not None and self.offset >= end:
                 self._caught_up.set()
                 _log.info(
