@@ -4,6 +4,8 @@ Sluice's store topic (on the mock cluster), with a dry run, conflicts, --overwri
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +17,7 @@ from sluice.config.quota_state import QuotaState
 from sluice.proxy.kafka_client import KafkaClient
 from sluice.proxy.quota_store_service import QuotaStoreService
 from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.quotas import import_quotas, main
+from sluice.proxy.tools.quotas import import_quotas
 from sluice.quota import DEFAULT
 
 E = ClientQuotaEntity
@@ -118,10 +120,13 @@ async def test_conflicts_keep_sluices_value_unless_overwriting(cluster, brokers)
     }
 
 
-def test_the_command_line(cluster, brokers, capsys) -> None:
-    code = main(
-        ["import", "--upstream", cluster.bootstrap, "--brokers", f"127.0.0.1:{brokers.port}", "--dry-run"]
+def test_the_command_line(cluster, brokers) -> None:
+    # A child process, as an operator runs it (the tool sets up logging for its whole process).
+    command = [sys.executable, "-m", "sluice.proxy", "quotas", "import", "--upstream", cluster.bootstrap]
+    done = subprocess.run(
+        [*command, "--brokers", f"127.0.0.1:{brokers.port}", "--dry-run"], capture_output=True, text=True
     )
-    assert code == 0
-    assert "Plan: 4 add" in capsys.readouterr().out
-    assert main(["import", "--upstream", "nonsense"]) == 2
+    assert done.returncode == 0, done.stderr
+    assert "Plan: 4 add" in done.stdout
+    bad = subprocess.run([*command[:-2], "--upstream", "nonsense"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "upstream.bootstrap" in bad.stderr
