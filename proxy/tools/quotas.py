@@ -16,7 +16,6 @@ credentials from the `client:` section), so it needs no running Sluice:
 
 Exit codes: 0 done, 1 the cluster or a write failed, 2 a bad configuration.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -43,16 +42,17 @@ from sluice.protocol.client_quotas import (
     encode_describe_request,
 )
 
-from ..cli import EXIT_CONFIG_ERROR, run_event_loop
+from ..commands.run import EXIT_CONFIG_ERROR, run_event_loop
 from ..kafka_client import KafkaClient, KafkaClientError, UnsupportedByBroker
 from ..log import configure_logging
 from ..quota_admin import StoreRecord
 from ..quota_store_service import QuotaStoreService, StoreUnavailable
 from ..tls import UpstreamTlsTarget, upstream_context
 
+DESCRIPTION = "Manage Sluice's quota store; `import` adopts the client quotas the brokers already hold."
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sluice quotas", description="manage Sluice's quota store")
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = sub.add_parser("import", help="copy the brokers' client quotas into Sluice's store")
     p.add_argument("--config", metavar="FILE", help="Sluice's YAML configuration file")
@@ -69,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--remove-from-brokers", action="store_true", help="then remove the imported quotas from the brokers"
     )
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {"upstream.bootstrap": args.upstream} if args.upstream else {}
     if args.config is None:
         overrides["listen"] = "127.0.0.1:9092"  # required by the schema; this tool listens on nothing
@@ -89,6 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_event_loop(
         lambda: import_quotas(config, args.dry_run, args.overwrite, args.remove_from_brokers, brokers=brokers)
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sluice quotas", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 def _client(config: ProxyConfig, bootstrap: Sequence[tuple[str, int]]) -> KafkaClient:

@@ -21,13 +21,12 @@ from sluice.config.load import load_config
 EXIT_CONFIG_ERROR = 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="sluice reload", description="re-read a running proxy's configuration"
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=int, required=True, help="process id of the running proxy")
     parser.add_argument("--config", metavar="FILE", help="check this file before asking for the reload")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.config is not None:
         try:
             load_config(args.config)
@@ -44,6 +43,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"Asked process {args.pid} to reload its configuration (SIGHUP); see its log for the outcome.")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="sluice reload", description="re-read a running proxy's configuration"
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
