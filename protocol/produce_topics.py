@@ -15,6 +15,7 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader
 from sluice.protocol.primitives import (
     Buffer,
+    read_array_count,
     read_int16,
     read_int32,
     read_uvarint,
@@ -57,11 +58,11 @@ def _walk(buf: Buffer, pos: int, version: int) -> list[tuple[str, int]]:
     if version >= FIRST_TRANSACTIONAL:
         pos = skip_compact_nullable_string(buf, pos) if flexible else skip_nullable_string(buf, pos)
     pos += 6  # acks (int16), timeout_ms (int32)
-    topics, pos = _count(buf, pos, flexible)
+    topics, pos = read_array_count(buf, pos, flexible, "topics")
     found: list[tuple[str, int]] = []
     for _ in range(topics):
         name, pos = _name(buf, pos, flexible)
-        partitions, pos = _count(buf, pos, flexible)
+        partitions, pos = read_array_count(buf, pos, flexible, "partitions")
         for _ in range(partitions):
             _index, pos = read_int32(buf, pos)
             size, pos = _records_size(buf, pos, flexible)
@@ -78,17 +79,6 @@ def _walk(buf: Buffer, pos: int, version: int) -> list[tuple[str, int]]:
     if pos != len(buf):
         raise ProtocolError("trailing_bytes", f"{len(buf) - pos} bytes after the request")
     return found
-
-
-def _count(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
-    if flexible:
-        count_plus_one, pos = read_uvarint(buf, pos)
-        count = count_plus_one - 1
-    else:
-        count, pos = read_int32(buf, pos)
-    if count < 0:
-        raise ProtocolError("null_array", "topics or partitions")
-    return count, pos
 
 
 def _name(buf: Buffer, pos: int, flexible: bool) -> tuple[str, int]:

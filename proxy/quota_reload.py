@@ -16,6 +16,7 @@ from sluice.config.quota_state import QuotaState
 from sluice.config.reload import reload_config
 
 from .log import get_logger
+from .quota_store_service import log_quota_changes
 
 _log = get_logger("sluice.reload")
 
@@ -44,15 +45,7 @@ class QuotaReloader:
             )
             return False
         changes = self._state.reload(reloaded.quota)
-        for change in changes:
-            _log.info(
-                "quota_changed",
-                source="file",
-                entity=change.entity.describe(),
-                key=change.key,
-                old=change.old,
-                new=change.new,
-            )
+        log_quota_changes(changes, "file")
         self.reloads += 1
         _log.info(
             "config_reloaded",

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
+from sluice.config.live_quotas import QuotaChange
 from sluice.config.quota_records import QuotaRecordError
 from sluice.config.quota_settings import QuotaStoreSettings
 from sluice.config.quota_state import QuotaState
@@ -191,12 +192,17 @@ class QuotaStoreService:
             _log.warning("quota_store_record_skipped", topic=self.topic, offset=offset, reason=str(exc))
             return
         self.records_applied += 1
-        for change in changes:
-            _log.info(
-                "quota_changed",
-                source="store",
-                entity=change.entity.describe(),
-                key=change.key,
-                old=change.old,
-                new=change.new,
-            )
+        log_quota_changes(changes, "store")
+
+
+def log_quota_changes(changes: Sequence[QuotaChange], source: str) -> None:
+    """One `quota_changed` event per quota that changed in the engine (`source`: store or file)."""
+    for change in changes:
+        _log.info(
+            "quota_changed",
+            source=source,
+            entity=change.entity.describe(),
+            key=change.key,
+            old=change.old,
+            new=change.new,
+        )

@@ -16,6 +16,7 @@ credentials from the `client:` section), so it needs no running Sluice:
 
 Exit codes: 0 done, 1 the cluster or a write failed, 2 a bad configuration.
 """
+
 from __future__ import annotations
 
 import argparse
