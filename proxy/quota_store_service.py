@@ -62,6 +62,9 @@ class QuotaStoreService:
         self._follow_wait_ms = follow_wait_ms
         self._task: asyncio.Task[None] | None = None
         self._caught_up = asyncio.Event()
+        # Set once the store has been read to the end at start-up, or start-up stopped waiting for it:
+        # quota admin answers wait for it, so a describe right after a restart shows the stored quotas.
+        self.ready = asyncio.Event()
         self._topic_ready = asyncio.Event()
         self._write_lock = asyncio.Lock()
         self._stopping = False
@@ -82,6 +85,7 @@ class QuotaStoreService:
         try:
             await asyncio.wait_for(asyncio.shield(self._caught_up.wait()), self._startup_wait_s)
         except TimeoutError:
+            self.ready.set()
             _log.warning(
                 "quota_store_not_read_at_start",
                 topic=self.topic,
@@ -173,6 +177,7 @@ class QuotaStoreService:
         while not self._stopping:
             if end is not None and self.offset >= end:
                 self._caught_up.set()
+                self.ready.set()
                 _log.info(
                     "quota_store_read", topic=self.topic, offset=self.offset, entities=len(self._state.store)
                 )

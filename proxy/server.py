@@ -85,6 +85,16 @@ class SluiceServer:
             else None
         )
         mtls = tls.listener is not None and tls.listener.client_ca is not None
+        self.kafka_client = KafkaClient(
+            [(hp.host, hp.port) for hp in config.upstream_bootstrap],
+            client_id=config.client.client_id,
+            tls=self.upstream_tls,
+            sasl=config.client.sasl,
+            request_timeout_s=config.client.request_timeout_s,
+        )
+        self.quota_store: QuotaStoreService | None = None
+        if config.quota.admin is AdminMode.PROXY:
+            self.quota_store = QuotaStoreService(self.kafka_client, self.quota_state, config.quota.store)
         self.settings = SessionSettings(
             FilterChain(self._filters()),
             self.metrics,
@@ -98,16 +108,6 @@ class SluiceServer:
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
-        self.kafka_client = KafkaClient(
-            [(hp.host, hp.port) for hp in config.upstream_bootstrap],
-            client_id=config.client.client_id,
-            tls=self.upstream_tls,
-            sasl=config.client.sasl,
-            request_timeout_s=config.client.request_timeout_s,
-        )
-        self.quota_store: QuotaStoreService | None = None
-        if config.quota.admin is AdminMode.PROXY:
-            self.quota_store = QuotaStoreService(self.kafka_client, self.quota_state, config.quota.store)
         self.reloader = QuotaReloader(self.quota_state, config)
         self.services = Services(self._services())
 
@@ -137,7 +137,10 @@ class SluiceServer:
         admin: list[FilterFactory] = []
         if quota.admin is AdminMode.PROXY:
             # Answers DescribeClientQuotas/AlterClientQuotas itself; alters are written to the store first.
-            admin.append(QuotaAdminFactory(QuotaAdministration(self.quota_state), self._write_quota_store))
+            ready = self.quota_store.ready if self.quota_store is not None else None
+            admin.append(
+                QuotaAdminFactory(QuotaAdministration(self.quota_state), self._write_quota_store, ready)
+            )
         return [
             SaslInspectorFactory(self.config.sasl.oauthbearer_principal_claim),
             BrokerAddressRewriteFactory(self.directory),

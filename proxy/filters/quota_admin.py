@@ -7,6 +7,7 @@ In the chain with `quota.admin: proxy` (the default):
   written, and answered when the write is acknowledged (or failed), so an alter is never acknowledged
   before it is stored. The connection's requests behind it wait, as behind a broker.
 * ApiVersions answers advertise both APIs (v0-1), even when the brokers lack them.
+* Right after start-up, both wait until the store topic has been read (`ready`).
 
 With `quota.admin: broker` this filter is not in the chain: the requests go to the brokers untouched.
 A malformed request is a protocol error on that connection, as any malformed frame.
@@ -52,6 +53,10 @@ class QuotaAdmin(Filter):
         self._pending: dict[int, asyncio.Future[bytes]] = {}
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Answer | Defer:
+        ready = self._shared.ready
+        if ready is not None and not ready.is_set():
+            # Just started: answer once the store has been read, so stored quotas are not missed.
+            return Defer(asyncio.ensure_future(ready.wait()))
         version, correlation_id = header.api_version, header.correlation_id
         if header.api_key == _ALTER:
             pending = self._pending.pop(correlation_id, None)
@@ -81,9 +86,12 @@ class QuotaAdminFactory(FilterFactory):
 
     filter_class = QuotaAdmin
 
-    def __init__(self, admin: QuotaAdministration, write: StoreWriter) -> None:
+    def __init__(
+        self, admin: QuotaAdministration, write: StoreWriter, ready: asyncio.Event | None = None
+    ) -> None:
         self.admin = admin
         self._write = write
+        self.ready = ready
         # One alter at a time per instance, from building its records to applying them, so the next one
         # builds on it (Kafka's controller serialises alters the same way).
         self._one_at_a_time = asyncio.Lock()

@@ -284,3 +284,26 @@ async def test_a_failed_write_becomes_request_timed_out_and_changes_nothing() ->
     [(code, message)] = codes(AlterClientQuotasResponse.decode(body, version=0))
     assert code == REQUEST_TIMED_OUT and "not reachable" in message and "nothing was changed" in message
     assert a.state.store.snapshot() == {}
+
+
+async def test_right_after_start_up_answers_wait_for_the_store_to_be_read() -> None:
+    from types import SimpleNamespace
+
+    from sluice.protocol.headers import encode_request_header, frame, parse_request_header
+    from sluice.proxy.filters.base import Answer, Defer
+    from sluice.proxy.filters.quota_admin import QuotaAdminFactory
+
+    async def never(records) -> int:
+        raise AssertionError("nothing to write")
+
+    ready = asyncio.Event()
+    factory = QuotaAdminFactory(admin(), never, ready)
+    quota_filter = factory.create(SimpleNamespace(user="ANONYMOUS", peer="127.0.0.1:1"))  # type: ignore[arg-type]
+    framed = frame(encode_request_header(48, 1, 5, "tool") + describe_body(1, [], False))
+    header = parse_request_header(framed)
+    deferred = quota_filter.on_request(header, framed)
+    assert isinstance(deferred, Defer) and not deferred.ready.done()
+    ready.set()
+    await asyncio.wait_for(deferred.ready, 1)
+    answered = quota_filter.on_request(header, framed)
+    assert isinstance(answered, Answer)
