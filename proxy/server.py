@@ -15,6 +15,7 @@ import asyncio
 import random
 import signal
 import socket
+from collections.abc import Callable
 
 from sluice.config.errors import ConfigError
 from sluice.config.model import ProxyConfig
@@ -109,6 +110,8 @@ class SluiceServer:
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self.reloader = QuotaReloader(self.quota_state, config)
+        # SIGHUP runs these (the same hook as proxy/signals' on the hardening branch): quotas reload live.
+        self._reload_handlers: list[Callable[[], object]] = [self.reloader.reload]
         self.services = Services(self._services())
 
     def _services(self) -> list[Service]:
@@ -257,10 +260,18 @@ class SluiceServer:
         """Re-read `path` (with the start-up flags on top) on SIGHUP; without a file nothing is read."""
         self.reloader.source = (path, dict(overrides)) if path is not None else None
 
+    def add_reload_handler(self, handler: Callable[[], object]) -> None:
+        """Call `handler` on SIGHUP, after the quota reload."""
+        self._reload_handlers.append(handler)
+
     def request_reload(self) -> None:
         """SIGHUP: re-read the configuration file; a valid one applies its quotas live, an invalid one is
         refused with the key named and the running configuration stays. No connection is touched."""
-        self.reloader.reload()
+        for handler in list(self._reload_handlers):
+            try:
+                handler()
+            except Exception as exc:  # a reload must never take the proxy down
+                _log.error("reload_failed", error_type=type(exc).__name__)
 
     async def run_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()
