@@ -100,10 +100,12 @@ LATENCY_COLUMNS = ["load", "requests/s", "path", "p50 ms", "p99 ms", "p99.9 ms",
                    "generator send lag p99 ms", "proxy CPUs busy", "mock CPUs busy"]  # fmt: skip
 
 
-def run(loads: tuple[float, ...] = LOADS, duration_s: float = DURATION_S) -> list[Record]:
+def run(
+    loads: tuple[float, ...] = LOADS, duration_s: float = DURATION_S, capacity_rounds: int = CAPACITY_ROUNDS
+) -> list[Record]:
     with MockCluster(brokers=1, topics={TOPIC: 1}) as cluster, QuietProxy(cluster.bootstrap) as proxy:
         direct_port = cluster.addresses[0][1]
-        full_rate, capacity_notes = capacity(direct_port, {"mock": cluster.pid})
+        full_rate, capacity_notes = capacity(direct_port, {"mock": cluster.pid}, capacity_rounds)
         ports = {"direct": direct_port, "proxy": proxy.port}
         watched = {"direct": {"mock": cluster.pid}, "proxy": {"proxy": proxy.pid, "mock": cluster.pid}}
         results: dict[tuple[float, str], dict[str, Any]] = {}

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the test CA
 
 from bench_latency import (
+    CAPACITY_ROUNDS,
     LATENCY_COLUMNS,
     capacity,
     latency_row,
@@ -52,7 +53,10 @@ DURATION_S = 8.0
 
 
 def run(
-    rounds: int = ROUNDS, requests: int = REQUESTS_PER_RUN, duration_s: float = DURATION_S
+    rounds: int = ROUNDS,
+    requests: int = REQUESTS_PER_RUN,
+    duration_s: float = DURATION_S,
+    capacity_rounds: int = CAPACITY_ROUNDS,
 ) -> list[Record]:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-tls-") as directory:
         ca = TestCA(Path(directory))
@@ -63,7 +67,9 @@ def run(
             QuietProxy(cluster.bootstrap) as plain,
             QuietProxy(cluster.bootstrap, extra_config=tls_config) as tls,
         ):
-            return _measure(cluster, plain, tls, str(ca.ca_path), rounds, requests, duration_s)
+            return _measure(
+                cluster, plain, tls, str(ca.ca_path), rounds, requests, duration_s, capacity_rounds
+            )
 
 
 def _measure(
@@ -74,6 +80,7 @@ def _measure(
     rounds: int,
     requests: int,
     duration_s: float,
+    capacity_rounds: int,
 ) -> list[Record]:
     proxies = {"plaintext proxy": (plain, None), "TLS proxy": (tls, ca)}
     for proxy, tls_ca in proxies.values():
@@ -97,7 +104,7 @@ def _measure(
     tls_cpu, plain_cpu = median(per_gib["TLS proxy"]), median(per_gib["plaintext proxy"])
 
     direct_port = cluster.addresses[0][1]
-    full_rate, capacity_notes = capacity(direct_port, {"mock": cluster.pid})
+    full_rate, capacity_notes = capacity(direct_port, {"mock": cluster.pid}, capacity_rounds)
     rate = full_rate * LOAD
     paths: dict[str, tuple[int, str | None, dict[str, int]]] = {
         "direct": (direct_port, None, {"mock": cluster.pid}),
