@@ -3,10 +3,10 @@
 librdkafka's mock cluster answers tiny Produce requests at about 90,000-100,000 per second with one core
 busy (section 3's direct rows): on this 2-core machine no middle process can be measured above that with
 it behind. This process answers every Produce request (v3-v8) with one canned success (partition 0 of
-`--topic`, built once with kafka-python's codecs; only the correlation id changes), and Metadata (v0-v8)
-with itself as broker 1 and no topics, which is all the proxy's own discovery asks. Anything else closes
-the connection. It stores nothing: it exists to measure what one proxy process can relay, never to stand
-in for a broker in tests.
+`--topic`, built once with kafka-python's codecs; only the correlation id changes), ApiVersions (v0-v2)
+with those APIs, and Metadata (v0-v8) with itself as broker 1 and no topics, which is all the proxy's own
+discovery asks. Anything else closes the connection. It stores nothing: it exists to measure what one
+proxy process can relay, never to stand in for a broker in tests.
 
 Run: ``.venv/bin/python tests/bench/canned_broker.py [--topic small]``. Prints ``LISTENING <port>``; stops
 on SIGTERM/SIGINT or when stdin closes.
@@ -22,11 +22,27 @@ import sys
 from collections.abc import Sequence
 from typing import cast
 
-from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
-PRODUCE, METADATA = 0, 3
+PRODUCE, METADATA, API_VERSIONS = 0, 3, 18
 _PRODUCE_VERSIONS = range(3, 9)  # non-flexible: a 4-byte response header, the correlation id
+_METADATA_VERSIONS = range(9)
+_API_VERSIONS_VERSIONS = range(3)  # (v3's answer is flexible; the proxy's own client asks v2)
+
+
+def _api_versions_answer(version: int) -> bytes:
+    offered = [
+        (PRODUCE, _PRODUCE_VERSIONS),
+        (METADATA, _METADATA_VERSIONS),
+        (API_VERSIONS, _API_VERSIONS_VERSIONS),
+    ]
+    keys = [
+        ApiVersionsResponse.ApiVersion(api_key=key, min_version=versions[0], max_version=versions[-1])
+        for key, versions in offered
+    ]
+    response = ApiVersionsResponse(version=version, error_code=0, api_keys=keys, throttle_time_ms=0)
+    return bytes(response.encode(version=version))
 
 
 def _produce_answer(topic: str, version: int) -> bytes:
@@ -71,8 +87,10 @@ class CannedBroker(asyncio.Protocol):
             correlation = buffer[pos + 8 : pos + 12]
             if api_key == PRODUCE and version in produce:
                 body = produce[version]
-            elif api_key == METADATA and version <= 8:  # non-flexible versions only
+            elif api_key == METADATA and version in _METADATA_VERSIONS:
                 body = _metadata_answer(version, *self._address)
+            elif api_key == API_VERSIONS and version in _API_VERSIONS_VERSIONS:
+                body = _api_versions_answer(version)
             else:
                 assert self._transport is not None
                 self._transport.close()
