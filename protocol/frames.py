@@ -2,6 +2,12 @@
 
 Sans-IO in the h11 style: bytes in (`feed`), complete frames out. Each frame is returned as a
 `memoryview` covering the length prefix and the payload, so a proxy can forward it unchanged.
+
+A large frame need not be assembled at all: once its start is in (`incomplete_head`), the caller may
+take it over (`pass_through`), get the bytes received so far, and from then on receive its remaining
+bytes from `feed` as `through` pieces, as they arrive, until the frame ends and framing resumes. A proxy
+that needs only a request's header and size forwards such a frame the way a plain relay forwards bytes:
+no join, no buffer as large as the frame.
 """
 
 from __future__ import annotations
@@ -27,7 +33,15 @@ class FrameSplitter:
     After a ProtocolError the stream is unusable; the caller is expected to close the connection.
     """
 
-    __slots__ = ("_max_frame_bytes", "_pending", "_pending_len", "_pending_need", "min_payload_bytes")
+    __slots__ = (
+        "_max_frame_bytes",
+        "_pending",
+        "_pending_len",
+        "_pending_need",
+        "_through_left",
+        "min_payload_bytes",
+        "through",
+    )
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._max_frame_bytes = max_frame_bytes
@@ -39,18 +53,37 @@ class FrameSplitter:
         # Kafka frames carry at least a correlation id; bare SASL tokens (SaslHandshake v0's legacy
         # framing) may be empty, so the connection lowers this to 0 while such an exchange runs.
         self.min_payload_bytes = MIN_FRAME_PAYLOAD_BYTES
+        # Bytes of a frame the caller took over (`pass_through`) still to come, and those the last
+        # `feed` received: they precede every frame that `feed` returned.
+        self._through_left = 0
+        self.through: list[memoryview] = []
 
     @property
     def buffered_bytes(self) -> int:
         return self._pending_len
 
+    @property
+    def passing_through(self) -> bool:
+        """A frame taken over with `pass_through` has not ended yet."""
+        return self._through_left > 0
+
     def feed(self, data: bytes) -> list[memoryview]:
+        """The frames `data` completes, in stream order. While a frame is passed through, its bytes in
+        `data` (which come before any of those frames) are put in `self.through` instead."""
         if type(data) is not bytes:
             # Views over a mutable buffer could change under the caller's feet; pay one copy instead.
             data = bytes(data)
         frames: list[memoryview] = []
         view = memoryview(data)
         pos = 0
+        if self._through_left:
+            pos = min(self._through_left, len(data))
+            self._through_left -= pos
+            self.through = [view[:pos]]
+            if pos == len(data):
+                return frames
+        elif self.through:
+            self.through = []
         if self._pending_len:
             pos = self._continue_pending(data, view, frames)
             if pos < 0:
@@ -77,10 +110,38 @@ class FrameSplitter:
         return frames
 
     def eof(self) -> None:
+        if self._through_left:
+            raise ProtocolError(
+                "truncated_frame", f"stream ended {self._through_left} bytes before the end of a frame"
+            )
         if self._pending_len:
             raise ProtocolError(
                 "truncated_frame", f"stream ended with {self._pending_len} bytes of an incomplete frame"
             )
+
+    def incomplete_head(self, min_frame_bytes: int, head_bytes: int) -> tuple[memoryview, int] | None:
+        """The incomplete frame the stream ends with, if its size (prefix included) is at least
+        `min_frame_bytes` and `head_bytes` of it have arrived: its first bytes, contiguous (at least
+        `head_bytes` of them, prefix included), and its size. None otherwise."""
+        need = self._pending_need
+        if need < min_frame_bytes or need < 0 or self._pending_len < head_bytes:
+            return None
+        if len(self._pending[0]) < head_bytes:
+            # The start came in small reads: join what is pending, once (it is what arrived so far).
+            self._pending = [b"".join(self._pending)]
+        return memoryview(self._pending[0]), need
+
+    def pass_through(self) -> list[memoryview]:
+        """Take over the incomplete frame `incomplete_head` offered: its bytes received so far, in order.
+        Its remaining bytes will come out of `feed` in `through`, never as a frame."""
+        if self._pending_need < 0:
+            raise ValueError("no incomplete frame of known size to pass through")
+        pieces = [memoryview(piece) for piece in self._pending]
+        self._through_left = self._pending_need - self._pending_len
+        self._pending = []
+        self._pending_len = 0
+        self._pending_need = -1
+        return pieces
 
     def _continue_pending(self, data: bytes, view: memoryview, frames: list[memoryview]) -> int:
         """Extend the pending frame with `data`. Return the offset in `data` where parsing resumes, or
