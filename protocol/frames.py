@@ -22,6 +22,20 @@ MIN_FRAME_PAYLOAD_BYTES = 4
 _PREFIX = 4
 
 
+class FrameHead:
+    """Stands for a frame being passed through: its first bytes (`head`, length prefix included) and its
+    whole size, which `len()` gives, as for a complete frame."""
+
+    __slots__ = ("head", "size")
+
+    def __init__(self, head: memoryview, size: int) -> None:
+        self.head = head
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
 class FrameSplitter:
     """Incremental splitter over a receive stream of 4-byte big-endian length-prefixed frames.
 
@@ -126,9 +140,21 @@ class FrameSplitter:
         need = self._pending_need
         if need < min_frame_bytes or need < 0 or self._pending_len < head_bytes:
             return None
-        if len(self._pending[0]) < head_bytes:
-            # The start came in small reads: join what is pending, once (it is what arrived so far).
-            self._pending = [b"".join(self._pending)]
+        pending = self._pending
+        if len(pending[0]) < head_bytes:
+            # The start came in small reads: join its first `head_bytes` (a bounded copy, once).
+            parts: list[bytes | memoryview] = []
+            have = i = 0
+            while have < head_bytes:
+                piece = pending[i]
+                take = min(len(piece), head_bytes - have)
+                parts.append(piece[:take])
+                have += take
+                if take < len(piece):
+                    pending[i] = memoryview(piece)[take:]
+                else:
+                    i += 1
+            self._pending = [b"".join(parts), *pending[i:]]
         return memoryview(self._pending[0]), need
 
     def pass_through(self) -> list[memoryview]:

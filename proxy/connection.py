@@ -40,6 +40,14 @@ __all__ = ["ClientSide", "ConnectionRegistry", "SessionSettings", "UpstreamSide"
 
 _log = get_logger("sluice.connection")
 _thread_time_ns = time.thread_time_ns
+# A request at least this large that a read leaves incomplete is forwarded as it arrives, rather than
+# joined into one buffer first (when no filter reads its body): joining megabyte requests costs more in
+# page faults than in copying. Smaller ones are assembled, as their pieces are few and small.
+STREAM_MIN_FRAME_BYTES = 64 * 1024
+# How much of it must have arrived before deciding: its header and, for a Produce, the acks field.
+STREAM_HEAD_BYTES = 1024
+UPSTREAM_BACKLOG = "upstream_backlog"
+_PAUSE_MID_REQUEST = frozenset({UPSTREAM_BACKLOG})
 _DRAINING = Lifecycle.DRAINING
 
 
@@ -125,17 +133,23 @@ class ClientSide(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._last_activity = self._loop.time()
         started = _thread_time_ns() if self._cpu_time_needed() else 0
+        requests = self._requests
         try:
-            frames = self._requests.feed(data)
+            frames = requests.feed(data)
         except ProtocolError as exc:
             self._protocol_error("client", exc)
             return
+        if requests.through:
+            # More of a request already on its way upstream: it goes on first, as it came.
+            self._pass_on(requests.through)
         pipeline = self._pipeline
         assert pipeline is not None
         try:  # _run's work, inline: this is the hot path
             ready = pipeline.client_frames(frames)
             if ready is not None:
                 self._wait_for(ready)
+            else:
+                self._stream_tail(requests, pipeline)
         except ProtocolError as exc:
             self._protocol_error("client", exc)
         except CloseConnection as exc:
@@ -146,6 +160,32 @@ class ClientSide(asyncio.Protocol):
             self._flush()
         if started:
             self.cpu_ns += _thread_time_ns() - started
+
+    def _stream_tail(self, requests: FrameSplitter, pipeline: RequestPipeline) -> None:
+        """A large request this read began: forward what came of it and, as they come, the rest of its
+        bytes, if the pipeline says no filter needs its body (protocol/frames.py, pass_through)."""
+        offered = requests.incomplete_head(STREAM_MIN_FRAME_BYTES, STREAM_HEAD_BYTES)
+        pauses = self._pauses
+        if offered is None or pauses is None:
+            return
+        # From before its filters run: a mute, deferral or shutdown must not cut it in half (the rest of it
+        # would wait in the client's socket); back-pressure still pauses at once, as in any relay.
+        pauses.hold_open(_PAUSE_MID_REQUEST)
+        streamed = False
+        try:
+            streamed = pipeline.stream_head(*offered)
+        finally:
+            if not streamed:
+                pauses.frame_ended()
+        if streamed:
+            self._flush()  # the requests before it leave first
+            self._pass_on(requests.pass_through())
+
+    def _pass_on(self, pieces: list[memoryview]) -> None:
+        if self._upstream is not None and not self._closed:
+            self._upstream.writelines(pieces)
+        if not self._requests.passing_through and self._pauses is not None:
+            self._pauses.frame_ended()
 
     def eof_received(self) -> bool:
         try:
@@ -323,11 +363,11 @@ class ClientSide(asyncio.Protocol):
     def upstream_pause_writing(self) -> None:
         # The broker is slower than the client: stop reading requests until it catches up.
         if self._pauses is not None:
-            self._pauses.add("upstream_backlog")
+            self._pauses.add(UPSTREAM_BACKLOG)
 
     def upstream_resume_writing(self) -> None:
         if self._pauses is not None:
-            self._pauses.discard("upstream_backlog")
+            self._pauses.discard(UPSTREAM_BACKLOG)
 
     # ---- life cycle -----------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from sluice.protocol.apis import produce_acks
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
+from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameHead, FrameSplitter
 from sluice.protocol.headers import (
     RequestHeader,
     encode_request,
@@ -248,6 +248,47 @@ class RequestPipeline:
         if answered:
             self._answers()
         return ready
+
+    def stream_head(self, head: memoryview, size: int) -> bool:
+        """A large request has begun to arrive: its first bytes `head` (length prefix included) and its
+        size. True when it is forwarded as it arrives (the connection writes its bytes upstream, after
+        `outgoing`); False when it must be read whole first.
+
+        It streams only when it could be forwarded now (open, not muted, nothing held or waiting, no raw
+        SASL exchange), its header (and a Produce's acks) is in `head`, and no filter reads its body
+        (`Filter.head_only_api_keys`). The filters then see a FrameHead and must pass it on as it is
+        (possibly with a throttle): anything else is a filter's bug, raised as such."""
+        if (
+            self.state is not _OPEN
+            or self._gate.muted
+            or self._held
+            or self._resume is not None
+            or self._raw_exchange is not None
+        ):
+            return False
+        try:
+            header = parse_request_header(head)
+            acks = produce_acks(head, header) if header.api_key == PRODUCE else 1
+        except ProtocolError:
+            return False  # not all in the head (or malformed): read it whole, and judge it then
+        key = header.api_key
+        if not (0 <= key < len(self._filters.head_only) and self._filters.head_only[key]):
+            return False
+        stand_in = FrameHead(head, size)
+        out = self._filters.on_request(header, stand_in)
+        throttle = 0
+        if type(out) is Forward and out.frame is stand_in:
+            throttle = out.throttle_ms
+        elif out is not stand_in:
+            raise TypeError(f"a filter answered {type(out).__name__} for an API it declared head-only")
+        self._metrics.count_request(key, size - 4)
+        if key != PRODUCE or acks != 0:
+            self._in_flight.append(InFlight(header, _FORWARDED, throttle))
+            if throttle > 0:
+                self._gate.expect_response()
+        else:
+            self._acks0_sent.append(header.correlation_id)
+        return True
 
     def _settle(self, header: RequestHeader, original: Frame, out: object) -> object | None:
         """Record a request the filters are done with; None when it was forwarded, the Answer when a
