@@ -139,11 +139,13 @@ class ClientSide(asyncio.Protocol):
         except ProtocolError as exc:
             self._protocol_error("client", exc)
             return
-        if requests.through:
-            # More of a request already on its way upstream: it goes on first, as it came.
-            self._pass_on(requests.through)
         pipeline = self._pipeline
         assert pipeline is not None
+        if requests.through:
+            # More of a request already on its way upstream: it goes on first, as it came.
+            pipeline.outgoing.extend(requests.through)
+            if not requests.passing_through and self._pauses is not None:
+                self._pauses.frame_ended()
         try:  # _run's work, inline: this is the hot path
             ready = pipeline.client_frames(frames)
             if ready is not None:
@@ -162,30 +164,19 @@ class ClientSide(asyncio.Protocol):
             self.cpu_ns += _thread_time_ns() - started
 
     def _stream_tail(self, requests: FrameSplitter, pipeline: RequestPipeline) -> None:
-        """A large request this read began: forward what came of it and, as they come, the rest of its
-        bytes, if the pipeline says no filter needs its body (protocol/frames.py, pass_through)."""
-        offered = requests.incomplete_head(STREAM_MIN_FRAME_BYTES, STREAM_HEAD_BYTES)
+        """A large request this read began may go on as it arrives (RequestPipeline.stream_tail)."""
         pauses = self._pauses
-        if offered is None or pauses is None:
+        if pauses is None or requests.incomplete_head(STREAM_MIN_FRAME_BYTES, STREAM_HEAD_BYTES) is None:
             return
         # From before its filters run: a mute, deferral or shutdown must not cut it in half (the rest of it
         # would wait in the client's socket); back-pressure still pauses at once, as in any relay.
         pauses.hold_open(_PAUSE_MID_REQUEST)
         streamed = False
         try:
-            streamed = pipeline.stream_head(*offered)
+            streamed = pipeline.stream_tail(requests, STREAM_MIN_FRAME_BYTES, STREAM_HEAD_BYTES)
         finally:
             if not streamed:
                 pauses.frame_ended()
-        if streamed:
-            self._flush()  # the requests before it leave first
-            self._pass_on(requests.pass_through())
-
-    def _pass_on(self, pieces: list[memoryview]) -> None:
-        if self._upstream is not None and not self._closed:
-            self._upstream.writelines(pieces)
-        if not self._requests.passing_through and self._pauses is not None:
-            self._pauses.frame_ended()
 
     def eof_received(self) -> bool:
         try:

@@ -249,10 +249,20 @@ class RequestPipeline:
             self._answers()
         return ready
 
-    def stream_head(self, head: memoryview, size: int) -> bool:
+    def stream_tail(self, requests: FrameSplitter, min_frame_bytes: int, head_bytes: int) -> bool:
+        """The incomplete request `requests` ends with, if at least `min_frame_bytes` and `head_bytes` of
+        it are in (FrameSplitter.incomplete_head): True when it goes on as it arrives, its bytes so far put
+        in `outgoing` now and the rest of them as the splitter's `through` pieces bring them (the
+        connection puts those first in `outgoing`); False when it must be read whole first."""
+        offered = requests.incomplete_head(min_frame_bytes, head_bytes)
+        if offered is None or not self._stream_head(*offered):
+            return False
+        self.outgoing.extend(requests.pass_through())
+        return True
+
+    def _stream_head(self, head: memoryview, size: int) -> bool:
         """A large request has begun to arrive: its first bytes `head` (length prefix included) and its
-        size. True when it is forwarded as it arrives (the connection writes its bytes upstream, after
-        `outgoing`); False when it must be read whole first.
+        size. True when it may be forwarded as it arrives.
 
         It streams only when it could be forwarded now (open, not muted, nothing held or waiting, no raw
         SASL exchange), its header (and a Produce's acks) is in `head`, and no filter reads its body
