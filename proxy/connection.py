@@ -206,15 +206,17 @@ class ClientSide(asyncio.Protocol):
         a filter's failure (which must cost one connection, never the process)."""
         try:
             ready = step(*args)
+            if ready is not None:
+                self._wait_for(ready)
+            elif self._pipeline is not None:
+                # A large request read while it had to wait (connecting, muted) may go on now.
+                self._stream_tail(self._requests, self._pipeline)
         except ProtocolError as exc:
             self._protocol_error("client", exc)
         except CloseConnection as exc:
             self.close("filter_closed", reason=exc.reason)
         except Exception as exc:
             self._filter_failed(exc)
-        else:
-            if ready is not None:
-                self._wait_for(ready)
         finally:
             self._flush()
 

@@ -32,7 +32,9 @@ class ReadPauses:
         if self._at_once is not None and reason not in self._at_once:
             self._waiting.add(reason)
             return
-        if not self._reasons and not self._transport.is_closing():
+        # Every new reason pauses (a no-op when paused already): uvloop may still be reading after an
+        # earlier pause (data that came with the connection), and a later reason must stop it all the same.
+        if reason not in self._reasons and not self._transport.is_closing():
             self._transport.pause_reading()
         self._reasons.add(reason)
 
