@@ -10,8 +10,11 @@ Back-pressure runs both ways: when one side's write buffer passes the high-water
 other side pauses until it drains. A throttle mutes the client through its `ThrottleGate`: reading stops
 and requests already read are held, not forwarded, until the mute ends.
 
-Why this module is long: it still holds the request FIFO and SASL framing; the request pipeline of the
-house redesign moves them out.
+Why this module is long: it is the whole asyncio shell of a connection (two transports and their pauses,
+the throttle gate, the upstream connect, the idle timer, shutdown) plus the two small interfaces others
+call on it, the services a filter may ask for (ConnectionInfo) and the pipeline's sink; each is a few lines
+over the same connection state. What was logic moved out: the request order to proxy/request_pipeline.py,
+the filters' run to proxy/filters/chain.py, the upstream connect loop to proxy/upstream.py.
 """
 
 from __future__ import annotations
