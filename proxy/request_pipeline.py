@@ -278,7 +278,7 @@ class RequestPipeline:
             return False
         try:
             header = parse_request_header(head)
-            acks = produce_acks(head, header) if header.api_key == PRODUCE else 1
+            acks = produce_acks(head, header) if header.api_key == _PRODUCE else 1
         except ProtocolError:
             return False  # not all in the head (or malformed): read it whole, and judge it then
         key = header.api_key
@@ -292,7 +292,7 @@ class RequestPipeline:
         elif out is not stand_in:
             raise TypeError(f"a filter answered {type(out).__name__} for an API it declared head-only")
         self._metrics.count_request(key, size - 4)
-        if key != PRODUCE or acks != 0:
+        if key != _PRODUCE or acks != 0:
             self._in_flight.append(InFlight(header, _FORWARDED, throttle))
             if throttle > 0:
                 self._gate.expect_response()
