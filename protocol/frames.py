@@ -39,9 +39,10 @@ class FrameHead:
 class FrameSplitter:
     """Incremental splitter over a receive stream of 4-byte big-endian length-prefixed frames.
 
-    Returned views stay valid forever: they are only ever sliced from immutable `bytes` objects (the
-    chunk passed to `feed`, or one bytes object joined from several chunks when a frame spans
-    chunks). A frame inside one chunk costs no copy; a frame spanning chunks costs exactly one join,
+    Returned views of bytes fed stay valid forever: they are only ever sliced from immutable `bytes`
+    objects (the chunk passed to `feed`, or one bytes object joined from several chunks when a frame
+    spans chunks); for a read-only memoryview fed, see `feed`. A frame inside one chunk costs no copy;
+    a frame spanning chunks costs exactly one join,
     because pending chunks are kept in a list rather than re-concatenated on every feed.
 
     After a ProtocolError the stream is unusable; the caller is expected to close the connection.
@@ -81,44 +82,54 @@ class FrameSplitter:
         """A frame taken over with `pass_through` has not ended yet."""
         return self._through_left > 0
 
-    def feed(self, data: bytes) -> list[memoryview]:
+    def feed(self, data: bytes | memoryview) -> list[memoryview]:
         """The frames `data` completes, in stream order. While a frame is passed through, its bytes in
-        `data` (which come before any of those frames) are put in `self.through` instead."""
-        if type(data) is not bytes:
-            # Views over a mutable buffer could change under the caller's feet; pay one copy instead.
-            data = bytes(data)
+        `data` (which come before any of those frames) are put in `self.through` instead.
+
+        `data` is bytes, or a read-only memoryview over a buffer the caller reuses (a connection reading
+        into one buffer): the frames and `through` pieces returned are then views of that buffer, valid
+        until the caller changes it (which it must not do while any of them is alive), and what the
+        splitter keeps past this call is copied. Anything else is copied first."""
+        if type(data) is memoryview and data.readonly:
+            view = data
+            loaned = True
+        else:
+            if type(data) is not bytes:
+                # Views over a mutable buffer could change under the caller's feet; pay one copy instead.
+                data = bytes(data)
+            view = memoryview(data)
+            loaned = False
         frames: list[memoryview] = []
-        view = memoryview(data)
         pos = 0
+        size = len(view)
         if self._through_left:
-            pos = min(self._through_left, len(data))
+            pos = min(self._through_left, size)
             self._through_left -= pos
             self.through = [view[:pos]]
-            if pos == len(data):
+            if pos == size:
                 return frames
         elif self.through:
             self.through = []
         if self._pending_len:
-            pos = self._continue_pending(data, view, frames)
+            pos = self._continue_pending(view, pos, frames, loaned)
             if pos < 0:
                 return frames
-        size = len(data)
         max_frame = self._max_frame_bytes
         min_payload = self.min_payload_bytes
         while size - pos >= _PREFIX:
-            length = INT32_UNPACK(data, pos)[0]
+            length = INT32_UNPACK(view, pos)[0]
             if length < min_payload or length > max_frame:
                 self._raise_bad_length(length)
             end = pos + _PREFIX + length
             if end > size:
-                self._pending.append(view[pos:])
+                self._pending.append(bytes(view[pos:]) if loaned else view[pos:])
                 self._pending_len = size - pos
                 self._pending_need = end - pos
                 return frames
             frames.append(view[pos:end])
             pos = end
         if pos < size:
-            self._pending.append(view[pos:])
+            self._pending.append(bytes(view[pos:]) if loaned else view[pos:])
             self._pending_len = size - pos
             self._pending_need = -1
         return frames
@@ -169,33 +180,34 @@ class FrameSplitter:
         self._pending_need = -1
         return pieces
 
-    def _continue_pending(self, data: bytes, view: memoryview, frames: list[memoryview]) -> int:
-        """Extend the pending frame with `data`. Return the offset in `data` where parsing resumes, or
-        -1 when all of `data` was absorbed into a still-incomplete frame."""
+    def _continue_pending(self, view: memoryview, start: int, frames: list[memoryview], loaned: bool) -> int:
+        """Extend the pending frame with `view[start:]`. Return the offset in `view` where parsing resumes,
+        or -1 when all of it was absorbed into a still-incomplete frame."""
+        rest = view[start:] if start else view
         if self._pending_need < 0:
             have = self._pending_len
-            if have + len(data) < _PREFIX:
-                self._pending.append(view)
-                self._pending_len += len(data)
+            if have + len(rest) < _PREFIX:
+                self._pending.append(bytes(rest) if loaned else rest)
+                self._pending_len += len(rest)
                 return -1
             # At most 3 bytes are pending here, so this join is negligible.
-            prefix = b"".join(self._pending) + data[: _PREFIX - have]
+            prefix = b"".join(self._pending) + bytes(rest[: _PREFIX - have])
             length = INT32_UNPACK(prefix, 0)[0]
             if length < self.min_payload_bytes or length > self._max_frame_bytes:
                 self._raise_bad_length(length)
             self._pending_need = _PREFIX + length
         missing = self._pending_need - self._pending_len
-        if len(data) < missing:
-            self._pending.append(view)
-            self._pending_len += len(data)
+        if len(rest) < missing:
+            self._pending.append(bytes(rest) if loaned else rest)
+            self._pending_len += len(rest)
             return -1
-        self._pending.append(view[:missing])
+        self._pending.append(rest[:missing])
         joined = b"".join(self._pending)
         frames.append(memoryview(joined))
         self._pending = []
         self._pending_len = 0
         self._pending_need = -1
-        return missing
+        return start + missing
 
     def _raise_bad_length(self, length: int) -> None:
         if length < 0:

@@ -49,6 +49,8 @@ _thread_time_ns = time.thread_time_ns
 STREAM_MIN_FRAME_BYTES = 64 * 1024
 # How much of it must have arrived before deciding: its header and, for a Produce, the acks field.
 STREAM_HEAD_BYTES = 1024
+# uvloop reads at most 256 KiB at a time.
+READ_BUFFER_BYTES = 256 * 1024
 UPSTREAM_BACKLOG = "upstream_backlog"
 _PAUSE_MID_REQUEST = frozenset({UPSTREAM_BACKLOG})
 _DRAINING = Lifecycle.DRAINING
@@ -60,7 +62,7 @@ def _format_peer(peername: object) -> str:
     return str(peername)
 
 
-class ClientSide(asyncio.Protocol):
+class ClientSide(asyncio.BufferedProtocol):
     """The client's connection to the proxy: transports, pauses and timers around its RequestPipeline."""
 
     def __init__(
@@ -94,6 +96,10 @@ class ClientSide(asyncio.Protocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
         self._closed = False
+        # The client's bytes are read into this buffer (asyncio.BufferedProtocol), reused from read to read
+        # while nothing holds a view of it; a request held or a write not yet flushed keeps its buffer,
+        # and reading goes on in a fresh one.
+        self._read_buffer = bytearray(READ_BUFFER_BYTES)
         self._loop = asyncio.get_running_loop()
 
     # ---- client transport callbacks -------------------------------------------------------------
@@ -133,7 +139,23 @@ class ClientSide(asyncio.Protocol):
             _log.info("tls_authenticated", peer=self.peer, user=user)
         return True
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # Reuse the read buffer unless something still holds a view of it (a bytearray cannot grow while a
+        # view of it lives): a request held, a write the transport has not flushed, a filter's reference.
+        buffer = self._read_buffer
+        try:
+            buffer.append(0)
+        except BufferError:
+            buffer = self._read_buffer = bytearray(READ_BUFFER_BYTES)
+        else:
+            del buffer[-1]
+        return memoryview(buffer)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(memoryview(self._read_buffer).toreadonly()[:nbytes])
+        self._requests.through = []  # written (or queued by the transport, which then holds the buffer)
+
+    def data_received(self, data: bytes | memoryview) -> None:
         self._last_activity = self._loop.time()
         started = _thread_time_ns() if self._cpu_time_needed() else 0
         requests = self._requests

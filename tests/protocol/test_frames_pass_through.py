@@ -146,3 +146,49 @@ def test_any_chunking_any_frames_bytes_out_equal_bytes_in(payloads: list[bytes],
     assert b"".join(consumer.out) == data
     assert [f for f in consumer.frames if len(f) < BIG] == [f for f in framed if len(f) < BIG]
     consumer.splitter.eof()
+
+
+class ReusedBuffer:
+    """A connection reading into one buffer: each chunk is fed as a read-only view of it, and the buffer
+    is overwritten with junk as soon as the consumer is done with what the feed returned."""
+
+    def __init__(self, consumer: PassingConsumer) -> None:
+        self.consumer = consumer
+        self.buffer = bytearray(2048)
+
+    def feed(self, chunk: bytes) -> None:
+        self.buffer[: len(chunk)] = chunk
+        view = memoryview(self.buffer).toreadonly()[: len(chunk)]
+        self.consumer.feed(view)  # type: ignore[arg-type]
+        self.buffer[:] = b"\xee" * len(self.buffer)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(st.binary(min_size=4, max_size=120), min_size=1, max_size=10),
+    cuts=st.lists(st.integers(min_value=0, max_value=1300), max_size=30),
+    take_over=st.booleans(),
+)
+def test_a_reused_read_buffer_never_corrupts_what_the_splitter_keeps(
+    payloads: list[bytes], cuts: list[int], take_over: bool
+) -> None:
+    framed = [frame(p) for p in payloads]
+    data = b"".join(framed)
+    consumer = PassingConsumer(take_over)
+    reader = ReusedBuffer(consumer)
+    start = 0
+    for cut in [*sorted(c for c in cuts if c <= len(data)), len(data)]:
+        reader.feed(data[start:cut])
+        start = cut
+    assert b"".join(consumer.out) == data
+    if not take_over:
+        assert consumer.frames == framed
+    consumer.splitter.eof()
+
+
+def test_a_frame_inside_a_read_only_view_is_a_view_of_it_without_a_copy() -> None:
+    buffer = bytearray(frame(b"abcd") + frame(b"efgh"))
+    view = memoryview(buffer).toreadonly()
+    frames = FrameSplitter().feed(view)
+    assert [bytes(f) for f in frames] == [frame(b"abcd"), frame(b"efgh")]
+    assert all(f.obj is buffer for f in frames)
