@@ -33,6 +33,7 @@ from sluice.protocol.headers import (
     read_correlation_id,
     response_header_size,
 )
+from sluice.protocol.primitives import INT32_UNPACK
 from sluice.protocol.produce import produce_acks
 
 from .filters.base import Answer, Close, EntryKind, Forward, Frame, InFlight, RawExchange, Respond
@@ -379,8 +380,20 @@ class RequestPipeline:
         """Match the broker's responses to the requests in flight and send them on, in request order, with
         the answers filters made in their turn."""
         in_flight = self._in_flight
+        respond = self._respond
         for frame in frames:
-            self._response(frame)
+            # The common case inline (the hot path): the answer to the oldest request, forwarded.
+            request = in_flight[0] if in_flight else None
+            if (
+                request is not None
+                and request.kind is _FORWARDED
+                and len(frame) >= 8
+                and INT32_UNPACK(frame, 4)[0] == request.header.correlation_id
+            ):
+                in_flight.popleft()
+                respond(request, frame, 0)
+            else:
+                self._response(frame)
             if in_flight and in_flight[0].kind is _ANSWERED:
                 self._answers()
 
