@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import PYTHON, run_windowed, wire_load_command
+from harness import PYTHON, run_child, run_windowed, wire_load_command
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 
@@ -70,7 +70,7 @@ def main() -> None:
         variants = {spec: Variant(cluster.bootstrap, spec) for spec in specs}
         try:
             for variant in variants.values():  # warm-up
-                run_windowed(load(variant.port, args.kind, 64 if args.kind == "bulk" else 20_000), {})
+                run_child(load(variant.port, args.kind, 64 if args.kind == "bulk" else 20_000))
             for round_no in range(args.rounds):
                 for spec in specs if round_no % 2 == 0 else list(reversed(specs)):
                     pid = variants[spec].process.pid
