@@ -1,4 +1,4 @@
-"""Issue 15, item 3: produce latency as the field measures it, open loop, direct and through the proxy.
+"""Produce latency as the field measures it: open loop, direct and through the proxy.
 
 The direct path's capacity is measured first: wire_load.py saturating the 1-broker mock cluster with
 pipelined Produce requests (16 records of 1 KiB, acks=1, the size of one default Java producer batch),

@@ -1,4 +1,4 @@
-"""`make bench-quick`: issue 15's four figures in under two minutes, a regression guard.
+"""`make bench-quick`: the hot path's four figures in under two minutes, a regression guard.
 
 The same benchmarks as sections 2, 3, 9 and 10 with fewer rounds and shorter windows: proxy CPU per GiB
 (and its ratio to the bare relay) with binding quotas, small requests through the proxy in front of the

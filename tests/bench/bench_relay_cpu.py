@@ -1,4 +1,4 @@
-"""Issue 15, item 1: proxy CPU <= 0.6 CPU-seconds per GiB relayed with 1 MiB Produce requests, and <= 1.3 x
+"""Proxy CPU <= 0.6 CPU-seconds per GiB relayed with 1 MiB Produce requests, and <= 1.3 x
 a bare uvloop relay measured in the same run, with quotas configured and binding on some entities.
 
 Two measurements, both in front of a 1-broker mock cluster:

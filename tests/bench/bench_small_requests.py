@@ -1,5 +1,5 @@
-"""Small requests per second through one proxy process: issue 2's >= 50,000 behind the mock cluster, and
-issue 15's >= 150,000 behind a broker that is not the bottleneck.
+"""Small requests per second through one proxy process: >= 50,000 behind the mock cluster, and >= 150,000
+behind a broker that is not the bottleneck.
 
 wire_load.py (one process, uvloop) keeps 8 connections busy with pipelined tiny Produce requests (one
 100-byte record, acks=1): 256 in flight per connection, written 32 per system call. The same load runs
@@ -12,7 +12,7 @@ window (its CPU seconds / window seconds): below 1.0 the proxy had CPU to spare 
 elsewhere (the mock, or the load generator, all sharing two cores).
 
 The mock cluster itself tops out at about 90,000-100,000 of these per second on one core (the direct
-rows), so nothing behind it can show more. Issue 15's target (>= 150,000 per second through one process)
+rows), so nothing behind it can show more. The >= 150,000 per second target (through one process)
 is therefore measured a second time, with the same load, in front of canned_broker.py, which answers every
 Produce with a canned success at memory speed: there the proxy is the bottleneck. Both middles' CPU per
 request (proxy and bare relay, same load, same run) are reported side by side; 1,000,000 / that figure is
@@ -42,8 +42,8 @@ from measurements import Record, measurement, median
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 
-TARGET_PER_S = 50_000  # issue 2, behind the mock cluster
-TARGET_FAST_UPSTREAM_PER_S = 150_000  # issue 15, behind a broker that is not the bottleneck
+TARGET_PER_S = 50_000  # behind the mock cluster
+TARGET_FAST_UPSTREAM_PER_S = 150_000  # behind a broker that is not the bottleneck
 TOPIC = "small"
 CONNECTIONS = 8
 IN_FLIGHT = 256

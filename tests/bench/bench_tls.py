@@ -1,4 +1,4 @@
-"""Issue 15, item 4: the cost of TLS on the client side, so an operator can size it.
+"""The cost of TLS on the client side, so an operator can size it.
 
 Two proxies in front of one 1-broker mock cluster, the same but for `tls.listener` (a certificate from a
 throw-away CA, tests/tls_certs.py; ECDSA P-256, whatever TLS 1.3 cipher Python's OpenSSL picks); the
@@ -9,7 +9,7 @@ broker side is plaintext in both. Measured in the same run:
 * added latency: open_loop.py at 50 % of the direct path's capacity (as section 9), direct to the broker
   (plaintext), through the plaintext proxy and through the TLS proxy: p50, p99, p99.9, and the added p99.
 
-The issue sets no target here: these are sizing figures.
+No target here: these are sizing figures.
 
 Run alone: ``.venv/bin/python tests/bench/bench_tls.py`` (one JSON record per line).
 """

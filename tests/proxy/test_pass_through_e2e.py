@@ -25,6 +25,8 @@ from sluice.proxy.connection import STREAM_HEAD_BYTES, STREAM_MIN_FRAME_BYTES
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
+pytestmark = pytest.mark.slow  # the mock cluster and proxy processes
+
 TOPIC = "pass-through"
 CLIENT_ID = "pass-e2e"
 

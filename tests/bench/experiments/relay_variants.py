@@ -1,11 +1,11 @@
-"""A scratch copy of the relay path with one candidate optimisation at a time (issue 15's experiments).
+"""A scratch copy of the relay path with one candidate optimisation at a time (the hot path's experiments).
 
 Not the proxy: only what moves a client's bytes upstream, so each idea's cost shows alone. Responses are
 relayed as they come. Variants (client -> upstream):
 
 * relay   - write(data) as it arrives (bare_relay.py's path)
 * join    - protocol/frames.py's FrameSplitter: a frame spanning reads joined, then one writelines per read
-            (the proxy before issue 15)
+            (the proxy before pass-through)
 * pieces  - a frame spanning reads kept as its pieces, writelines of the pieces once it is complete
 * stream  - cut-through: once a frame's start is in, its bytes go on as they arrive
 * bstream - stream, reading with asyncio.BufferedProtocol into a reused bytearray
