@@ -9,7 +9,7 @@
 2. DescribeClientQuotas of everything with 10,000 entities stored, round trip through the proxy. Target:
    < 50 ms (median).
 
-Run alone: ``.venv/bin/python tests/bench/bench_quota_admin.py`` (or as section 9 of ``make bench``).
+Run alone: ``.venv/bin/python tests/bench/bench_quota_admin.py`` (or as section 12 of ``make bench``).
 """
 
 from __future__ import annotations
