@@ -108,15 +108,13 @@ class UsageReader(DataSourceReader):
     # -- on the driver -----------------------------------------------------------------------------
 
     def partitions(self) -> list[OffsetSlice]:
-        try:
-            bounds = self._bounds()
-        except OffsetSpecError as exc:
-            raise UsageSourceError(f"{SOURCE_NAME}: {exc}") from None
+        bounds = self.bounds()
         return [
             OffsetSlice(r) for r in plan_ranges(bounds, self.topic, self.max_records, self.min_partitions)
         ]
 
-    def _bounds(self) -> dict[int, tuple[int, int]]:
+    def bounds(self) -> dict[int, tuple[int, int]]:
+        """[start, end) per partition, as the options ask, from the cluster's offsets now."""
         from confluent_kafka import KafkaException, TopicPartition
 
         consumer = _consumer(self.config)
@@ -141,14 +139,17 @@ class UsageReader(DataSourceReader):
             ends = self._by_time("endingTimestamp", partitions, marks, consumer)
         finally:
             consumer.close()
-        start_spec = parse_offsets(self.options.get("startingOffsets"), "earliest", "startingOffsets")
-        end_spec = parse_offsets(self.options.get("endingOffsets"), "latest", "endingOffsets")
-        bounds = {}
-        for p in partitions:
-            low, high = marks[p]
-            start = starts[p] if starts else resolve_offset(start_spec, p, low, high, "startingOffsets")
-            end = ends[p] if ends else resolve_offset(end_spec, p, low, high, "endingOffsets")
-            bounds[p] = (start, max(start, end))
+        try:
+            start_spec = parse_offsets(self.options.get("startingOffsets"), "earliest", "startingOffsets")
+            end_spec = parse_offsets(self.options.get("endingOffsets"), "latest", "endingOffsets")
+            bounds = {}
+            for p in partitions:
+                low, high = marks[p]
+                start = starts[p] if starts else resolve_offset(start_spec, p, low, high, "startingOffsets")
+                end = ends[p] if ends else resolve_offset(end_spec, p, low, high, "endingOffsets")
+                bounds[p] = (start, max(start, end))
+        except OffsetSpecError as exc:
+            raise UsageSourceError(f"{SOURCE_NAME}: {exc}") from None
         return bounds
 
     def _by_time(self, option: str, partitions: list[int], marks: dict, consumer) -> dict[int, int]:

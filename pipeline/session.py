@@ -49,6 +49,9 @@ def spark_session(
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     # Whole-line progress comes from Progress; Spark's carriage-return bar would interleave with it.
     builder = builder.config("spark.ui.showConsoleProgress", "false")
+    if not shuffle_partitions and not under_spark_submit() and (master or DEFAULT_MASTER).startswith("local"):
+        # Spark's 200 suits a cluster; on one machine every extra task is pure overhead.
+        shuffle_partitions = 4 * (os.cpu_count() or 1)
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     for key, value in (extra or {}).items():

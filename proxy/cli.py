@@ -81,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mock-cluster": "sluice.proxy.tools.mock_cluster",
         "perf-test": "sluice.proxy.tools.perf_test",
         "demo": "sluice.proxy.tools.demo",
+        "pipeline": "sluice.pipeline.cli",  # the capacity-planning jobs (the pipeline extra)
+        "usage": "sluice.pipeline.usage_cli",
     }
     if argv and argv[0] in passthrough:
         module = __import__(passthrough[argv[0]], fromlist=["main"])
