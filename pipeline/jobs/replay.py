@@ -317,6 +317,8 @@ def _run(conns, sensors, start_s: int, n: int, options: ReplayOptions, stats: Gr
         now = (start_s + s) * 1000
         while heap and heap[0][0] < now:
             at, index = heapq.heappop(heap)
+            if conns[index].muted_until != at:
+                continue  # the connection sent at its mute's end (a second boundary) already
             dirty = max(dirty, at // 1000 - start_s)
             throttle = conns[index].send(at, keep)
             if throttle:
@@ -354,6 +356,8 @@ def _run(conns, sensors, start_s: int, n: int, options: ReplayOptions, stats: Gr
     end = (start_s + n) * 1000
     while heap and heap[0][0] < end:
         at, index = heapq.heappop(heap)
+        if conns[index].muted_until != at:
+            continue
         throttle = conns[index].send(at, keep)
         if throttle:
             heapq.heappush(heap, (at + throttle, index))

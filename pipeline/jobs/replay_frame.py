@@ -35,8 +35,15 @@ def _settings(raw: dict) -> QuotaSettings:
     return _settings_cache[key]
 
 
-def replay_function(raw_quotas: dict, bucket_ms: int, options: ReplayOptions) -> Callable:
+def replay_function(
+    raw_quotas: dict, bucket_ms: int, options: ReplayOptions, span_ms: tuple[int, int]
+) -> Callable:
+    """The function for `applyInPandas`. Every group is replayed over the whole input's span
+    [first bucket, last bucket end), so a throttle given near a group's last record still runs its course
+    until the data ends, as it would for any other group."""
     seconds = bucket_ms // 1000
+    start_s = span_ms[0] // 1000
+    length = (span_ms[1] - span_ms[0]) // 1000
 
     def replay(frame):  # pandas.DataFrame -> pandas.DataFrame
         import pandas as pd
@@ -44,8 +51,6 @@ def replay_function(raw_quotas: dict, bucket_ms: int, options: ReplayOptions) ->
         settings = _settings(raw_quotas)
         group = str(frame["group"].iloc[0])
         first_s = frame["bucket_ms"].to_numpy(dtype=np.int64) // 1000
-        start_s = int(first_s.min())
-        length = int(first_s.max()) + seconds - start_s
         client = frame["client_id"].astype(object).where(frame["client_id"].notna(), None)
         keys = list(zip(frame["user"], client, strict=True))
         entities = sorted(set(keys), key=lambda e: (e[0], e[1] is not None, e[1] or ""))

@@ -101,6 +101,8 @@ def run_whatif(
         )
         keys = [(row.user, row.client_id) for row in entities.select(*ENTITY).distinct().collect()]
         groups = sensor_groups(keys, settings)
+        first, last = entities.agg(F.min("bucket_ms"), F.max("bucket_ms")).first()
+        span = (int(first), int(last) + bucket)
         group_table = spark.createDataFrame(
             [(user, client, group) for (user, client), group in groups.items()],
             "user string, client_id string, group string",
@@ -110,7 +112,7 @@ def run_whatif(
     ):
         demand = join_on_entity(entities, F.broadcast(group_table))
         replayed = demand.groupBy("group").applyInPandas(
-            replay_function(raw, bucket, options.replay), REPLAY_SCHEMA
+            replay_function(raw, bucket, options.replay, span), REPLAY_SCHEMA
         )
         written["replay"] = write_parquet(replayed, directory, "replay")
     replay = spark.read.parquet(written["replay"])
