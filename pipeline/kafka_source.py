@@ -80,7 +80,17 @@ def _consumer(config: Mapping[str, str]):  # -> confluent_kafka.Consumer
     return Consumer(settings)
 
 
-def _int_option(options: Mapping[str, str], name: str, default: int, low: int) -> int:
+class _Options:
+    """Spark's option names are case-insensitive (and may reach us lower-cased): look them up that way."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._values = {key.lower(): value for key, value in options.items()}
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._values.get(name.lower(), default)
+
+
+def _int_option(options: _Options, name: str, default: int, low: int) -> int:
     raw = options.get(name)
     if raw is None:
         return default
@@ -95,8 +105,8 @@ def _int_option(options: Mapping[str, str], name: str, default: int, low: int) -
 
 class UsageReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.options = dict(options)
         self.config = client_config(options)
+        options = self.options = _Options(options)
         self.topic = options.get("topic", DEFAULT_TOPIC)
         self.timeout_s = _int_option(options, "timeoutMs", 30_000, 1) / 1000
         self.max_records = _int_option(options, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS, 1)
@@ -167,6 +177,8 @@ class UsageReader(DataSourceReader):
     # -- on the executors --------------------------------------------------------------------------
 
     def read(self, partition: OffsetSlice) -> Iterator[tuple]:
+        if not isinstance(partition, OffsetSlice):
+            return  # nothing to read: Spark gives one empty partition when partitions() planned none
         yield from read_slice(partition.offsets, self.config, self.timeout_s, self.skip_bad)
 
 
