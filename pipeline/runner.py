@@ -33,6 +33,10 @@ def run_job(args: argparse.Namespace) -> int:
         return _synth(args)
     if args.job == "demo":
         return _demo(args)
+    if getattr(args, "quotas", None):
+        from .jobs.whatif import load_candidate_quotas
+
+        load_candidate_quotas(args.quotas)  # a bad file fails now, naming its key, before Spark starts
     spark = _session(args)
     progress = Progress(spark, quiet=args.quiet)
     options = {}
