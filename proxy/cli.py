@@ -13,6 +13,7 @@ from sluice.config.load import load_config
 from sluice.config.model import ProxyConfig
 
 from .log import configure_logging, get_logger
+from .services import ServiceStartError
 
 EXIT_CONFIG_ERROR = 2
 
@@ -69,6 +70,9 @@ def run_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    except ServiceStartError as exc:  # logged as service_start_failed; the cause decides the exit code
+        print(f"sluice: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR if isinstance(exc.cause, ConfigError) else 1
     except OSError as exc:
         get_logger().error("startup_failed", error=str(exc))
         return 1

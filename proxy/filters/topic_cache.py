@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.broker_addresses import decode_brokers
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.topic_metadata import (
     BROKER_CONFIG_VERSION,
-    DESCRIBE_CONFIGS_KEY,
-    METADATA_KEY,
     NUM_PARTITIONS_CONFIG,
     TOPIC_IDS_METADATA_VERSION,
     TOPIC_METADATA_VERSION,
@@ -87,7 +86,7 @@ class TopicCache:
         version = TOPIC_IDS_METADATA_VERSION if by_id else TOPIC_METADATA_VERSION
         topics = None if by_id else names
         request = encode_topic_metadata_request(version, topics)
-        metadata = conn.send_upstream(METADATA_KEY, version, request)
+        metadata = conn.send_upstream(ApiKey.METADATA, version, request)
         return asyncio.ensure_future(self._learn(conn, version, metadata, names, need_default))
 
     async def _learn(
@@ -100,7 +99,7 @@ class TopicCache:
     ) -> None:
         try:
             body = await metadata
-            brokers = decode_brokers(METADATA_KEY, version, body)
+            brokers = decode_brokers(ApiKey.METADATA, version, body)
             now = conn.now_ms()
             for name, topic in decode_topic_partitions(version, body).items():
                 if topic.error_code == 0:
@@ -122,7 +121,7 @@ class TopicCache:
             version = BROKER_CONFIG_VERSION
             request = encode_broker_config_request(version, node_id, [NUM_PARTITIONS_CONFIG])
             try:
-                body = await conn.send_upstream(DESCRIBE_CONFIGS_KEY, version, request)
+                body = await conn.send_upstream(ApiKey.DESCRIBE_CONFIGS, version, request)
                 value = decode_config_value(version, body, NUM_PARTITIONS_CONFIG)
             except ProtocolError as exc:
                 _log.warning("num_partitions_lookup_failed", peer=conn.peer, error=str(exc))

@@ -11,6 +11,8 @@ API or malformed frame. Every answer is built by `protocol/` (message_codec over
 generated codecs), never by hand. It runs its own asyncio loop in a background thread and binds
 127.0.0.1 on a free port; leaving the `with` block stops it and closes every connection.
 
+`topic_configs` keeps the configs each created topic was given (`cleanup.policy`, `retention.ms`, ...).
+
 Every broker-side check it makes has a Kafka error code, in the order a KRaft controller makes them;
 replication is single-broker, so any replication factor above 1 is INVALID_REPLICATION_FACTOR.
 """
@@ -26,26 +28,21 @@ from typing import Any
 
 from doubles.loop_thread import LoopThread
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import RequestHeader, encode_response, parse_request_header
 from sluice.protocol.message_codec import decode_request_body, encode_response_body
-from sluice.protocol.topic_mutations import (
-    CREATE_PARTITIONS,
-    CREATE_TOPICS,
-    DELETE_TOPICS,
-    MutationRequest,
-    decode_mutation_request,
-)
+from sluice.protocol.topic_mutations import MutationRequest, decode_mutation_request
 
 API_VERSIONS, METADATA, DESCRIBE_CONFIGS = 18, 3, 32
 ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
     METADATA: (0, 13),
     API_VERSIONS: (0, 3),
-    CREATE_TOPICS: (0, 7),
-    DELETE_TOPICS: (0, 6),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
     DESCRIBE_CONFIGS: (0, 4),
-    CREATE_PARTITIONS: (0, 3),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
 }
 CLUSTER_ID = "admin-broker-double"
 
@@ -78,6 +75,7 @@ class AdminBrokerDouble:
         self.num_partitions = num_partitions
         self.topics: dict[str, int] = dict(topics or {})
         self.topic_ids: dict[str, bytes] = {name: uuid.uuid4().bytes for name in self.topics}
+        self.topic_configs: dict[str, dict[str, str | None]] = {}  # the configs each created topic was given
         self.received: list[tuple[int, int, MutationRequest]] = []
         self.metadata_requests = 0
         self.describe_configs_requests = 0
@@ -92,9 +90,9 @@ class AdminBrokerDouble:
             API_VERSIONS: self._api_versions,
             METADATA: self._metadata,
             DESCRIBE_CONFIGS: self._describe_configs,
-            CREATE_TOPICS: self._mutation,
-            DELETE_TOPICS: self._mutation,
-            CREATE_PARTITIONS: self._mutation,
+            ApiKey.CREATE_TOPICS: self._mutation,
+            ApiKey.DELETE_TOPICS: self._mutation,
+            ApiKey.CREATE_PARTITIONS: self._mutation,
         }
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -278,11 +276,11 @@ class AdminBrokerDouble:
         api_key, version = header.api_key, header.api_version
         mutation = decode_mutation_request(api_key, version, body)
         self.received.append((api_key, version, mutation))
-        if api_key == CREATE_TOPICS:
+        if api_key == ApiKey.CREATE_TOPICS:
             request = decode_request_body(api_key, version, body)
             results = self._create_topics(request.topics, mutation.validate_only, version)
             return encode_response_body(api_key, version, throttle_time_ms=0, topics=results)
-        if api_key == DELETE_TOPICS:
+        if api_key == ApiKey.DELETE_TOPICS:
             results = self._delete_topics(mutation)
             return encode_response_body(api_key, version, throttle_time_ms=0, responses=results)
         results = self._create_partitions(mutation)
@@ -307,6 +305,7 @@ class AdminBrokerDouble:
                 if not validate_only:
                     self.topics[topic.name] = partitions
                     self.topic_ids[topic.name] = topic_id
+                    self.topic_configs[topic.name] = {c.name: c.value for c in topic.configs or []}
                 result.update(
                     num_partitions=partitions,
                     replication_factor=1,

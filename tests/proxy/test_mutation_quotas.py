@@ -30,8 +30,8 @@ from kafka.protocol.metadata import MetadataRequest
 from rawclient import RawClient
 from throttle_harness import metric_value
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import response_header_size
-from sluice.protocol.topic_mutations import CREATE_TOPICS
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
 QUOTA_EXCEEDED, NONE = 89, 0
@@ -342,7 +342,7 @@ def test_pipelined_mutations_wait_behind_a_throttled_one(proxy, broker):
         second = c.receive_frame()
         waited = time.monotonic() - first_at
     assert [int.from_bytes(f[4:8], "big") for f in (first, second)] == [first_id, second_id]
-    body = first[4 + response_header_size(CREATE_TOPICS, PERMISSIVE_CREATE, first) :]
+    body = first[4 + response_header_size(ApiKey.CREATE_TOPICS, PERMISSIVE_CREATE, first) :]
     throttle = CreateTopicsResponse[PERMISSIVE_CREATE].decode(body).throttle_time_ms
     assert_near(throttle, 2000)
     assert waited >= 1.8, waited
@@ -362,7 +362,7 @@ def test_answers_keep_request_order_through_lookups_and_own_answers(proxy, broke
         ]
         frames = [c.receive_frame() for _ in ids]
     assert [int.from_bytes(f[4:8], "big") for f in frames] == ids
-    refused = frames[3][4 + response_header_size(CREATE_TOPICS, STRICT_CREATE, frames[3]) :]
+    refused = frames[3][4 + response_header_size(ApiKey.CREATE_TOPICS, STRICT_CREATE, frames[3]) :]
     assert CreateTopicsResponse[STRICT_CREATE].decode(refused).topics[0].error_code == QUOTA_EXCEEDED
     assert (
         "order-a" not in broker.topics and broker.topics["order-b"] == 30 and "order-c" not in broker.topics
