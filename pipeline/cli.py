@@ -36,19 +36,32 @@ def _spark_options(p: argparse.ArgumentParser) -> None:
 
 
 def _input_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", required=True, metavar="SRC", help="Parquet, JSON lines or kafka://HOST:PORT/TOPIC")
+    p.add_argument(
+        "--input", required=True, metavar="SRC", help="Parquet, JSON lines or kafka://HOST:PORT/TOPIC"
+    )
     p.add_argument("--input-format", choices=("parquet", "jsonl", "kafka"), help="default: from the name")
-    p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a sluice-usage source option, e.g. kafka.security.protocol=SSL (repeatable)")
+    p.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a sluice-usage source option, e.g. kafka.security.protocol=SSL (repeatable)",
+    )
 
 
 def _job_options(p: argparse.ArgumentParser, job: str) -> None:
     if job in ("whatif", "all"):
-        p.add_argument("--quotas", required=job == "whatif", metavar="FILE",
-                       help="candidate quotas: a sluice.yaml or its quota: section")
+        p.add_argument(
+            "--quotas",
+            required=job == "whatif",
+            metavar="FILE",
+            help="candidate quotas: a sluice.yaml or its quota: section",
+        )
         p.add_argument("--events", action="store_true", help="also write every throttle (events.parquet)")
         p.add_argument("--request-bytes", type=int, default=1_048_576, help="largest produce request")
-        p.add_argument("--no-fast-forward", action="store_true", help="step every second (slower, same result)")
+        p.add_argument(
+            "--no-fast-forward", action="store_true", help="step every second (slower, same result)"
+        )
     if job in ("propose", "all"):
         p.add_argument("--percentile", type=float, default=0.99)
         p.add_argument("--headroom", type=float, default=1.2)
@@ -57,7 +70,9 @@ def _job_options(p: argparse.ArgumentParser, job: str) -> None:
         p.add_argument("--by", choices=("auto", "user", "client-id", "user-client-id"), default="auto")
         p.add_argument("--bootstrap", default="SLUICE_HOST:9092", help="for the kafka-configs.sh commands")
     if job in ("forecast", "all"):
-        p.add_argument("--capacity", type=float, metavar="B/S", help="cluster capacity the peak grows towards")
+        p.add_argument(
+            "--capacity", type=float, metavar="B/S", help="cluster capacity the peak grows towards"
+        )
         p.add_argument("--metric", choices=("total", "produce", "fetch"), default="total")
         p.add_argument("--horizon-days", type=int, default=3 * 365)
 
@@ -74,7 +89,9 @@ def _synth_options(p: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="sluice pipeline", description="capacity planning on Sluice's usage records")
+    top = argparse.ArgumentParser(
+        prog="sluice pipeline", description="capacity planning on Sluice's usage records"
+    )
     sub = top.add_subparsers(dest="job", required=True, metavar="JOB")
     for job in JOBS:
         p = sub.add_parser(job, help=f"the {job} job")
@@ -137,4 +154,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

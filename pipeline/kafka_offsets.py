@@ -44,7 +44,8 @@ def parse_offsets(spec: str | None, default: str, option: str) -> str | dict[int
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        raise OffsetSpecError(f'{option}={text!r}: expected earliest, latest or JSON such as {{"0": 42}}')
+        expected = 'expected earliest, latest or JSON such as {"0": 42}'
+        raise OffsetSpecError(f"{option}={text!r}: {expected}") from None
     if isinstance(value, dict) and len(value) == 1 and isinstance(next(iter(value.values())), dict):
         value = next(iter(value.values()))
     if not isinstance(value, dict):
@@ -86,7 +87,7 @@ def plan_ranges(
     total = sum(sizes.values())
     ranges: list[OffsetRange] = []
     for partition in sorted(bounds):
-        start, end = bounds[partition]
+        start = bounds[partition][0]
         size = sizes[partition]
         if size == 0:
             continue

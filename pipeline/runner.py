@@ -75,8 +75,12 @@ def _run_one(spark, job: str, usage, args: argparse.Namespace, progress: Progres
         from .jobs.propose import ProposeOptions, run_propose
 
         options = ProposeOptions(
-            percentile=args.percentile, headroom=args.headroom, produce_capacity=args.produce_capacity,
-            fetch_capacity=args.fetch_capacity, by=args.by, bootstrap=args.bootstrap,
+            percentile=args.percentile,
+            headroom=args.headroom,
+            produce_capacity=args.produce_capacity,
+            fetch_capacity=args.fetch_capacity,
+            by=args.by,
+            bootstrap=args.bootstrap,
         )
         run_propose(spark, usage, args.out, options, progress=progress)
     elif job == "forecast":
@@ -91,8 +95,12 @@ def _synth(args: argparse.Namespace) -> int:
     from .usage_export import write_usage_jsonl
 
     spec = SynthSpec(
-        entities=args.entities, duration_s=int(round(args.days * 86_400 / args.interval_s)) * args.interval_s,
-        interval_s=args.interval_s, growth_pct_per_day=args.growth, jitter_pct=args.jitter, topics=args.topics,
+        entities=args.entities,
+        duration_s=round(args.days * 86_400 / args.interval_s) * args.interval_s,
+        interval_s=args.interval_s,
+        growth_pct_per_day=args.growth,
+        jitter_pct=args.jitter,
+        topics=args.topics,
         instances=args.instances,
     )
     spark = _session(args)

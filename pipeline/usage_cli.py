@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .cli import EXIT_ENVIRONMENT, EXIT_INPUT, _OUR_ERRORS, explain
+from .cli import _OUR_ERRORS, EXIT_ENVIRONMENT, EXIT_INPUT, explain
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,7 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         key, _, value = pair.partition("=")
         options[key] = value
     try:
-        spark = spark_session(master=args.master, driver_memory=args.driver_memory, app_name="sluice-usage-export")
+        spark = spark_session(
+            master=args.master, driver_memory=args.driver_memory, app_name="sluice-usage-export"
+        )
         done = export_usage(spark, options, args.out, args.format, args.resume)
     except JavaError as exc:
         print(f"sluice usage: {exc}", file=sys.stderr)

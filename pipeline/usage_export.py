@@ -28,10 +28,17 @@ def _batch_line(key: tuple, rows: Iterable) -> tuple[int, str]:
     ordered = sorted(rows, key=lambda r: (r.topic is not None, r.user, r.client_id or "", r.topic or ""))
     usage_rows = tuple(
         UsageRow(
-            user=r.user, client_id=r.client_id, topic=r.topic, produce_bytes=r.produce_bytes,
-            fetch_bytes=r.fetch_bytes, requests=r.requests or {}, throttle_time_ms=r.throttle_time_ms or {},
-            throttle_count=r.throttle_count or {}, partition_mutations=r.partition_mutations,
-            cpu_time_ns=r.cpu_time_ns, quotas=r.quotas or {},
+            user=r.user,
+            client_id=r.client_id,
+            topic=r.topic,
+            produce_bytes=r.produce_bytes,
+            fetch_bytes=r.fetch_bytes,
+            requests=r.requests or {},
+            throttle_time_ms=r.throttle_time_ms or {},
+            throttle_count=r.throttle_count or {},
+            partition_mutations=r.partition_mutations,
+            cpu_time_ns=r.cpu_time_ns,
+            quotas=r.quotas or {},
         )
         for r in ordered
     )
@@ -62,7 +69,9 @@ def last_offsets(spark, out: str) -> str | None:
     return rows[0].value if rows else None
 
 
-def export_usage(spark, options: dict[str, str], out: str, fmt: str = "parquet", resume: bool = False) -> dict:
+def export_usage(
+    spark, options: dict[str, str], out: str, fmt: str = "parquet", resume: bool = False
+) -> dict:
     """Read the topic as `options` say (the data source's), write it to `out`; returns what was read."""
     options = dict(options)
     if resume:
@@ -72,7 +81,9 @@ def export_usage(spark, options: dict[str, str], out: str, fmt: str = "parquet",
     # Fix the end offsets now, so what is recorded as done is exactly what was read.
     bounds = UsageReader(options).bounds()
     final = {str(partition): end for partition, (_, end) in bounds.items()}
-    options["startingOffsets"] = json.dumps({str(partition): start for partition, (start, _) in bounds.items()})
+    options["startingOffsets"] = json.dumps(
+        {str(partition): start for partition, (start, _) in bounds.items()}
+    )
     options["endingOffsets"] = json.dumps(final)
     options.pop("startingTimestamp", None)
     options.pop("endingTimestamp", None)

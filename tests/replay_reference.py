@@ -10,23 +10,45 @@ from sluice.config.quota_settings import FetchThrottle, QuotaSettings, ThrottleM
 from sluice.quota.throttle import saturating_int32
 
 
-def reference_replay(entities, start_s, produce, fetch, settings: QuotaSettings,
-                     request_bytes=1_048_576, fetch_max_bytes=52_428_800):
+def reference_replay(
+    entities,
+    start_s,
+    produce,
+    fetch,
+    settings: QuotaSettings,
+    request_bytes=1_048_576,
+    fetch_max_bytes=52_428_800,
+):
     """{(user, client_id, direction): [(at_ms, throttle_ms), ...]} for the limited connections."""
     managers = settings.new_managers()
-    retry = settings.fetch_throttle is FetchThrottle.EMPTY and settings.throttle_mode is not ThrottleMode.DELAY
+    retry = (
+        settings.fetch_throttle is FetchThrottle.EMPTY and settings.throttle_mode is not ThrottleMode.DELAY
+    )
     conns = []
     for j, (user, client_id) in enumerate(entities):
-        for direction, manager, demand in (("produce", managers.produce, produce[j]),
-                                            ("fetch", managers.fetch, fetch[j])):
+        for direction, manager, demand in (
+            ("produce", managers.produce, produce[j]),
+            ("fetch", managers.fetch, fetch[j]),
+        ):
             if not manager.quotas_enabled or manager.resolve(user, client_id).rule is None:
                 continue
             if direction == "produce":
                 cap = request_bytes
             else:
-                cap = min(fetch_max_bytes, saturating_int32(manager.max_value_in_quota_window(user, client_id)))
-            conns.append({"key": (user, client_id, direction), "manager": manager, "demand": demand,
-                          "cap": max(1, cap), "pending": 0, "muted_until": -1, "events": []})
+                cap = min(
+                    fetch_max_bytes, saturating_int32(manager.max_value_in_quota_window(user, client_id))
+                )
+            conns.append(
+                {
+                    "key": (user, client_id, direction),
+                    "manager": manager,
+                    "demand": demand,
+                    "cap": max(1, cap),
+                    "pending": 0,
+                    "muted_until": -1,
+                    "events": [],
+                }
+            )
     mute_ends: list[tuple[int, int]] = []
 
     def send(index: int, now: int) -> None:

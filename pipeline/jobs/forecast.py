@@ -122,8 +122,13 @@ def daily_peaks(usage: DataFrame, metric: str) -> list[tuple[datetime.date, floa
     return [(row["day"], float(row["peak"])) for row in rows]
 
 
-def run_forecast(spark, usage: DataFrame, out: str, options: ForecastOptions | None = None,
-                 progress: Progress | None = None) -> dict[str, str]:
+def run_forecast(
+    spark,
+    usage: DataFrame,
+    out: str,
+    options: ForecastOptions | None = None,
+    progress: Progress | None = None,
+) -> dict[str, str]:
     options = options or ForecastOptions()
     progress = progress or Progress(quiet=True)
     directory = job_dir(out, "forecast")
@@ -135,8 +140,13 @@ def run_forecast(spark, usage: DataFrame, out: str, options: ForecastOptions | N
     trend = fit_trend(xs, ys)
     t = t_quantile(0.5 + options.confidence / 2, trend.n - 2)
     rows = [
-        {"day": day.isoformat(), "peak": y, "fitted": trend.at(x), "lower": trend.at(x) - trend.half_width(x, t),
-         "upper": trend.at(x) + trend.half_width(x, t)}
+        {
+            "day": day.isoformat(),
+            "peak": y,
+            "fitted": trend.at(x),
+            "lower": trend.at(x) - trend.half_width(x, t),
+            "upper": trend.at(x) + trend.half_width(x, t),
+        }
         for (day, y), x in zip(peaks, xs, strict=True)
     ]
     written = {"daily_peaks": write_csv_rows(directory, "daily_peaks", list(rows[0]), rows)}
@@ -144,9 +154,13 @@ def run_forecast(spark, usage: DataFrame, out: str, options: ForecastOptions | N
     found = crossing(trend, options.capacity, last_x, options.horizon_days, t) if options.capacity else {}
     end = max([last_x + 30] + [v for v in found.values() if v is not None])
     projection = [
-        {"day": (first + datetime.timedelta(days=int(x))).isoformat(), "fitted": trend.at(x),
-         "lower": trend.at(x) - trend.half_width(x, t), "upper": trend.at(x) + trend.half_width(x, t)}
-        for x in range(int(last_x) + 1, int(math.ceil(end)) + 8)
+        {
+            "day": (first + datetime.timedelta(days=int(x))).isoformat(),
+            "fitted": trend.at(x),
+            "lower": trend.at(x) - trend.half_width(x, t),
+            "upper": trend.at(x) + trend.half_width(x, t),
+        }
+        for x in range(int(last_x) + 1, math.ceil(end) + 8)
     ]
     written["projection"] = write_csv_rows(directory, "projection", list(projection[0]), projection)
 
@@ -154,11 +168,19 @@ def run_forecast(spark, usage: DataFrame, out: str, options: ForecastOptions | N
         return "" if x is None else (first + datetime.timedelta(days=math.ceil(x))).isoformat()
 
     summary = {
-        "metric": options.metric, "days": trend.n, "first_day": first.isoformat(), "last_day": peaks[-1][0].isoformat(),
-        "slope_per_day": trend.slope, "intercept": trend.intercept, "r2": trend.r2,
-        "residual_sd": trend.residual_sd, "confidence": options.confidence,
-        "capacity": options.capacity or "", "crossing": date(found.get("trend")),
-        "earliest": date(found.get("earliest")), "latest": date(found.get("latest")),
+        "metric": options.metric,
+        "days": trend.n,
+        "first_day": first.isoformat(),
+        "last_day": peaks[-1][0].isoformat(),
+        "slope_per_day": trend.slope,
+        "intercept": trend.intercept,
+        "r2": trend.r2,
+        "residual_sd": trend.residual_sd,
+        "confidence": options.confidence,
+        "capacity": options.capacity or "",
+        "crossing": date(found.get("trend")),
+        "earliest": date(found.get("earliest")),
+        "latest": date(found.get("latest")),
         "status": _status(trend, options, found, last_x),
     }
     written["forecast"] = write_csv_rows(directory, "forecast", list(summary), [summary])

@@ -35,8 +35,17 @@ from .intervals import bucket_ms, entity_intervals
 
 SHAPES = ("auto", "user", "client-id", "user-client-id")
 COLUMNS = (
-    "user", "client_id", "produce_observed", "fetch_observed", "producer_byte_rate", "consumer_byte_rate",
-    "produce_unscaled", "fetch_unscaled", "scaled", "understated", "intervals",
+    "user",
+    "client_id",
+    "produce_observed",
+    "fetch_observed",
+    "producer_byte_rate",
+    "consumer_byte_rate",
+    "produce_unscaled",
+    "fetch_unscaled",
+    "scaled",
+    "understated",
+    "intervals",
 )
 
 
@@ -72,8 +81,9 @@ def _shape(by: str):
     raise ValueError(f"--by must be one of {', '.join(SHAPES)}, got {by!r}")
 
 
-def run_propose(spark, usage: DataFrame, out: str, options: ProposeOptions | None = None,
-                progress: Progress | None = None) -> dict[str, str]:
+def run_propose(
+    spark, usage: DataFrame, out: str, options: ProposeOptions | None = None, progress: Progress | None = None
+) -> dict[str, str]:
     options = options or ProposeOptions()
     progress = progress or Progress(quiet=True)
     if not 0 < options.percentile <= 1 or options.headroom <= 0:
@@ -119,13 +129,19 @@ def propose_rows(observed, options: ProposeOptions) -> list[dict[str, object]]:
     for item in observed:
         produce = float(item["produce"] or 0) * options.headroom
         fetch = float(item["fetch"] or 0) * options.headroom
-        rows.append({
-            "user": item["key_user"], "client_id": item["key_client"],
-            "produce_observed": float(item["produce"] or 0), "fetch_observed": float(item["fetch"] or 0),
-            "produce_unscaled": max(options.minimum, round_up(produce)) if produce else 0,
-            "fetch_unscaled": max(options.minimum, round_up(fetch)) if fetch else 0,
-            "understated": bool(item["throttle_ms"]), "intervals": item["intervals"], "scaled": "",
-        })
+        rows.append(
+            {
+                "user": item["key_user"],
+                "client_id": item["key_client"],
+                "produce_observed": float(item["produce"] or 0),
+                "fetch_observed": float(item["fetch"] or 0),
+                "produce_unscaled": max(options.minimum, round_up(produce)) if produce else 0,
+                "fetch_unscaled": max(options.minimum, round_up(fetch)) if fetch else 0,
+                "understated": bool(item["throttle_ms"]),
+                "intervals": item["intervals"],
+                "scaled": "",
+            }
+        )
     for kind, capacity in (("produce", options.produce_capacity), ("fetch", options.fetch_capacity)):
         wanted = sum(r[f"{kind}_unscaled"] for r in rows)
         factor = capacity / wanted if capacity and wanted > capacity else 1.0
@@ -159,8 +175,8 @@ def quotas_yaml(rows: list[dict[str, object]]) -> str:
 def kafka_configs(rows: list[dict[str, object]], bootstrap: str) -> str:
     lines = [
         "#!/bin/sh",
-        "# Proposed by `sluice pipeline propose`. Sluice answers AlterClientQuotas (Quotas managed the Kafka",
-        "# way): point --bootstrap-server at Sluice to set them there, or at Kafka to set them on the brokers.",
+        "# Proposed by `sluice pipeline propose`. Sluice answers AlterClientQuotas (Quotas managed the",
+        "# Kafka way): point --bootstrap-server at Sluice to set them there, or at Kafka for the brokers.",
         f'BOOTSTRAP="${{BOOTSTRAP:-{bootstrap}}}"',
     ]
     for row in rows:

@@ -31,22 +31,41 @@ request happens. It skips work in two places that provably change no result:
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from sluice.config.quota_settings import FetchThrottle, QuotaSettings, ThrottleMode
-from sluice.quota import ClientQuotaManager, SensorKind
+from sluice.quota import SensorKind
 from sluice.quota.throttle import saturating_int32
 
+from .replay_connection import (
+    ADMITTED,
+    DELAYED,
+    THROTTLE_COUNT,
+    THROTTLE_MS,
+    THROTTLED_S,
+    Connection,
+    DirectionResult,
+    hour_counters,
+)
 from .replay_series import latest_start_at_or_before, next_busy, run_lengths, safe_bound
+
+__all__ = [
+    "ADMITTED",
+    "DELAYED",
+    "THROTTLED_S",
+    "THROTTLE_COUNT",
+    "THROTTLE_MS",
+    "DirectionResult",
+    "GroupStats",
+    "ReplayOptions",
+    "replay_group",
+]
 
 PRODUCE, FETCH = "produce", "fetch"
 DEFAULT_REQUEST_BYTES = 1_048_576  # the Java producer's max.request.size
 DEFAULT_FETCH_MAX_BYTES = 52_428_800  # the Java consumer's fetch.max.bytes
-# Hourly counters of a connection: admitted, delayed, throttle_ms, throttle_count, throttled_seconds.
-ADMITTED, DELAYED, THROTTLE_MS, THROTTLE_COUNT, THROTTLED_S = range(5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,144 +77,9 @@ class ReplayOptions:
 
 
 @dataclass(slots=True)
-class DirectionResult:
-    """One entity's producer or consumer under the candidate quotas."""
-
-    limited: bool = False
-    bound: float | None = None
-    sensor: str = ""
-    demand_bytes: int = 0
-    admitted_bytes: int = 0
-    delayed_bytes: int = 0
-    backlog_end_bytes: int = 0
-    max_backlog_bytes: int = 0
-    max_delay_ms: int = 0
-    throttle_ms: int = 0
-    throttle_count: int = 0
-    throttled_seconds: int = 0
-    # hour (epoch seconds // 3600) -> [admitted, delayed, throttle_ms, throttle_count, throttled_seconds]
-    hours: dict[int, list[int]] = field(default_factory=dict)
-    demand_hours: dict[int, int] = field(default_factory=dict)
-    # (epoch ms, throttle ms) of every throttle, when asked for.
-    events: list[tuple[int, int]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class GroupStats:
     seconds: int = 0
     skipped_seconds: int = 0
-
-
-def _hour(hours: dict[int, list[int]], hour: int) -> list[int]:
-    counters = hours.get(hour)
-    if counters is None:
-        counters = hours[hour] = [0, 0, 0, 0, 0]
-    return counters
-
-
-class _Connection:
-    __slots__ = (
-        "backlog",
-        "cap",
-        "client_id",
-        "cum",
-        "demand",
-        "last_marked",
-        "manager",
-        "muted_until",
-        "pending",
-        "result",
-        "retry_throttled",
-        "start_s",
-        "user",
-    )
-
-    def __init__(self, manager, user, client_id, demand, start_s, cap, retry_throttled, result) -> None:
-        self.manager: ClientQuotaManager = manager
-        self.user = user
-        self.client_id = client_id
-        self.demand = demand
-        self.cum = np.concatenate(([0], np.cumsum(demand)))
-        self.start_s = start_s
-        self.cap = max(1, cap)
-        self.retry_throttled = retry_throttled
-        self.result: DirectionResult = result
-        self.backlog: deque[list[int]] = deque()
-        self.pending = 0
-        self.muted_until = -1
-        self.last_marked = -1
-
-    def arrive(self, second: int, size: int) -> None:
-        self.backlog.append([second, size])
-        self.pending += size
-        if self.pending > self.result.max_backlog_bytes:
-            self.result.max_backlog_bytes = self.pending
-
-    def send(self, now: int, keep_events: bool) -> int:
-        """Send what waits, request by request, until done or throttled; returns the throttle (0 if none)."""
-        manager, user, client_id = self.manager, self.user, self.client_id
-        while self.pending:
-            chunk = self.pending if self.pending < self.cap else self.cap
-            throttle = manager.record_and_get_throttle_ms(user, client_id, chunk, now)
-            if throttle > 0 and self.retry_throttled:
-                manager.unrecord(user, client_id, chunk, now)
-            else:
-                self._admit(chunk, now)
-            if throttle > 0:
-                self._throttled(now, throttle, keep_events)
-                return throttle
-        return 0
-
-    def _admit(self, size: int, now: int) -> None:
-        self.pending -= size
-        second = now // 1000
-        result = self.result
-        counters = _hour(result.hours, second // 3600)
-        counters[ADMITTED] += size
-        left = size
-        backlog = self.backlog
-        while left:
-            head = backlog[0]
-            take = head[1] if head[1] <= left else left
-            if head[0] < second:
-                counters[DELAYED] += take
-                waited = now - head[0] * 1000
-                if waited > result.max_delay_ms:
-                    result.max_delay_ms = waited
-            head[1] -= take
-            left -= take
-            if not head[1]:
-                backlog.popleft()
-
-    def _throttled(self, now: int, throttle: int, keep_events: bool) -> None:
-        result = self.result
-        counters = _hour(result.hours, now // 3_600_000)
-        counters[THROTTLE_MS] += throttle
-        counters[THROTTLE_COUNT] += 1
-        if keep_events:
-            result.events.append((now, throttle))
-        self.muted_until = now + throttle
-        # The seconds the connection is muted in, each counted once.
-        first = max(now // 1000, self.last_marked + 1)
-        last = (now + throttle - 1) // 1000
-        while first <= last:
-            hour_end = (first // 3600 + 1) * 3600
-            upto = min(last, hour_end - 1)
-            _hour(result.hours, first // 3600)[THROTTLED_S] += upto - first + 1
-            first = upto + 1
-        self.last_marked = max(self.last_marked, last)
-
-    def skip(self, begin: int, end: int) -> None:
-        """Credit seconds [begin, end) (indexes) as admitted on arrival: nothing could be throttled there."""
-        first = self.start_s + begin
-        while begin < end:
-            hour_end = ((first // 3600) + 1) * 3600 - self.start_s
-            upto = min(end, hour_end)
-            admitted = int(self.cum[upto] - self.cum[begin])
-            if admitted:
-                _hour(self.result.hours, (self.start_s + begin) // 3600)[ADMITTED] += admitted
-            begin = upto
-            first = self.start_s + begin
 
 
 def _retries_fetches(settings: QuotaSettings) -> bool:
@@ -215,7 +99,7 @@ def replay_group(
     managers = settings.new_managers()
     n = len(produce[0]) if produce else 0
     results: list[dict[str, DirectionResult]] = []
-    conns: list[_Connection] = []
+    conns: list[Connection] = []
     sensors: dict[tuple[str, tuple], list] = {}  # (direction, tags) -> [manager, bound, demand sum]
     for j, (user, client_id) in enumerate(entities):
         per_entity = {}
@@ -240,7 +124,7 @@ def replay_group(
                 retry = _retries_fetches(settings)
             else:
                 cap, retry = options.request_bytes, False
-            conns.append(_Connection(manager, user, client_id, demand, start_s, cap, retry, result))
+            conns.append(Connection(manager, user, client_id, demand, start_s, cap, retry, result))
             entry = sensors.setdefault((direction, resolution.tags), [manager, resolution.bound, 0])
             entry[2] = entry[2] + demand
         results.append(per_entity)
@@ -265,16 +149,16 @@ def _demand_hours(result: DirectionResult, demand: np.ndarray, start_s: int) -> 
     totals = np.bincount(hours - hours[0], weights=demand.astype(np.float64))
     for offset, total in enumerate(totals):
         if total:
-            result.demand_hours[int(hours[0]) + offset] = int(round(total))
+            result.demand_hours[int(hours[0]) + offset] = round(total)
 
 
 def _credit_all(result: DirectionResult) -> None:
     for hour, total in result.demand_hours.items():
-        _hour(result.hours, hour)[ADMITTED] += total
+        hour_counters(result.hours, hour)[ADMITTED] += total
 
 
 def _skip_plan(sensors, n: int) -> tuple[np.ndarray, np.ndarray, int, int, int] | None:
-    """Safe-run lengths, latest valid tail starts, and the lead-in, tail and gap lengths; None: no skipping."""
+    """Safe-run lengths, latest valid tail starts, and the lead-in, tail and gap lengths (None: no skips)."""
     safe = np.ones(n, dtype=bool)
     dense = np.ones(n, dtype=bool)
     lead, tail, gap = 1, 2, 2

@@ -21,7 +21,7 @@ summary.csv.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -44,14 +44,14 @@ NOT_REPLAYED = (QuotaKey.REQUEST_PERCENTAGE, QuotaKey.CONTROLLER_MUTATION_RATE)
 
 @dataclass(frozen=True, slots=True)
 class WhatifOptions:
-    replay: ReplayOptions = ReplayOptions()
+    replay: ReplayOptions = field(default_factory=ReplayOptions)
     chart_entities: int = 6
 
 
 def load_candidate_quotas(path: str) -> tuple[dict, QuotaSettings]:
     """The raw `quota:` mapping (what executors re-parse) and its validated settings; ConfigError if bad."""
     tree = read_yaml_file(path)
-    raw = tree["quota"] if "quota" in tree else tree
+    raw = tree.get("quota", tree)
     settings = parse_quota_section(raw, "quota")
     if not settings.rules:
         raise ConfigError(

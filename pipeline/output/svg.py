@@ -42,7 +42,8 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
 def time_ticks(low: float, high: float) -> list[tuple[float, str]]:
     """Ticks at whole hours or days (epoch seconds), labelled in UTC."""
     span = high - low
-    for step, fmt in ((3600, "%H:%M"), (6 * 3600, "%d %b %H:%M"), (86400, "%d %b"), (7 * 86400, "%d %b")):
+    choices = ((3600, "%H:%M"), (6 * 3600, "%d %b %H:%M"), (86400, "%d %b"), (7 * 86400, "%d %b"))
+    for step, fmt in choices:  # noqa: B007 - the loop picks the first (step, fmt) that fits
         if span / step <= 10:
             break
     else:
@@ -136,12 +137,15 @@ def line_chart(chart: LineChart) -> str:
         x = px(tick)
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + ph}" y2="{TOP + ph + 4}" stroke="#555"/>')
         parts.append(
-            f'<text x="{x:.1f}" y="{TOP + ph + 18}" text-anchor="middle" font-size="11">{escape(label)}</text>'
+            f'<text x="{x:.1f}" y="{TOP + ph + 18}" text-anchor="middle" font-size="11">'
+            f"{escape(label)}</text>"
         )
     parts.append(f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')
     for index, band in enumerate(chart.bands):
         upper = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(band.xs, band.high, strict=True))
-        lower = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in reversed(list(zip(band.xs, band.low, strict=True))))
+        lower = " ".join(
+            f"{px(x):.1f},{py(y):.1f}" for x, y in reversed(list(zip(band.xs, band.low, strict=True)))
+        )
         color = band.color or PALETTE[index % len(PALETTE)]
         parts.append(f'<polygon class="band" points="{upper} {lower}" fill="{color}" fill-opacity="0.18"/>')
     for index, series in enumerate(chart.series):
@@ -149,18 +153,21 @@ def line_chart(chart: LineChart) -> str:
         points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(series.xs, series.ys, strict=True))
         dash = ' stroke-dasharray="5,4"' if series.dashed else ""
         parts.append(
-            f'<polyline class="series" points="{points}" fill="none" stroke="{color}" stroke-width="1.6"{dash}>'
+            f'<polyline class="series" points="{points}" fill="none" stroke="{color}" '
+            f'stroke-width="1.6"{dash}>'
             f"<title>{escape(series.label)}</title></polyline>"
         )
     for y, label in chart.hlines:
         parts.append(
             f'<line class="hline" x1="{LEFT}" x2="{w - RIGHT}" y1="{py(y):.1f}" y2="{py(y):.1f}" '
             f'stroke="#000" stroke-dasharray="6,3"/>'
-            f'<text x="{w - RIGHT - 4}" y="{py(y) - 4:.1f}" text-anchor="end" font-size="11">{escape(label)}</text>'
+            f'<text x="{w - RIGHT - 4}" y="{py(y) - 4:.1f}" text-anchor="end" font-size="11">'
+            f"{escape(label)}</text>"
         )
     for x, label in chart.vlines:
         parts.append(
-            f'<line class="vline" x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{TOP}" y2="{TOP + ph}" stroke="#d62728"/>'
+            f'<line class="vline" x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{TOP}" y2="{TOP + ph}" '
+            f'stroke="#d62728"/>'
             f'<text x="{px(x) + 4:.1f}" y="{TOP + 12}" font-size="11" fill="#d62728">{escape(label)}</text>'
         )
     parts.append(_legend([s.label for s in chart.series], [s.color for s in chart.series], w, h))
@@ -168,8 +175,14 @@ def line_chart(chart: LineChart) -> str:
     return "".join(parts)
 
 
-def heatmap(title: str, rows: list[str], columns: list[float], values: list[list[float]],
-            column_labels: list[tuple[int, str]] | None = None, width: int = WIDTH) -> str:
+def heatmap(
+    title: str,
+    rows: list[str],
+    columns: list[float],
+    values: list[list[float]],
+    column_labels: list[tuple[int, str]] | None = None,
+    width: int = WIDTH,
+) -> str:
     """Rows x columns of shares in [0, 1], white to dark red; `columns` are epoch seconds (hours)."""
     if not rows or not columns:
         return _empty(title, width)

@@ -37,7 +37,7 @@ def test_an_old_java_is_named_with_its_version(tmp_path) -> None:
 
 
 def test_no_java_at_all_says_how_to_get_one(tmp_path) -> None:
-    with pytest.raises(JavaError, match="no java on PATH.*apt-get install openjdk-17"):
+    with pytest.raises(JavaError, match=r"no java on PATH.*apt-get install openjdk-17"):
         require_java(environ={"PATH": str(tmp_path)})
     with pytest.raises(JavaError, match="has no bin/java"):
         require_java(environ={"JAVA_HOME": str(tmp_path), "PATH": ""})
@@ -46,9 +46,21 @@ def test_no_java_at_all_says_how_to_get_one(tmp_path) -> None:
 def test_the_command_stops_before_spark_with_exit_code_3(tmp_path) -> None:
     env = dict(os.environ, JAVA_HOME=fake_java(tmp_path, 'openjdk version "11.0.2"'))
     result = subprocess.run(
-        [sys.executable, "-m", "sluice.proxy", "pipeline", "report", "--input", str(tmp_path), "--out",
-         str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "sluice.proxy",
+            "pipeline",
+            "report",
+            "--input",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert result.returncode == 3
     assert "Spark needs Java 17 or newer" in result.stderr and "Java 11.0.2" in result.stderr

@@ -89,7 +89,9 @@ def test_report_daily_profile_heatmap_and_cluster_peak(reported) -> None:
 
 
 def test_propose_percentile_headroom_budget_and_outputs(reported) -> None:
-    proposals = {(r["user"] or None, r["client_id"] or None): r for r in rows(reported, "propose", "proposals")}
+    proposals = {
+        (r["user"] or None, r["client_id"] or None): r for r in rows(reported, "propose", "proposals")
+    }
     # ANONYMOUS traffic gets a client-id quota, authenticated users a (user, client-id) one.
     assert (None, "app-003") in proposals and ("team-1", "app-001") in proposals
     wanted = {key: round_up(expected_produce(int(key[1][-3:]))[1] * 1.2) for key in proposals}
@@ -106,8 +108,10 @@ def test_propose_percentile_headroom_budget_and_outputs(reported) -> None:
         commands = [line for line in stream if line.startswith("kafka-configs.sh")]
     assert len(commands) == SPEC.entities
     assert any("--entity-type clients --entity-name app-003" in c and "users" not in c for c in commands)
-    assert any("--entity-type users --entity-name team-1 --entity-type clients --entity-name app-001" in c
-               for c in commands)
+    assert any(
+        "--entity-type users --entity-name team-1 --entity-type clients --entity-name app-001" in c
+        for c in commands
+    )
 
 
 def test_round_up_to_two_significant_digits() -> None:

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from sluice.pipeline.kafka_offsets import OffsetSpecError, parse_offsets, plan_ranges, resolve_offset
 
 bounds_strategy = st.dictionaries(
-    st.integers(0, 20), st.tuples(st.integers(0, 10_000), st.integers(0, 3_000)).map(lambda t: (t[0], t[0] + t[1])),
+    st.integers(0, 20),
+    st.tuples(st.integers(0, 10_000), st.integers(0, 3_000)).map(lambda t: (t[0], t[0] + t[1])),
     max_size=8,
 )
 

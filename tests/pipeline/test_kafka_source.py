@@ -76,9 +76,15 @@ def test_every_record_is_read_once_by_parallel_offset_slices(spark, cluster, pub
 
 def test_min_partitions_and_offset_ranges(spark, cluster, published) -> None:
     assert read(spark, cluster, minPartitions=12).rdd.getNumPartitions() >= 12
-    some = read(spark, cluster, startingOffsets=json.dumps({"0": 10}), endingOffsets=json.dumps({"0": 20, "1": 0,
-                                                                                                 "2": 0, "3": 0}))
-    offsets = {(r.kafka_partition, r.kafka_offset) for r in some.select("kafka_partition", "kafka_offset").collect()}
+    some = read(
+        spark,
+        cluster,
+        startingOffsets=json.dumps({"0": 10}),
+        endingOffsets=json.dumps({"0": 20, "1": 0, "2": 0, "3": 0}),
+    )
+    offsets = {
+        (r.kafka_partition, r.kafka_offset) for r in some.select("kafka_partition", "kafka_offset").collect()
+    }
     assert offsets == {(0, o) for o in range(10, 20)}
 
 
@@ -91,14 +97,16 @@ def _batch(version: int = 1) -> bytes:
 
 def test_a_record_of_a_newer_version_or_not_a_record_is_refused_naming_where(spark, cluster) -> None:
     produce_lines(cluster.bootstrap, BAD_TOPIC, [_batch(), _batch(2), b"not json", _batch()], 1)
-    with pytest.raises(Exception, match=r"partition 0 offset 1: usage record version 2 was written by a newer"):
+    with pytest.raises(
+        Exception, match=r"partition 0 offset 1: usage record version 2 was written by a newer"
+    ):
         read(spark, cluster, topic=BAD_TOPIC).collect()
     skipped = read(spark, cluster, topic=BAD_TOPIC, badRecords="skip").collect()
     assert [r.kafka_offset for r in skipped] == [0, 3]
 
 
 def test_a_missing_topic_and_bad_options_are_named(spark, cluster) -> None:
-    with pytest.raises(Exception, match="topic 'nope': no such topic|Unknown topic"):
+    with pytest.raises(Exception, match=r"topic 'nope': no such topic|Unknown topic"):
         read(spark, cluster, topic="nope").collect()
     with pytest.raises(Exception, match="startingOffsets"):
         read(spark, cluster, startingOffsets="yesterday").collect()

@@ -16,16 +16,18 @@ START_S = 1_772_409_600  # 2026-03-02 00:00 UTC
 
 
 def quotas(sensor: str, samples: int = 11, legacy: bool = False, fetch_throttle: str = "empty") -> object:
-    return parse_quota_section({
-        "window": {"samples": samples, "size_seconds": 1},
-        "legacy_windows": legacy,
-        "sensor": sensor,
-        "fetch_throttle": fetch_throttle,
-        "entities": [
-            {"user": "alice", "producer_byte_rate": 10_000, "consumer_byte_rate": 20_000},
-            {"client_id": "solo", "producer_byte_rate": 5_000},
-        ],
-    })
+    return parse_quota_section(
+        {
+            "window": {"samples": samples, "size_seconds": 1},
+            "legacy_windows": legacy,
+            "sensor": sensor,
+            "fetch_throttle": fetch_throttle,
+            "entities": [
+                {"user": "alice", "producer_byte_rate": 10_000, "consumer_byte_rate": 20_000},
+                {"client_id": "solo", "producer_byte_rate": 5_000},
+            ],
+        }
+    )
 
 
 def random_demand(rng: random.Random, n: int, bound: int) -> np.ndarray:
@@ -35,8 +37,12 @@ def random_demand(rng: random.Random, n: int, bound: int) -> np.ndarray:
     while s < n:
         kind = rng.choice(["idle", "quiet", "quiet", "near", "burst"])
         length = rng.randint(1, 2500 if kind in ("idle", "quiet") else 150)
-        low, high = {"idle": (0, 0), "quiet": (1, int(bound * 0.4)), "near": (int(bound * 0.5), int(bound * 1.2)),
-                     "burst": (bound, bound * 4)}[kind]
+        low, high = {
+            "idle": (0, 0),
+            "quiet": (1, int(bound * 0.4)),
+            "near": (int(bound * 0.5), int(bound * 1.2)),
+            "burst": (bound, bound * 4),
+        }[kind]
         for i in range(s, min(n, s + length)):
             out[i] = rng.randint(low, high)
         s += length
@@ -59,15 +65,20 @@ def _events(results):
 def test_the_replay_gives_the_plain_models_throttles_exactly_with_and_without_skipping(seed: int) -> None:
     rng = random.Random(seed)
     sensor = ("window", "token_bucket")[seed % 2]
-    settings = quotas(sensor, samples=(2, 3, 11)[seed % 3], legacy=sensor == "window" and seed % 4 == 0,
-                      fetch_throttle=("empty", "pass")[seed % 5 == 0])
+    settings = quotas(
+        sensor,
+        samples=(2, 3, 11)[seed % 3],
+        legacy=sensor == "window" and seed % 4 == 0,
+        fetch_throttle=("empty", "pass")[seed % 5 == 0],
+    )
     n = 12_000
     produce = [random_demand(rng, n, 5_000) for _ in ENTITIES]
     fetch = [random_demand(rng, n, 10_000) for _ in ENTITIES]
     expected = reference_replay(ENTITIES, START_S, produce, fetch, settings)
     fast, stats = replay_group(ENTITIES, START_S, produce, fetch, settings, ReplayOptions(keep_events=True))
-    slow, _ = replay_group(ENTITIES, START_S, produce, fetch, settings,
-                           ReplayOptions(keep_events=True, fast_forward=False))
+    slow, _ = replay_group(
+        ENTITIES, START_S, produce, fetch, settings, ReplayOptions(keep_events=True, fast_forward=False)
+    )
     assert _events(fast) == expected
     assert _events(slow) == expected
     assert sum(len(v) for v in expected.values()) > 0, "the series must get throttled somewhere"
@@ -75,7 +86,11 @@ def test_the_replay_gives_the_plain_models_throttles_exactly_with_and_without_sk
         for direction in ("produce", "fetch"):
             a, b = per_fast[direction], per_slow[direction]
             assert (a.hours, a.max_backlog_bytes, a.max_delay_ms, a.backlog_end_bytes) == (
-                b.hours, b.max_backlog_bytes, b.max_delay_ms, b.backlog_end_bytes)
+                b.hours,
+                b.max_backlog_bytes,
+                b.max_delay_ms,
+                b.backlog_end_bytes,
+            )
     assert stats.skipped_seconds > 0
 
 

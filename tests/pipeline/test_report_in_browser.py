@@ -24,7 +24,11 @@ from sluice.pipeline.output.html_report import render_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 HOSTILE = "<script>alert(1)</script>"
-QUOTAS = "quota:\n  entities:\n    - {client_id: <default>, producer_byte_rate: 30000, consumer_byte_rate: 40000}\n"
+QUOTAS = """\
+quota:
+  entities:
+    - {client_id: <default>, producer_byte_rate: 30000, consumer_byte_rate: 40000}
+"""
 
 if CHROMIUM is None:
     message = (
@@ -40,9 +44,19 @@ def chromium(profile, *args: str) -> subprocess.CompletedProcess[str]:
     """Chromium as the machine notes say it works here: headless, no sandbox (root), no background
     networking (the closed network would refuse it), a fresh profile."""
     command = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args,
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
@@ -56,8 +70,9 @@ def report(spark, tmp_path_factory) -> str:
     base = tmp_path_factory.mktemp("browser")
     usage = synth_usage(spark, SynthSpec(entities=6, duration_s=4 * 86_400, interval_s=600))
     # A client-id an attacker chose: the page must show it as text, never run it.
-    usage = usage.withColumn("client_id", F.when(F.col("client_id") == "app-001", F.lit(HOSTILE))
-                             .otherwise(F.col("client_id")))
+    usage = usage.withColumn(
+        "client_id", F.when(F.col("client_id") == "app-001", F.lit(HOSTILE)).otherwise(F.col("client_id"))
+    )
     path = str(base / "usage.parquet")
     write_usage_parquet(usage, path)
     usage = read_usage(spark, path)
@@ -104,7 +119,9 @@ def test_chromium_logs_no_console_error_for_it(report, tmp_path) -> None:
 
 def test_a_screenshot_shows_the_page(report, tmp_path) -> None:
     shot = tmp_path / "report.png"
-    result = chromium(tmp_path / "profile", "--window-size=1100,2600", f"--screenshot={shot}", f"file://{report}")
+    result = chromium(
+        tmp_path / "profile", "--window-size=1100,2600", f"--screenshot={shot}", f"file://{report}"
+    )
     assert result.returncode == 0 and os.path.exists(shot), result.stderr[-2000:]
     image = Image.open(shot).convert("RGB")
     assert image.size == (1100, 2600)

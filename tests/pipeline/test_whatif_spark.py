@@ -31,7 +31,12 @@ def schedule(rng: random.Random) -> list[str]:
 
 
 def demand(rng: random.Random, kinds: list[str], bound: int) -> np.ndarray:
-    ranges = {"idle": (0, 0), "quiet": (1, bound // 3), "near": (bound // 2, bound), "burst": (bound, 4 * bound)}
+    ranges = {
+        "idle": (0, 0),
+        "quiet": (1, bound // 3),
+        "near": (bound // 2, bound),
+        "burst": (bound, 4 * bound),
+    }
     return np.array([rng.randint(*ranges[kind]) for kind in kinds], dtype=np.int64)
 
 
