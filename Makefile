@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench bench-pipeline demo-pipeline lint clean
 
 install: $(STAMP)
 
@@ -22,6 +22,14 @@ test: install
 
 bench: install
 	$(PY) tests/bench/run_all.py --out docs/benchmarks.md
+
+# The pipeline's own bench (Spark, ~an hour on 2 cores): report and whatif on 30 days x 500 entities.
+bench-pipeline: install
+	$(PY) tests/bench/bench_pipeline.py --out docs/benchmarks-pipeline.md
+
+# The pipeline on the demo's records: report + whatif, one HTML page (docs/pipeline.md).
+demo-pipeline: install
+	$(PY) -m sluice.proxy pipeline demo --out demo-pipeline
 
 lint: install
 	$(VENV)/bin/ruff check .
