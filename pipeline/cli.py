@@ -22,7 +22,17 @@ import sys
 from collections.abc import Sequence
 
 EXIT_INPUT, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
-JOBS = ("synth", "report", "whatif", "propose", "forecast", "all", "demo")
+DESCRIPTION = "Capacity planning on Spark from Sluice's usage records (docs/pipeline.md)."
+JOB_HELP = {
+    "synth": "generate usage records with known answers",
+    "report": "who uses what and when, who is throttled and how much",
+    "whatif": "replay candidate quotas against the recorded demand",
+    "propose": "quotas from percentiles x headroom, within a capacity budget",
+    "forecast": "the trend of the daily peak and when it crosses a capacity",
+    "all": "report, whatif (with --quotas), propose and forecast in one Spark session",
+    "demo": "synthetic records through report and whatif: one HTML page",
+}
+JOBS = tuple(JOB_HELP)
 # Our own error types, as they appear inside an error Spark relays from an executor.
 _OUR_ERRORS = re.compile(r"(?:UsageSourceError|UsageRecordError|UsageTableError): (.+)")
 
@@ -88,13 +98,11 @@ def _synth_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
-        prog="sluice pipeline", description="capacity planning on Sluice's usage records"
-    )
+def add_arguments(top: argparse.ArgumentParser) -> None:
+    """`sluice pipeline`'s arguments (proxy/cli.py's contract): one sub-parser per job."""
     sub = top.add_subparsers(dest="job", required=True, metavar="JOB")
     for job in JOBS:
-        p = sub.add_parser(job, help=f"the {job} job")
+        p = sub.add_parser(job, help=JOB_HELP[job], description=JOB_HELP[job])
         p.add_argument("--out", required=True, metavar="DIR", help="output directory (local to the driver)")
         _spark_options(p)
         if job == "synth":
@@ -102,6 +110,11 @@ def parser() -> argparse.ArgumentParser:
         elif job != "demo":
             _input_options(p)
             _job_options(p, job)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="sluice pipeline", description=DESCRIPTION)
+    add_arguments(top)
     return top
 
 
@@ -123,7 +136,11 @@ def explain(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """Standalone (`python -m sluice.pipeline.cli`, spark-submit's `submit.py`)."""
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
     except ImportError:

@@ -15,11 +15,15 @@ from collections.abc import Sequence
 
 from .cli import _OUR_ERRORS, EXIT_ENVIRONMENT, EXIT_INPUT, explain
 
+DESCRIPTION = "Sluice's usage records (docs/usage-records.md, docs/pipeline.md)."
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="sluice usage", description="Sluice's usage records")
-    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("export", help="write the usage topic to files")
+
+def add_arguments(top: argparse.ArgumentParser) -> None:
+    """`sluice usage`'s arguments (proxy/cli.py's contract)."""
+    sub = top.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = sub.add_parser(
+        "export", help="write the usage topic to files", description="Write the usage topic to files"
+    )
     p.add_argument("--bootstrap", required=True, metavar="HOST:PORT[,HOST:PORT...]")
     p.add_argument("--topic", default=None, help="the usage topic (default: the data source's)")
     p.add_argument("--out", required=True, metavar="PATH")
@@ -30,11 +34,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--master")
     p.add_argument("--driver-memory")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="sluice usage", description=DESCRIPTION)
+    add_arguments(top)
     return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
     except ImportError:

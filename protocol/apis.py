@@ -1,6 +1,6 @@
 """The Kafka API table: versions, flexible versions and where `throttle_time_ms` sits.
 
-Source: spec section 5 (/work/shared/spec/kafka-quotas.md, Kafka trunk 2024-10 snapshot) plus the
+Source: spec section 5 (docs/kafka-quotas-spec.md, Kafka trunk 2024-10 snapshot) plus the
 APIs it lists as having no throttle field. kafka-python 3.0.12 bundles Kafka 4.x schemas, which know
 newer versions of some APIs (Produce 13, Fetch 18, ListOffsets 11, Metadata 13, OffsetCommit 10,
 OffsetFetch 10, DescribeGroups 6, InitProducerId 6, WriteTxnMarkers 2, TxnOffsetCommit 5,

@@ -265,6 +265,7 @@ class RequestPipeline:
         elif kind is Deferred:
             return out
         elif kind is Close:
+            self._answers()  # answers made before it are the client's: they leave before the close
             raise CloseConnection(out.reason)  # type: ignore[attr-defined]
         else:
             frame = out  # bytes a filter rewrote

@@ -161,18 +161,22 @@ class MutationQuotas(Filter):
             and any(t.count == -1 and not t.assignments for t in request.topics)
         )
         names: list[str] = []
-        by_id = False
+        ids: list[bytes] = []
         if request.api_key != ApiKey.CREATE_TOPICS:
             for topic in request.topics:
                 if topic.name is not None:
                     names.append(topic.name)
-                elif topic.topic_id is not None and topics.name_of(topic.topic_id) is None:
-                    by_id = not asked.by_id
+                elif (
+                    topic.topic_id is not None
+                    and not asked.by_id
+                    and topics.id_lookup_due(topic.topic_id, now_ms)
+                ):
+                    ids.append(topic.topic_id)
             names = [name for name in topics.missing(names, now_ms) if name not in asked.names]
-        if not names and not by_id and not need_default:
+        if not names and not ids and not need_default:
             return None
-        self._asked = _Asked(frozenset(names), by_id, need_default)
-        return Defer(topics.refresh(self.conn, names, by_id=by_id, need_default=need_default))
+        self._asked = _Asked(frozenset(names), bool(ids), need_default)
+        return Defer(topics.refresh(self.conn, names, ids=ids, need_default=need_default))
 
     def _permits(self, api_key: int, topic: TopicMutation) -> int:
         topics = self._topics

@@ -65,22 +65,53 @@ def run(args: argparse.Namespace) -> int:
             stream.write(candidate_quotas(spec))
         began = time.monotonic()
         subprocess.run(
-            [sys.executable, "-m", "sluice.proxy", "pipeline", "synth", "--out", scratch, "--days", str(args.days),
-             "--entities", str(args.entities), "--interval-s", "60", "--quiet", "--driver-memory",
-             args.driver_memory],
+            [
+                sys.executable,
+                "-m",
+                "sluice.proxy",
+                "pipeline",
+                "synth",
+                "--out",
+                scratch,
+                "--days",
+                str(args.days),
+                "--entities",
+                str(args.entities),
+                "--interval-s",
+                "60",
+                "--quiet",
+                "--driver-memory",
+                args.driver_memory,
+            ],
             check=True,
         )
         print(f"synth: {spec.rows:,} entity intervals in {time.monotonic() - began:.0f} s", file=sys.stderr)
         results: dict[tuple[str, str], float] = {}
         for master in args.masters.split(","):
             for job in JOBS:
-                command = [sys.executable, __file__, "--worker", "--job", job, "--master", master, "--data", data,
-                           "--quotas", quotas, "--scratch", os.path.join(scratch, f"out-{job}-{''.join(c for c in master if c.isalnum())}"),
-                           "--driver-memory", args.driver_memory]
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    "--job",
+                    job,
+                    "--master",
+                    master,
+                    "--data",
+                    data,
+                    "--quotas",
+                    quotas,
+                    "--scratch",
+                    os.path.join(scratch, f"out-{job}-{''.join(c for c in master if c.isalnum())}"),
+                    "--driver-memory",
+                    args.driver_memory,
+                ]
                 done = subprocess.run(command, check=True, capture_output=True, text=True)
                 seconds = json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
                 results[(master, job)] = seconds
-                print(f"{job} on {master}: {seconds:.1f} s, {spec.rows / seconds:,.0f} rows/s", file=sys.stderr)
+                print(
+                    f"{job} on {master}: {seconds:.1f} s, {spec.rows / seconds:,.0f} rows/s", file=sys.stderr
+                )
     text = report(spec, args, results)
     print(text)
     if args.out:

@@ -20,3 +20,10 @@ def spark() -> Iterator[object]:
     )
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start Spark are end-to-end tests: `make test-fast` leaves them out."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

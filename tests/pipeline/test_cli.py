@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from confluent_kafka import Producer
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
@@ -38,6 +39,7 @@ def test_a_bad_quotas_file_names_the_key_and_exits_2_before_spark_starts(tmp_pat
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_synth_to_the_topic_then_every_job_from_kafka(tmp_path) -> None:
     made = sluice(
         "pipeline",
