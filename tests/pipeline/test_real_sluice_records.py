@@ -16,6 +16,11 @@ from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow
+# The proxy's usage publisher (issue 12) is another branch's work: until it is merged, the proxy would
+# refuse `usage:` in its configuration. This gate goes away by itself when it lands.
+pytest.importorskip(
+    "sluice.config.usage_section", reason="THE USAGE PUBLISHER IS NOT ON THIS BRANCH YET: no real Sluice run"
+)
 
 USAGE_TOPIC, DATA_TOPIC = "_sluice_usage", "orders"
 SECONDS = 8
@@ -23,10 +28,28 @@ PUMP_QUOTA = 50_000
 
 
 def run_clients(bootstrap: str) -> dict[str, int]:
-    """pump produces flat out against its quota, calm a trickle, reader reads it all back; value bytes."""
-    sent = {"pump": 0, "calm": 0}
+    """pump produces flat out against its quota, calm a trickle, reader reads it all back. Returns the
+    value bytes each producer had acknowledged (what Sluice admitted and the broker took)."""
+    delivered = {"pump": 0, "calm": 0}
+
+    def counter(name: str):
+        def on_delivery(error, message) -> None:
+            if error is None:
+                delivered[name] += len(message.value())
+
+        return on_delivery
+
+    # A small queue: flat out means always waiting on the quota, not piling up minutes of records.
     producers = {
-        name: Producer({"bootstrap.servers": bootstrap, "client.id": name, "linger.ms": 5}) for name in sent
+        name: Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": name,
+                "linger.ms": 5,
+                "queue.buffering.max.kbytes": 128,
+            }
+        )
+        for name in delivered
     }
     value = b"x" * 1000
     deadline = time.monotonic() + SECONDS
@@ -36,15 +59,14 @@ def run_clients(bootstrap: str) -> dict[str, int]:
             if name == "calm" and n % 50:
                 continue
             try:
-                producer.produce(DATA_TOPIC, value)
-                sent[name] += len(value)
+                producer.produce(DATA_TOPIC, value, on_delivery=counter(name))
             except BufferError:
                 producer.poll(0.05)
             producer.poll(0)
         n += 1
         time.sleep(0.001)
     for producer in producers.values():
-        producer.flush(30)
+        producer.flush(10)
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -58,7 +80,7 @@ def run_clients(bootstrap: str) -> dict[str, int]:
     while time.monotonic() < end:
         consumer.poll(0.2)
     consumer.close()
-    return sent
+    return delivered
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +105,7 @@ def test_report_and_whatif_on_a_real_sluice_runs_records(spark, sluice_records) 
     usage = read_usage(spark, f"kafka://{bootstrap}/{USAGE_TOPIC}")
     entities = usage.where("topic is null").groupBy("client_id").sum("produce_bytes", "fetch_bytes").collect()
     totals = {row["client_id"]: (row[1], row[2]) for row in entities}
-    # Request bytes are at least the values sent (record and request overheads on top).
+    # Request bytes are at least the values acknowledged (record and request overheads on top).
     assert totals["pump"][0] >= sent["pump"] and totals["calm"][0] >= sent["calm"] > 0
     assert totals["reader"][1] > 0
 
@@ -100,8 +122,9 @@ def test_report_and_whatif_on_a_real_sluice_runs_records(spark, sluice_records) 
         summary = {r["client_id"]: r for r in csv.DictReader(stream)}
     assert float(summary["pump"]["produce_throttle_ms"]) > 0  # Sluice held pump to its quota
     assert float(summary["pump"]["recorded_producer_byte_rate"]) == PUMP_QUOTA
-    # Held near its quota: the records' rate over the run is not far above it.
+    # Held near its quota: what the records show over the run is not far above it.
     assert float(summary["pump"]["produce_bytes"]) / SECONDS < 2.5 * PUMP_QUOTA
+    assert sent["pump"] > 0.5 * PUMP_QUOTA * SECONDS
     with open(f"{out}/whatif/entities.csv") as stream:
         whatif = {(r["client_id"], r["direction"]): r for r in csv.DictReader(stream)}
     assert whatif[("pump", "produce")]["demand_understated"] == "True"
