@@ -55,6 +55,10 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "sluice.proxy.tools.demo",
     ),
     Subcommand(
+        "pipeline", "capacity planning on Spark: report, what-if, proposals, forecast", "sluice.pipeline.cli"
+    ),
+    Subcommand("usage", "the usage records: export the usage topic to files", "sluice.pipeline.usage_cli"),
+    Subcommand(
         "reload",
         "ask a running proxy to re-read its configuration file (SIGHUP)",
         "sluice.proxy.tools.reload",
