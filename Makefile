@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench lint clean
+.PHONY: install demo test test-fast bench bench-quick bench-pipeline demo-pipeline lint clean
 
 install: $(STAMP)
 
@@ -32,6 +32,19 @@ test-fast: install
 
 bench: install
 	$(PY) tests/bench/run_all.py --out docs/benchmarks.md
+
+# The hot path's figures (sections 2, 3, 9, 10 of bench) in under two minutes, not run by CI: exit 3 when
+# one misses its target.
+bench-quick: install
+	$(PY) tests/bench/run_all.py --quick
+
+# The pipeline's own bench (Spark, ~an hour on 2 cores): report and whatif on 30 days x 500 entities.
+bench-pipeline: install
+	$(PY) tests/bench/bench_pipeline.py --out docs/benchmarks-pipeline.md
+
+# The pipeline on the demo's records: report + whatif, one HTML page (docs/pipeline.md).
+demo-pipeline: install
+	$(PY) -m sluice.proxy pipeline demo --out demo-pipeline
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -92,6 +92,11 @@ def _quota(quota: QuotaSettings) -> dict[str, Any]:
         for key, value in rule.values.items():
             entry[key.value] = _quota_value(key, value)
         entities.append(entry)
+    for ip_rule in quota.ip_rules:
+        entities.append(
+            {"ip": _name(ip_rule.ip), "connection_creation_rate": int(ip_rule.connection_creation_rate)}
+        )
+    principals = quota.admin_principals
     return {
         "window": _window(engine.client_window),
         "controller_window": _window(engine.controller_window),
@@ -104,6 +109,24 @@ def _quota(quota: QuotaSettings) -> dict[str, Any]:
             "num_partitions": quota.mutations.num_partitions,
         },
         "entities": entities,
+        "topics": None
+        if quota.topics is None
+        else {
+            "total_bytes_per_s": int(quota.topics.total_bytes_per_s),
+            "thresholds": {topic: int(rate) for topic, rate in quota.topics.thresholds.items()},
+        },
+        "admin": quota.admin.value,
+        "admin_principals": None
+        if principals.open
+        else {
+            "alter": sorted(principals.alter or ()),
+            "describe": sorted(principals.describe or ()),
+        },
+        "store": {
+            "topic": quota.store.topic,
+            "replication_factor": quota.store.replication_factor,
+            "write_timeout_ms": quota.store.write_timeout_ms,
+        },
     }
 
 

@@ -43,6 +43,16 @@ __all__ = ["ClientSide", "ConnectionRegistry", "SessionSettings", "UpstreamSide"
 
 _log = get_logger("sluice.connection")
 _thread_time_ns = time.thread_time_ns
+# A request at least this large that a read leaves incomplete is forwarded as it arrives, rather than
+# joined into one buffer first (when no filter reads its body): joining megabyte requests costs more in
+# page faults than in copying. Smaller ones are assembled, as their pieces are few and small.
+STREAM_MIN_FRAME_BYTES = 64 * 1024
+# How much of it must have arrived before deciding: its header and, for a Produce, the acks field.
+STREAM_HEAD_BYTES = 1024
+# uvloop reads at most 256 KiB at a time.
+READ_BUFFER_BYTES = 256 * 1024
+UPSTREAM_BACKLOG = "upstream_backlog"
+_PAUSE_MID_REQUEST = frozenset({UPSTREAM_BACKLOG})
 _DRAINING = Lifecycle.DRAINING
 
 
@@ -52,7 +62,7 @@ def _format_peer(peername: object) -> str:
     return str(peername)
 
 
-class ClientSide(asyncio.Protocol):
+class ClientSide(asyncio.BufferedProtocol):
     """The client's connection to the proxy: transports, pauses and timers around its RequestPipeline."""
 
     def __init__(
@@ -86,6 +96,10 @@ class ClientSide(asyncio.Protocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
         self._closed = False
+        # The client's bytes are read into this buffer (asyncio.BufferedProtocol), reused from read to read
+        # while nothing holds a view of it; a request held or a write not yet flushed keeps its buffer,
+        # and reading goes on in a fresh one.
+        self._read_buffer = bytearray(READ_BUFFER_BYTES)
         self._loop = asyncio.get_running_loop()
 
     # ---- client transport callbacks -------------------------------------------------------------
@@ -95,7 +109,14 @@ class ClientSide(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._transport = transport
-        self.peer = _format_peer(transport.get_extra_info("peername"))
+        peername = transport.get_extra_info("peername")
+        self.peer = _format_peer(peername)
+        admission = self._settings.admission
+        if admission is not None:
+            refused_ms = admission(peername)
+            if refused_ms > 0:
+                self._refuse(transport, refused_ms)
+                return
         self._pauses = ReadPauses(transport)
         # Nothing can be forwarded until the upstream connection exists.
         self._pauses.add("connecting")
@@ -112,6 +133,15 @@ class ClientSide(asyncio.Protocol):
         self._connect_task = self._loop.create_task(self._connect_upstream())
         _log.info("connection_opened", peer=self.peer, listener=self.listener)
 
+    def _refuse(self, transport: asyncio.Transport, throttle_ms: int) -> None:
+        """KIP-612: a connection over its address's connection_creation_rate is not served and is closed
+        once the throttle has passed, so the client cannot reconnect at once (Kafka's delayed close).
+        Not logged one by one (a flood of connections must not flood the log); counted as a disconnect."""
+        self._closed = True
+        transport.pause_reading()
+        self._loop.call_later(throttle_ms / 1000, transport.close)
+        self._metrics.count_disconnect("connection_rate_throttled")
+
     def _take_certificate_user(self, transport: asyncio.Transport) -> bool:
         assert self._settings.client_principal is not None
         try:
@@ -125,20 +155,48 @@ class ClientSide(asyncio.Protocol):
             _log.info("tls_authenticated", peer=self.peer, user=user)
         return True
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # Reuse the read buffer unless something still holds a view of it (a bytearray cannot grow while a
+        # view of it lives): a request held, a write the transport has not flushed, a filter's reference.
+        buffer = self._read_buffer
+        try:
+            buffer.append(0)
+        except BufferError:
+            buffer = self._read_buffer = bytearray(READ_BUFFER_BYTES)
+        else:
+            del buffer[-1]
+        return memoryview(buffer)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(memoryview(self._read_buffer).toreadonly()[:nbytes])
+        self._requests.through = []  # written (or queued by the transport, which then holds the buffer)
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        if self._pipeline is None:
+            # A connection refused at accept (KIP-612): uvloop may still hand over the bytes that arrived
+            # with it, although reading was paused at once. They are not served.
+            return
         self._last_activity = self._loop.time()
         started = _thread_time_ns() if self._cpu_time_needed() else 0
+        requests = self._requests
         try:
-            frames = self._requests.feed(data)
+            frames = requests.feed(data)
         except ProtocolError as exc:
             self._protocol_error("client", exc)
             return
         pipeline = self._pipeline
         assert pipeline is not None
+        if requests.through:
+            # More of a request already on its way upstream: it goes on first, as it came.
+            pipeline.outgoing.extend(requests.through)
+            if not requests.passing_through and self._pauses is not None:
+                self._pauses.frame_ended()
         try:  # _run's work, inline: this is the hot path
             ready = pipeline.client_frames(frames)
             if ready is not None:
                 self._wait_for(ready)
+            else:
+                self._stream_tail(requests, pipeline)
         except ProtocolError as exc:
             self._protocol_error("client", exc)
         except CloseConnection as exc:
@@ -149,6 +207,21 @@ class ClientSide(asyncio.Protocol):
             self._flush()
         if started:
             self.cpu_ns += _thread_time_ns() - started
+
+    def _stream_tail(self, requests: FrameSplitter, pipeline: RequestPipeline) -> None:
+        """A large request this read began may go on as it arrives (RequestPipeline.stream_tail)."""
+        pauses = self._pauses
+        if pauses is None or requests.incomplete_head(STREAM_MIN_FRAME_BYTES, STREAM_HEAD_BYTES) is None:
+            return
+        # From before its filters run: a mute, deferral or shutdown must not cut it in half (the rest of it
+        # would wait in the client's socket); back-pressure still pauses at once, as in any relay.
+        pauses.hold_open(_PAUSE_MID_REQUEST)
+        streamed = False
+        try:
+            streamed = pipeline.stream_tail(requests, STREAM_MIN_FRAME_BYTES, STREAM_HEAD_BYTES)
+        finally:
+            if not streamed:
+                pauses.frame_ended()
 
     def eof_received(self) -> bool:
         try:
@@ -180,15 +253,17 @@ class ClientSide(asyncio.Protocol):
         started = _thread_time_ns() if self._cpu_time_needed() else 0
         try:
             ready = step(*args)
+            if ready is not None:
+                self._wait_for(ready)
+            elif self._pipeline is not None:
+                # A large request read while it had to wait (connecting, muted) may go on now.
+                self._stream_tail(self._requests, self._pipeline)
         except ProtocolError as exc:
             self._protocol_error("client", exc)
         except CloseConnection as exc:
             self._close_on_error("filter_closed", reason=exc.reason)
         except Exception as exc:
             self._filter_failed(exc)
-        else:
-            if ready is not None:
-                self._wait_for(ready)
         finally:
             self._flush()
             if started:
@@ -325,11 +400,11 @@ class ClientSide(asyncio.Protocol):
     def upstream_pause_writing(self) -> None:
         # The broker is slower than the client: stop reading requests until it catches up.
         if self._pauses is not None:
-            self._pauses.add("upstream_backlog")
+            self._pauses.add(UPSTREAM_BACKLOG)
 
     def upstream_resume_writing(self) -> None:
         if self._pauses is not None:
-            self._pauses.discard("upstream_backlog")
+            self._pauses.discard(UPSTREAM_BACKLOG)
 
     # ---- life cycle -----------------------------------------------------------------------------
 

@@ -15,9 +15,12 @@ import asyncio
 import random
 import signal
 import socket
+from collections.abc import Callable
 
 from sluice.config.errors import ConfigError
 from sluice.config.model import ProxyConfig
+from sluice.config.quota_settings import AdminMode
+from sluice.config.quota_state import QuotaState
 
 from .brokers import Address, BrokerDirectory
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
@@ -25,14 +28,19 @@ from .discovery import BrokerDiscovery
 from .filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, FilterFactory
 from .filters.client_quotas import ClientQuotasFactory
 from .filters.mutation_quotas import MutationQuotasFactory
+from .filters.quota_admin import QuotaAdminFactory
 from .filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from .filters.sasl_inspector import SaslInspectorFactory
 from .filters.topic_cache import TopicCache
+from .filters.topic_quotas import TopicQuotasFactory
 from .kafka_client import KafkaClient
 from .log import get_logger
 from .metrics import ProxyMetrics, metrics_registry
 from .metrics_http import MetricsEndpoint
 from .periodic import Periodic
+from .quota_admin import QuotaAdministration
+from .quota_reload import QuotaReloader
+from .quota_store_service import QuotaStoreService
 from .sensor_sweep import SensorSweep
 from .services import Service, Services
 from .throttle_episodes import ThrottleEpisodes
@@ -69,7 +77,10 @@ class SluiceServer:
         self.directory = BrokerDirectory(
             config.advertised_host, config.broker_port, self._open_broker_listener
         )
-        self.quota_managers = config.quota.new_managers()
+        # The quotas in force: the file's, with the store's on top; the engine follows them (quotas may
+        # appear, change and go at run time: the filters read the managers' live rules per request).
+        self.quota_state = QuotaState(config.quota)
+        self.quota_managers = self.quota_state.live.managers
         self.throttle_stats = ThrottleStats(ThrottleEpisodes())
         self.mutation_rates = MutationRates(config.quota.engine.controller_window)
         tls = config.tls
@@ -97,6 +108,9 @@ class SluiceServer:
         )
         if self.usage is not None:  # the quota filters add their throttles, CPU time and mutations
             self.throttle_stats.usage = self.usage.recording
+        self.quota_store: QuotaStoreService | None = None
+        if config.quota.admin is AdminMode.PROXY:
+            self.quota_store = QuotaStoreService(self.kafka_client, self.quota_state, config.quota.store)
         self.settings = SessionSettings(
             FilterChain(self._filters()),
             self.metrics,
@@ -105,10 +119,14 @@ class SluiceServer:
             config.idle_timeout_s,
             upstream_tls=self.upstream_tls,
             client_principal=certificate_principal(tls.principal_mapping_rules) if mtls else None,
+            admission=self._admit,
         )
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self.reloader = QuotaReloader(self.quota_state, config)
+        # SIGHUP runs these (the same hook as proxy/signals' on the hardening branch): quotas reload live.
+        self._reload_handlers: list[Callable[[], object]] = [self.reloader.reload]
         self.services = Services(self._services())
 
     def _services(self) -> list[Service]:
@@ -123,12 +141,13 @@ class SluiceServer:
             if self.usage is not None:
                 registry.register(self.usage.collector())
             services.append(MetricsEndpoint(registry, metrics_listen.host, metrics_listen.port))
-        services += [
-            self.kafka_client,
-            BrokerDiscovery(self.kafka_client, self.directory),
-            SensorSweep(self.quota_managers),
-            Periodic("throttle_episodes", 1.0, self.throttle_stats.sweep_episodes),
-        ]
+        services += [self.kafka_client, BrokerDiscovery(self.kafka_client, self.directory)]
+        if self.quota_store is not None:
+            # After discovery, whose start returns at once: the store's first read (start-up waits for it,
+            # briefly) then never delays the broker listeners.
+            services.append(self.quota_store)
+        services.append(SensorSweep(self.quota_state.live))
+        services.append(Periodic("throttle_episodes", 1.0, self.throttle_stats.sweep_episodes))
         if self.usage is not None:
             services += self.usage.services()
         return services
@@ -138,10 +157,18 @@ class SluiceServer:
         ApiVersions clamp is computed from them. The quota filters are always in it: they ask the quota
         managers per request whether a quota applies, so quotas can come and go at run time."""
         quota = self.config.quota
+        admin: list[FilterFactory] = []
+        if quota.admin is AdminMode.PROXY:
+            # Answers DescribeClientQuotas/AlterClientQuotas itself; alters are written to the store first.
+            ready = self.quota_store.ready if self.quota_store is not None else None
+            admin.append(
+                QuotaAdminFactory(QuotaAdministration(self.quota_state), self._write_quota_store, ready)
+            )
         return [
             SaslInspectorFactory(self.config.sasl.oauthbearer_principal_claim),
             BrokerAddressRewriteFactory(self.directory),
             ApiVersionsClampFactory(),
+            *admin,
             MutationQuotasFactory(
                 self.quota_managers,
                 quota.mutations,
@@ -149,6 +176,8 @@ class SluiceServer:
                 self.throttle_stats,
                 self.mutation_rates,
             ),
+            # Before ClientQuotas: the larger of the two throttles is the request's, told by ClientQuotas.
+            TopicQuotasFactory(lambda: self.quota_state.live.topics, self.throttle_stats),
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
             ClientQuotasFactory(
                 self.quota_managers, quota.throttle_mode, quota.fetch_throttle, self.throttle_stats
@@ -156,6 +185,17 @@ class SluiceServer:
             # After the quota filters: it counts what was forwarded and what the client got.
             *(self.usage.filters() if self.usage is not None else ()),
         ]
+
+    async def _write_quota_store(self, records) -> int:
+        assert self.quota_store is not None
+        return await self.quota_store.write(records)
+
+    def _admit(self, peername: object) -> int:
+        """KIP-612 at accept time: 0 to serve a new connection, else how long to hold it before closing."""
+        rates = self.quota_state.live.connections
+        if not rates.enabled or not isinstance(peername, tuple):
+            return 0
+        return rates.record_connection(peername[0], _loop_ms())
 
     # ---- listeners ------------------------------------------------------------------------------
 
@@ -228,18 +268,42 @@ class SluiceServer:
             raise
         if cfg.metrics_listen is not None:
             _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)
+        if cfg.quota.admin is AdminMode.PROXY and cfg.quota.admin_principals.open:
+            _log.warning(
+                "quota_admin_open",
+                detail="no quota.admin_principals: anyone who can connect may alter quotas, as on a Kafka "
+                "cluster without an authorizer",
+            )
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def enable_reload(self, path: str | None, overrides: dict[str, object]) -> None:
+        """Re-read `path` (with the start-up flags on top) on SIGHUP; without a file nothing is read."""
+        self.reloader.source = (path, dict(overrides)) if path is not None else None
+
+    def add_reload_handler(self, handler: Callable[[], object]) -> None:
+        """Call `handler` on SIGHUP, after the quota reload."""
+        self._reload_handlers.append(handler)
+
+    def request_reload(self) -> None:
+        """SIGHUP: re-read the configuration file; a valid one applies its quotas live, an invalid one is
+        refused with the key named and the running configuration stays. No connection is touched."""
+        for handler in list(self._reload_handlers):
+            try:
+                handler()
+            except Exception as exc:  # a reload must never take the proxy down
+                _log.error("reload_failed", error_type=type(exc).__name__)
 
     async def run_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         try:
             await self._stop.wait()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         await self.shutdown()
 

@@ -58,6 +58,7 @@ class SessionSettings:
     """What every connection of one proxy shares."""
 
     __slots__ = (
+        "admission",
         "chain",
         "client_principal",
         "cpu_time_needed",
@@ -77,6 +78,7 @@ class SessionSettings:
         idle_timeout_s: float,
         upstream_tls: UpstreamTlsTarget | None = None,
         client_principal: Callable[[object], str | None] | None = None,
+        admission: Callable[[object], int] | None = None,
     ) -> None:
         self.chain = chain
         self.metrics = metrics
@@ -90,3 +92,6 @@ class SessionSettings:
         self.upstream_tls = upstream_tls
         # The user a client certificate proves (mTLS listeners only); SASL, when used, overrides it.
         self.client_principal = client_principal
+        # Asked with a new connection's peer address: 0 to serve it, else the ms to hold it unserved before
+        # closing it (KIP-612's connection_creation_rate).
+        self.admission = admission

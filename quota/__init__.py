@@ -11,6 +11,7 @@ Typical use by the proxy::
     throttle_ms = managers.produce.record_and_get_throttle_ms("alice", "pump", request_size, now_ms)
 """
 
+from sluice.quota.connection_rate import ConnectionRateQuotas, canonical_ip
 from sluice.quota.entities import (
     ANONYMOUS,
     DEFAULT,
@@ -59,6 +60,7 @@ __all__ = [
     "NANOS_TO_PERCENTAGE_PER_SECOND",
     "UNLIMITED",
     "ClientQuotaManager",
+    "ConnectionRateQuotas",
     "ControllerMutationQuota",
     "ControllerMutationQuotaManager",
     "PermissiveControllerMutationQuota",
@@ -83,6 +85,7 @@ __all__ = [
     "TopicQuotas",
     "WindowQuotaSensor",
     "bounded_throttle_time",
+    "canonical_ip",
     "charge_topics",
     "is_strict",
     "java_round",

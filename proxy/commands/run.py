@@ -112,10 +112,17 @@ def run_event_loop(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
         return runner.run(main())
 
 
-async def _serve(config: ProxyConfig, reuse_port: bool = False) -> int:
+async def _serve(
+    config: ProxyConfig,
+    path: str | None = None,
+    overrides: dict[str, object] | None = None,
+    reuse_port: bool = False,
+) -> int:
     from ..server import SluiceServer
 
     server = SluiceServer(config, reuse_port=reuse_port)
+    # SIGHUP (`sluice reload`) re-reads the same file with the same flags on top.
+    server.enable_reload(path, overrides or {})
     await server.start()
     await server.run_until_stopped()
     return 0
@@ -127,21 +134,26 @@ def run(args: argparse.Namespace) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     workers = getattr(args, "workers", 1)
+    overrides = config_overrides(args)
     try:
-        config = load_config(args.config, config_overrides(args))
+        config = load_config(args.config, overrides)
         check_workers(config, workers)
     except ConfigError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     configure_logging(config.log.level, config.log.format)
     if workers > 1:
-        return run_workers(config, workers, lambda worker: _serve_one(worker, reuse_port=True))
-    return _serve_one(config)
+        return run_workers(
+            config, workers, lambda worker: _serve_one(worker, args.config, overrides, reuse_port=True)
+        )
+    return _serve_one(config, args.config, overrides)
 
 
-def _serve_one(config: ProxyConfig, reuse_port: bool = False) -> int:
+def _serve_one(
+    config: ProxyConfig, path: str | None, overrides: dict[str, object], reuse_port: bool = False
+) -> int:
     try:
-        return run_event_loop(lambda: _serve(config, reuse_port))
+        return run_event_loop(lambda: _serve(config, path, overrides, reuse_port))
     except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR

@@ -97,6 +97,9 @@ class UsageRecording:
 
 class UsageRecorder(Filter):
     request_api_keys = _ALL_API_KEYS
+    # Counting a request needs only its header; a Produce's topic breakdown walks its whole body, so with
+    # usage records on a large Produce is read whole before it is forwarded (no pass-through).
+    head_only_api_keys = _ALL_API_KEYS - {PRODUCE}
     response_api_keys = frozenset({FETCH})
 
     __slots__ = ("_recording",)

@@ -230,6 +230,7 @@ async def test_a_service_that_cannot_start_closes_the_proxy_listener_again() -> 
             "metrics_endpoint",
             "kafka_client",
             "broker_discovery",
+            "quota_store",
             "sensor_sweep",
             "throttle_episodes",
         ]
@@ -261,6 +262,7 @@ async def test_the_server_stops_its_services_on_shutdown() -> None:
     assert server.services.running == [
         "kafka_client",
         "broker_discovery",
+        "quota_store",
         "sensor_sweep",
         "throttle_episodes",
     ]
