@@ -1,7 +1,7 @@
 """A fleet of Sluice instances on a simulated clock: flat-out producers, usage batches, late delivery.
 
 Each instance has its own QuotaManagers, UsageLedger and FleetQuotas, as a process has. Every instance's
-producer sends as fast as the quota lets it (the client model of quota/simulation.py: one request at a
+producer sends as fast as the quota lets it (the client model of tests/quota_simulation.py: one request at a
 time, the next one `send_interval_ms` later or after the throttle). Every `interval_ms` an instance drains
 its ledger into a batch, encodes it as the usage topic carries it, and each other instance decodes and
 charges it a random delivery delay later (up to `delivery_ms`: the produce and the follower's fetch).
