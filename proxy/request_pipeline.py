@@ -267,8 +267,9 @@ class RequestPipeline:
 
         It streams only when it could be forwarded now (open, not muted, nothing held or waiting, no raw
         SASL exchange), its header (and a Produce's acks) is in `head`, and no filter reads its body
-        (`Filter.head_only_api_keys`). The filters then see a FrameHead and must pass it on as it is
-        (possibly with a throttle): anything else is a filter's bug, raised as such."""
+        (`Filter.head_only_api_keys`, `FilterFactory.reads_body_now`). The filters then see a FrameHead
+        and must pass it on as it is (possibly with a throttle): anything else is a filter's bug, raised
+        as such."""
         if (
             self.state is not _OPEN
             or self._gate.muted
@@ -283,7 +284,7 @@ class RequestPipeline:
         except ProtocolError:
             return False  # not all in the head (or malformed): read it whole, and judge it then
         key = header.api_key
-        if not (0 <= key < len(self._filters.head_only) and self._filters.head_only[key]):
+        if not self._filters.may_stream(key):
             return False
         stand_in = FrameHead(head, size)
         out = self._filters.on_request(header, stand_in)

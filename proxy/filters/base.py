@@ -184,6 +184,13 @@ class FilterFactory:
     def create(self, conn: ConnectionInfo) -> Filter:
         return self.filter_class(conn)
 
+    def reads_body_now(self, api_key: int) -> bool:
+        """For an API its filter reads but does not declare head-only: whether it needs the whole body now
+        (asked when a large request starts to arrive, so keep it cheap). True by default; a filter that
+        reads a body only while something is configured says so here, so the request may be passed
+        through as it arrives the rest of the time (its hook then gets a FrameHead and must return it)."""
+        return True
+
     def needs_cpu_time(self) -> bool:
         """Whether the filters need the connection's CPU time now (asked per read, so keep it cheap). While
         True, the connection measures it and the filter sees every response, of whatever API."""

@@ -41,11 +41,11 @@ class FilterChain:
     """The factories of one proxy, in chain order, and what they declare together."""
 
     __slots__ = (
+        "_body_readers",
         "_by_request_key",
         "_by_response_key",
         "_cpu_response_key",
         "factories",
-        "head_only",
         "max_versions",
     )
 
@@ -54,11 +54,14 @@ class FilterChain:
         classes = [f.filter_class for f in self.factories]
         self._by_request_key = _index([c.request_api_keys for c in classes])
         self._by_response_key = _index([c.response_api_keys for c in classes])
-        # Per API key: no filter that sees the request reads its body, so it may be passed through.
-        self.head_only: list[bool] = [
-            all(key in classes[i].head_only_api_keys for i in positions)
-            for key, positions in enumerate(self._by_request_key)
-        ]
+        # Per API key, the factories whose filters may read the request's body; a request none of them
+        # reads now may be passed through as it arrives. A factory that keeps FilterFactory's
+        # reads_body_now always reads it, so that key never streams and is not asked about per request.
+        self._body_readers: list[tuple[FilterFactory, ...] | None] = []
+        for key, positions in enumerate(self._by_request_key):
+            readers = tuple(self.factories[i] for i in positions if key not in classes[i].head_only_api_keys)
+            always = any(type(f).reads_body_now is FilterFactory.reads_body_now for f in readers)
+            self._body_readers.append(None if always else readers)
         # While a filter needs CPU time it sees every response (CPU is charged whatever the API).
         self._cpu_response_key = _index(
             [
@@ -76,6 +79,11 @@ class FilterChain:
         self.max_versions: Mapping[int, int] = versions
         for factory in self.factories:
             factory.chain_built(self.max_versions)
+
+    def may_stream(self, key: int) -> bool:
+        """Whether no filter reads the body of a request of API `key` now (live: quotas come and go)."""
+        readers = self._body_readers[key] if 0 <= key < TABLE_SIZE else None
+        return readers is not None and not any(f.reads_body_now(key) for f in readers)
 
     def cpu_time_needed(self) -> Callable[[], bool]:
         """A cheap, live check: whether any filter needs the connection's CPU time right now."""
@@ -133,13 +141,13 @@ class ConnectionFilters:
         "_cpu_response_key",
         "_mute",
         "filters",
-        "head_only",
+        "may_stream",
     )
 
     def __init__(self, chain: FilterChain, filters: list[Filter], mute: Callable[[int], None]) -> None:
         self._mute = mute
         self.filters = tuple(filters)
-        self.head_only = chain.head_only
+        self.may_stream = chain.may_stream
         self._by_request_key = _instances(chain._by_request_key, filters)
         self._by_response_key = _instances(chain._by_response_key, filters)
         self._cpu_response_key = _instances(chain._cpu_response_key, filters)

@@ -250,6 +250,47 @@ def test_a_filter_that_reads_the_body_gets_the_whole_request() -> None:
     assert driver.requests.through == []
 
 
+class ReadsBodiesWhileOn(Filter):
+    """Like TopicQuotaFilter: reads a Produce body only while its factory is switched on."""
+
+    request_api_keys = frozenset({PRODUCE})
+    factory: ReadsBodiesWhileSwitchedOn
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+        self.factory.kinds.add(type(frame).__name__)
+        return frame
+
+
+class ReadsBodiesWhileSwitchedOn(FilterFactory):
+    """Like TopicQuotasFactory: its filters read Produce bodies only while something is configured."""
+
+    filter_class = ReadsBodiesWhileOn
+
+    def __init__(self) -> None:
+        self.on = False
+        self.kinds: set[str] = set()
+
+    def create(self, conn):  # type: ignore[no-untyped-def]
+        made = ReadsBodiesWhileOn(conn)
+        made.factory = self
+        return made
+
+    def reads_body_now(self, api_key: int) -> bool:
+        return self.on
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_a_filter_that_reads_bodies_only_while_configured_lets_them_stream_otherwise(on: bool) -> None:
+    data, _ = _stream()
+    factory = ReadsBodiesWhileSwitchedOn()
+    factory.on = on
+    driver = Driver(factory)
+    _read_in_chunks(driver, data, tuple(range(7, len(data), 13)))
+    assert b"".join(driver.upstream) == data
+    # While it reads bodies it gets whole requests; otherwise the large ones pass through as they arrive.
+    assert (FrameHead.__name__ in factory.kinds) is not on
+
+
 def test_a_head_only_filter_that_answers_is_a_bug_not_a_silent_drop() -> None:
     big = produce(9, 1, 300)
     driver = Driver(Factory(AnswersHeads))
