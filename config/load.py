@@ -59,6 +59,10 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "console")
 MIN_FRAME_BYTES = 1024
 MAX_FRAME_BYTES = 2**31 - 1  # a Kafka frame length is an int32
+# Below this an idle timeout closes a healthy client between two of its requests (1e-9 closed every
+# connection at once); Kafka's own millisecond settings stop at int32 milliseconds.
+MIN_IDLE_TIMEOUT_S = 0.1
+MAX_TIMEOUT_S = (2**31 - 1) / 1000
 
 T = TypeVar("T")
 
@@ -100,9 +104,17 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         DEFAULT_MAX_FRAME_BYTES,
         partial(parse_int, low=MIN_FRAME_BYTES, high=MAX_FRAME_BYTES),
     )
-    idle_timeout_s = _optional(tree, "idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S, partial(parse_number, above=0))
+    idle_timeout_s = _optional(
+        tree,
+        "idle_timeout_s",
+        DEFAULT_IDLE_TIMEOUT_S,
+        partial(parse_number, at_least=MIN_IDLE_TIMEOUT_S, at_most=MAX_TIMEOUT_S),
+    )
     shutdown_timeout_s = _optional(
-        tree, "shutdown_timeout_s", DEFAULT_SHUTDOWN_TIMEOUT_S, partial(parse_number, at_least=0)
+        tree,
+        "shutdown_timeout_s",
+        DEFAULT_SHUTDOWN_TIMEOUT_S,
+        partial(parse_number, at_least=0, at_most=MAX_TIMEOUT_S),
     )
     log_level = _optional(log, "log.level", "info", partial(parse_choice, choices=LOG_LEVELS))
     log_format = _optional(log, "log.format", "json", partial(parse_choice, choices=LOG_FORMATS))

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from sluice.config.address_checks import check_addresses
 from sluice.config.errors import ConfigError
 from sluice.config.load import load_config
 from sluice.config.model import ProxyConfig
@@ -60,6 +61,7 @@ async def _serve(config: ProxyConfig) -> int:
 def run_command(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, _overrides(args))
+        check_addresses(config)  # listen hosts resolve; no upstream is Sluice itself
     except ConfigError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
