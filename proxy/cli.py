@@ -54,8 +54,7 @@ async def _serve(config: ProxyConfig) -> int:
 
     server = SluiceServer(config)
     await server.start()
-    await server.run_until_stopped()
-    return 0
+    return await server.run_until_stopped()
 
 
 def run_command(args: argparse.Namespace) -> int:

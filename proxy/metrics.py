@@ -30,7 +30,9 @@ def api_name(api_key: int) -> str:
 
 class ProxyMetrics:
     __slots__ = (
+        "broker_listener_failures",
         "broker_listeners",
+        "brokers_not_advertised",
         "connections_active",
         "connections_total",
         "disconnects",
@@ -51,6 +53,8 @@ class ProxyMetrics:
         self.connections_total = 0
         self.muted_connections = 0
         self.broker_listeners = 0
+        self.broker_listener_failures = 0
+        self.brokers_not_advertised = 0
         self.disconnects: dict[str, int] = {}
         self.protocol_errors: dict[str, int] = {}
 
@@ -82,6 +86,16 @@ class _ProxyCollector(Collector):
         m = self._m
         yield GaugeMetricFamily(
             "sluice_broker_listeners", "Listeners open for broker node ids", value=m.broker_listeners
+        )
+        yield CounterMetricFamily(
+            "sluice_broker_listener_failures",
+            "Broker listeners that could not open (each such node is left out of the answers clients get)",
+            value=m.broker_listener_failures,
+        )
+        yield GaugeMetricFamily(
+            "sluice_brokers_not_advertised",
+            "Broker nodes known but not advertised to clients, for want of a listener",
+            value=m.brokers_not_advertised,
         )
         yield GaugeMetricFamily(
             "sluice_connections_active", "Client connections open now", value=m.connections_active

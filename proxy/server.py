@@ -24,7 +24,7 @@ from sluice.protocol.throttle_field import THROTTLE_PATCHABLE_MAX_VERSIONS
 from sluice.protocol.topic_mutations import MUTATION_MAX_VERSIONS
 from sluice.quota import QuotaKey
 
-from .brokers import Address, BrokerDirectory
+from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
 from .discovery import fetch_brokers
 from .filters import ApiVersionsClamp, BrokerAddressRewrite, Filter, FilterChain
@@ -46,7 +46,16 @@ _SENSOR_SWEEP_S = 30.0
 FETCH_KEY = 1
 
 
+EXIT_LISTENER_FAILED = 1
+EXIT_CONFIG_ERROR = 2
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _bind_listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening socket; an OSError names the address it could not take."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -54,9 +63,9 @@ def _bind_listening_socket(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
         sock.listen(1024)
         sock.setblocking(False)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise OSError(exc.errno, f"cannot listen on {_address(host, port)}: {exc.strerror or exc}") from None
     return sock
 
 
@@ -66,8 +75,13 @@ class SluiceServer:
         self.metrics = ProxyMetrics()
         self.registry = ConnectionRegistry(self.metrics)
         self.directory = BrokerDirectory(
-            config.advertised_host, config.broker_port, self._open_broker_listener
+            config.advertised_host,
+            self._open_broker_listener,
+            on_unavailable=self._broker_unavailable,
+            on_recovered=self._broker_recovered,
         )
+        # Set when the proxy must stop with an error (a listener that cannot open at start-up).
+        self.exit_code = 0
         self.quota_managers = config.quota.new_managers()
         self.throttle_stats = ThrottleStats()
         self.mutation_rates = MutationRates(config.quota.engine.controller_window)
@@ -162,20 +176,21 @@ class SluiceServer:
         )
         self._servers[name] = server
 
-    def _open_broker_listener(self, node_id: int) -> None:
+    def _open_broker_listener(self, node_id: int) -> int:
+        """Open node `node_id`'s listener and return its port, or raise ListenerUnavailable."""
         name = f"broker-{node_id}"
-        if name in self._servers or self._stop.is_set():
-            return
+        host = self.config.listen.host
+        if self._stop.is_set():
+            raise ListenerUnavailable(node_id, host, "the proxy is stopping", config_error=False)
         try:
             port = self.config.broker_port(node_id)
         except ConfigError as exc:
-            _log.error("listener_failed", node_id=node_id, error=str(exc))
-            return
+            derived = _address(host, self.config.broker_port_base + node_id)
+            raise ListenerUnavailable(node_id, derived, str(exc), config_error=True) from None
         try:
-            sock = _bind_listening_socket(self.config.listen.host, port)
+            sock = _bind_listening_socket(host, port)
         except OSError as exc:
-            _log.error("listener_failed", node_id=node_id, port=port, error=str(exc))
-            return
+            raise ListenerUnavailable(node_id, _address(host, port), str(exc), config_error=False) from None
         # The socket already listens, so clients told about it can connect while asyncio catches up.
         self._servers[name] = _PendingServer(sock)
         task = asyncio.get_running_loop().create_task(
@@ -184,7 +199,30 @@ class SluiceServer:
         self._pending_listeners.add(task)
         task.add_done_callback(self._pending_listeners.discard)
         self.metrics.broker_listeners += 1
-        _log.info("listener_opened", node_id=node_id, host=self.config.listen.host, port=port)
+        _log.info("listener_opened", node_id=node_id, host=host, port=port)
+        return port
+
+    def _broker_unavailable(self, failure: ListenerUnavailable) -> None:
+        self.metrics.broker_listener_failures += 1
+        self.metrics.brokers_not_advertised = len(self.directory.unavailable())
+        _log.error(
+            "broker_not_advertised",
+            node_id=failure.node_id,
+            address=failure.address,
+            error=failure.reason,
+            hint="clients see this broker's partitions as leaderless until its listener opens",
+        )
+
+    def _broker_recovered(self, node_id: int) -> None:
+        self.metrics.brokers_not_advertised = len(self.directory.unavailable())
+        _log.warning("broker_advertised_again", node_id=node_id)
+
+    def _fail(self, exit_code: int, event: str, **fields: Any) -> None:
+        """Stop the proxy (with a drain) and exit with `exit_code`."""
+        _log.error(event, exit_code=exit_code, **fields)
+        if not self.exit_code:
+            self.exit_code = exit_code
+        self.request_stop()
 
     # ---- life cycle -----------------------------------------------------------------------------
 
@@ -233,12 +271,19 @@ class SluiceServer:
                 except (TimeoutError, OSError, EOFError, ValueError, ProtocolError) as exc:
                     _log.warning("discovery_failed", upstream=f"{host}:{port}", error=str(exc))
                     continue
-                for node_id, real_host, real_port in brokers:
-                    try:
-                        self.directory.advertise(node_id, real_host, real_port)
-                    except ConfigError as exc:
-                        _log.error("broker_not_mapped", node_id=node_id, error=str(exc))
                 _log.info("brokers_discovered", brokers={n: f"{h}:{p}" for n, h, p in brokers})
+                failed = [n for n, h, p in brokers if self.directory.advertise(n, h, p) is None]
+                if failed:
+                    # At start-up a broker listener that cannot open is fatal: the operator must fix the
+                    # ports before any client is told about them.
+                    failures = [self.directory.unavailable()[n] for n in failed]
+                    config_error = any(f.config_error for f in failures)
+                    self._fail(
+                        EXIT_CONFIG_ERROR if config_error else EXIT_LISTENER_FAILED,
+                        "startup_failed",
+                        error="; ".join(str(f) for f in failures),
+                        addresses=[f.address for f in failures],
+                    )
                 return
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), _DISCOVERY_RETRY_S)
@@ -246,7 +291,8 @@ class SluiceServer:
     def request_stop(self) -> None:
         self._stop.set()
 
-    async def run_until_stopped(self) -> None:
+    async def run_until_stopped(self) -> int:
+        """Serve until SIGTERM/SIGINT or a fatal error; return the exit code."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -256,6 +302,7 @@ class SluiceServer:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
         await self.shutdown()
+        return self.exit_code
 
     async def shutdown(self) -> None:
         """Stop accepting, let forwarded requests get their answers (bounded), then close everything."""
