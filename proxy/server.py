@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import random
-import signal
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from sluice.config.errors import ConfigError
@@ -36,6 +37,7 @@ from .filters.topic_cache import TopicCache
 from .log import get_logger
 from .metrics import ProxyMetrics, metrics_registry
 from .metrics_http import serve_metrics
+from .signals import install_signal_handlers
 from .tls import UpstreamTlsTarget, certificate_principal, listener_context, upstream_context
 
 _log = get_logger("sluice.server")
@@ -111,6 +113,8 @@ class SluiceServer:
         self._discovery: asyncio.Task[None] | None = None
         self._metrics_http: Any = None
         self._stop = asyncio.Event()
+        self._reload_handlers: list[Callable[[], object]] = []
+        self._background: set[asyncio.Future[Any]] = set()
 
     def _filters(self) -> tuple[list[Filter], ClientQuotas | None]:
         """The filter chain, and the ClientQuotas filter in it if any client quota is configured."""
@@ -291,16 +295,57 @@ class SluiceServer:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def add_reload_handler(self, handler: Callable[[], object]) -> None:
+        """Call `handler` on SIGHUP (the configuration reload); it may return an awaitable."""
+        self._reload_handlers.append(handler)
+
+    def request_reload(self) -> None:
+        if not self._reload_handlers:
+            _log.warning(
+                "reload_requested",
+                signal="SIGHUP",
+                outcome="configuration reload is not implemented yet; the running configuration stays",
+            )
+            return
+        _log.info("reload_requested", signal="SIGHUP", handlers=len(self._reload_handlers))
+        for handler in list(self._reload_handlers):
+            try:
+                result = handler()
+            except Exception as exc:
+                self._reload_failed(exc)
+                continue
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(result)
+                self._background.add(task)
+                task.add_done_callback(self._reload_done)
+
+    def _reload_done(self, task: asyncio.Future[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._reload_failed(task.exception())  # type: ignore[arg-type]
+
+    @staticmethod
+    def _reload_failed(exc: BaseException) -> None:
+        # The type and the key only: a reload error's text could quote a configured secret.
+        _log.error("reload_failed", error_type=type(exc).__name__, key=getattr(exc, "key", None))
+
+    def status(self) -> dict[str, object]:
+        return {
+            "connections": len(self.registry),
+            "brokers": len(self.directory.known_nodes()),
+            "brokers_not_advertised": sorted(self.directory.unavailable()),
+            "listeners": sorted(self._servers),
+        }
+
     async def run_until_stopped(self) -> int:
         """Serve until SIGTERM/SIGINT or a fatal error; return the exit code."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
+        remove_handlers = install_signal_handlers(
+            asyncio.get_running_loop(), self.request_stop, self.request_reload, self.status
+        )
         try:
             await self._stop.wait()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
+            remove_handlers()
         await self.shutdown()
         return self.exit_code
 
