@@ -11,8 +11,10 @@ from sluice.config.errors import MISSING, ConfigError
 from sluice.config.identity_section import parse_sasl_section, parse_tls_section
 from sluice.config.model import (
     DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_LISTEN_BACKLOG,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_SHUTDOWN_TIMEOUT_S,
+    MAX_LISTEN_BACKLOG,
     MAX_PORT,
     HostPort,
     LogConfig,
@@ -41,6 +43,7 @@ TOP_LEVEL_KEYS = (
     "broker_ports",
     "upstream",
     "max_frame_bytes",
+    "listen_backlog",
     "idle_timeout_s",
     "shutdown_timeout_s",
     "metrics",
@@ -104,6 +107,9 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         DEFAULT_MAX_FRAME_BYTES,
         partial(parse_int, low=MIN_FRAME_BYTES, high=MAX_FRAME_BYTES),
     )
+    listen_backlog = _optional(
+        tree, "listen_backlog", DEFAULT_LISTEN_BACKLOG, partial(parse_int, low=1, high=MAX_LISTEN_BACKLOG)
+    )
     idle_timeout_s = _optional(
         tree,
         "idle_timeout_s",
@@ -125,6 +131,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         broker_port_base=broker_port_base,
         broker_ports=broker_ports,
         max_frame_bytes=max_frame_bytes,
+        listen_backlog=listen_backlog,
         idle_timeout_s=idle_timeout_s,
         shutdown_timeout_s=shutdown_timeout_s,
         metrics_listen=metrics_listen,

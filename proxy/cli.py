@@ -13,6 +13,7 @@ from sluice.config.errors import ConfigError
 from sluice.config.load import load_config
 from sluice.config.model import ProxyConfig
 
+from .listeners import raise_open_file_limit
 from .log import configure_logging, get_logger
 
 EXIT_CONFIG_ERROR = 2
@@ -65,6 +66,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     configure_logging(config.log.level, config.log.format)
+    get_logger().info("open_files_limit", limit=raise_open_file_limit())
     try:
         return run_event_loop(lambda: _serve(config))
     except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import random
 import socket
 from collections.abc import Callable
@@ -34,10 +33,11 @@ from .filters.mutation_quotas import MutationQuotas
 from .filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from .filters.sasl_inspector import SaslInspector
 from .filters.topic_cache import TopicCache
+from .listeners import PendingServer, bind_listening_socket, format_address
 from .log import get_logger
 from .metrics import ProxyMetrics, metrics_registry
 from .metrics_http import serve_metrics
-from .signals import install_signal_handlers
+from .signals import ReloadHandlers, install_signal_handlers
 from .tls import UpstreamTlsTarget, certificate_principal, listener_context, upstream_context
 
 _log = get_logger("sluice.server")
@@ -50,25 +50,6 @@ FETCH_KEY = 1
 
 EXIT_LISTENER_FAILED = 1
 EXIT_CONFIG_ERROR = 2
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _bind_listening_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening socket; an OSError names the address it could not take."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-        sock.setblocking(False)
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"cannot listen on {_address(host, port)}: {exc.strerror or exc}") from None
-    return sock
 
 
 class SluiceServer:
@@ -113,8 +94,7 @@ class SluiceServer:
         self._discovery: asyncio.Task[None] | None = None
         self._metrics_http: Any = None
         self._stop = asyncio.Event()
-        self._reload_handlers: list[Callable[[], object]] = []
-        self._background: set[asyncio.Future[Any]] = set()
+        self._reload = ReloadHandlers()
 
     def _filters(self) -> tuple[list[Filter], ClientQuotas | None]:
         """The filter chain, and the ClientQuotas filter in it if any client quota is configured."""
@@ -176,7 +156,10 @@ class SluiceServer:
     async def _serve(self, name: str, sock: socket.socket, candidates) -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: ClientSide(self.settings, name, candidates), sock=sock, ssl=self._listener_ssl
+            lambda: ClientSide(self.settings, name, candidates),
+            sock=sock,
+            ssl=self._listener_ssl,
+            backlog=self.config.listen_backlog,  # create_server would otherwise listen(100) again
         )
         self._servers[name] = server
 
@@ -189,14 +172,16 @@ class SluiceServer:
         try:
             port = self.config.broker_port(node_id)
         except ConfigError as exc:
-            derived = _address(host, self.config.broker_port_base + node_id)
+            derived = format_address(host, self.config.broker_port_base + node_id)
             raise ListenerUnavailable(node_id, derived, str(exc), config_error=True) from None
         try:
-            sock = _bind_listening_socket(host, port)
+            sock = bind_listening_socket(host, port, self.config.listen_backlog)
         except OSError as exc:
-            raise ListenerUnavailable(node_id, _address(host, port), str(exc), config_error=False) from None
+            raise ListenerUnavailable(
+                node_id, format_address(host, port), str(exc), config_error=False
+            ) from None
         # The socket already listens, so clients told about it can connect while asyncio catches up.
-        self._servers[name] = _PendingServer(sock)
+        self._servers[name] = PendingServer(sock)
         task = asyncio.get_running_loop().create_task(
             self._serve(name, sock, lambda: self._node_candidates(node_id))
         )
@@ -232,7 +217,7 @@ class SluiceServer:
 
     async def start(self) -> None:
         cfg = self.config
-        sock = _bind_listening_socket(cfg.listen.host, cfg.listen.port)
+        sock = bind_listening_socket(cfg.listen.host, cfg.listen.port, cfg.listen_backlog)
         await self._serve(BOOTSTRAP, sock, self._bootstrap_candidates)
         _log.info("listener_opened", node_id=None, host=cfg.listen.host, port=self.listen_ports[BOOTSTRAP])
         loop = asyncio.get_running_loop()
@@ -297,37 +282,7 @@ class SluiceServer:
 
     def add_reload_handler(self, handler: Callable[[], object]) -> None:
         """Call `handler` on SIGHUP (the configuration reload); it may return an awaitable."""
-        self._reload_handlers.append(handler)
-
-    def request_reload(self) -> None:
-        if not self._reload_handlers:
-            _log.warning(
-                "reload_requested",
-                signal="SIGHUP",
-                outcome="configuration reload is not implemented yet; the running configuration stays",
-            )
-            return
-        _log.info("reload_requested", signal="SIGHUP", handlers=len(self._reload_handlers))
-        for handler in list(self._reload_handlers):
-            try:
-                result = handler()
-            except Exception as exc:
-                self._reload_failed(exc)
-                continue
-            if inspect.isawaitable(result):
-                task = asyncio.ensure_future(result)
-                self._background.add(task)
-                task.add_done_callback(self._reload_done)
-
-    def _reload_done(self, task: asyncio.Future[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self._reload_failed(task.exception())  # type: ignore[arg-type]
-
-    @staticmethod
-    def _reload_failed(exc: BaseException) -> None:
-        # The type and the key only: a reload error's text could quote a configured secret.
-        _log.error("reload_failed", error_type=type(exc).__name__, key=getattr(exc, "key", None))
+        self._reload.add(handler)
 
     def status(self) -> dict[str, object]:
         return {
@@ -340,7 +295,7 @@ class SluiceServer:
     async def run_until_stopped(self) -> int:
         """Serve until SIGTERM/SIGINT or a fatal error; return the exit code."""
         remove_handlers = install_signal_handlers(
-            asyncio.get_running_loop(), self.request_stop, self.request_reload, self.status
+            asyncio.get_running_loop(), self.request_stop, self._reload.run, self.status
         )
         try:
             await self._stop.wait()
@@ -371,13 +326,3 @@ class SluiceServer:
         if self._metrics_http is not None:
             self._metrics_http.close()
         _log.info("shutdown_complete")
-
-
-class _PendingServer:
-    """Stands in for a broker listener between binding its socket and asyncio serving it."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sockets = (sock,)
-
-    def close(self) -> None:
-        self.sockets[0].close()

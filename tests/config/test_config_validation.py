@@ -261,3 +261,13 @@ def test_first_problem_in_stable_order_is_reported() -> None:
     # listen is checked before log.level, whatever the order the keys were given in.
     error = error_for({"log.level": "loud", "listen": "nope"})
     assert error.key == "listen"
+
+
+@pytest.mark.parametrize("value", [0, -1, 65536, True, "4096", 10.5])
+def test_listen_backlog_range(value: object) -> None:
+    check(error_for({"listen_backlog": value}), "listen_backlog", "an integer in 1..65535")
+
+
+def test_listen_backlog_default_and_value() -> None:
+    assert load_config(overrides=BASE).listen_backlog == 4096
+    assert load_config(overrides={**BASE, "listen_backlog": 50}).listen_backlog == 50
