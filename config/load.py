@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TypeVar
 
+from sluice.config.client_section import parse_client_section
 from sluice.config.errors import MISSING, ConfigError
 from sluice.config.identity_section import parse_sasl_section, parse_tls_section
 from sluice.config.model import (
@@ -51,6 +52,7 @@ TOP_LEVEL_KEYS = (
     "quota",
     "tls",
     "sasl",
+    "client",
 )
 # Sections whose keys we know here; broker_ports is keyed by node id, quota is checked by quota_section.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
@@ -94,6 +96,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     quota = parse_quota_section(_get(tree, "quota"), "quota")
     tls = parse_tls_section(_get(tree, "tls"), "tls")
     sasl = parse_sasl_section(_get(tree, "sasl"), "sasl")
+    client = parse_client_section(_get(tree, "client"), "client")
 
     listen = parse_host_port(_required(tree, "listen"), "listen")
     bootstrap = parse_bootstrap(_required(upstream, "upstream.bootstrap"), "upstream.bootstrap")
@@ -139,6 +142,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         quota=quota,
         tls=tls,
         sasl=sasl,
+        client=client,
     )
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from sluice.config.client_settings import ClientSettings
 from sluice.config.errors import MISSING, ConfigError
 from sluice.config.identity_settings import SaslSettings, TlsSettings
 from sluice.config.quota_settings import QuotaSettings
@@ -55,6 +56,7 @@ class ProxyConfig:
     quota: QuotaSettings = field(default_factory=QuotaSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     sasl: SaslSettings = field(default_factory=SaslSettings)
+    client: ClientSettings = field(default_factory=ClientSettings)  # the proxy's own Kafka client
 
     def __post_init__(self) -> None:
         # Read-only copies, so a config shared between tasks cannot be changed behind their backs.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import (
@@ -26,8 +26,15 @@ from sluice.protocol.primitives import (
     skip_nullable_string,
 )
 
-if TYPE_CHECKING:
-    from sluice.protocol.headers import RequestHeader
+
+class _ParsedHeader(Protocol):
+    """What `produce_acks` needs of a request header (headers.py imports this module, not the reverse)."""
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def api_version(self) -> int: ...
 
 
 class ThrottlePosition(Enum):
@@ -211,7 +218,7 @@ def response_header_version(key: int, version: int) -> int:
     return 1 if version >= FLEXIBLE_FROM.get(key, NOT_FLEXIBLE) else 0
 
 
-def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
+def produce_acks(frame: memoryview | bytes, header: _ParsedHeader) -> int:
     """Read `acks` from a Produce request without decoding the rest of the body.
 
     `frame` includes the 4-byte length prefix; the body starts at 4 + header.size.

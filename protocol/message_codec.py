@@ -23,12 +23,15 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsResponse,
 )
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     MetadataRequest,
     MetadataResponse,
 )
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 from kafka.protocol.schemas.fields.base import BaseField
 
 from sluice.protocol.codec_quirks import decode_body, encode_body
@@ -41,6 +44,11 @@ _PAIRS: tuple[tuple[type[ApiMessage], type[ApiMessage]], ...] = (
     (DeleteTopicsRequest, DeleteTopicsResponse),
     (DescribeConfigsRequest, DescribeConfigsResponse),
     (CreatePartitionsRequest, CreatePartitionsResponse),
+    # The proxy's own Kafka client (protocol/client_requests.py).
+    (ProduceRequest, ProduceResponse),
+    (FetchRequest, FetchResponse),
+    (ListOffsetsRequest, ListOffsetsResponse),
+    (InitProducerIdRequest, InitProducerIdResponse),
 )
 REQUEST_CLASSES: Mapping[int, type[ApiMessage]] = {request.API_KEY: request for request, _ in _PAIRS}
 RESPONSE_CLASSES: Mapping[int, type[ApiMessage]] = {request.API_KEY: response for request, response in _PAIRS}

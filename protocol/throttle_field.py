@@ -16,6 +16,9 @@ Every walk checks that the field is followed by exactly what may follow it (noth
 tagged-field block), so a walk that went wrong cannot patch the wrong 4 bytes unnoticed.
 Versions above the API table's maximum are refused for walked positions (their layout is unknown);
 `THROTTLE_PATCHABLE_MAX_VERSIONS` lists those limits for the ApiVersions clamp.
+
+Why this module is long: the per-API layout table and the walkers for the APIs whose field sits after
+variable-length data belong together; each layout stays next to the code that trusts it.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from sluice.config.model import ProxyConfig
 
 from .listeners import raise_open_file_limit
 from .log import configure_logging, get_logger
+from .services import ServiceStartError
 
 EXIT_CONFIG_ERROR = 2
 
@@ -72,6 +73,9 @@ def run_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    except ServiceStartError as exc:  # logged as service_start_failed; the cause decides the exit code
+        print(f"sluice: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR if isinstance(exc.cause, ConfigError) else 1
     except OSError as exc:
         get_logger().error("startup_failed", error=str(exc))
         return 1

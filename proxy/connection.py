@@ -8,6 +8,9 @@ thin protocol that hands the broker's bytes and flow-control events to its `Clie
 Back-pressure runs both ways: when one side's write buffer passes the high-water mark, reading from the
 other side pauses until it drains. A throttle mutes the client through its `ThrottleGate`: reading stops
 and requests already read are held, not forwarded, until the mute ends.
+
+Why this module is long: it still holds the request FIFO and SASL framing; the request pipeline of the
+house redesign moves them out.
 """
 
 from __future__ import annotations

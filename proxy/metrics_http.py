@@ -46,3 +46,25 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> as
                 await writer.wait_closed()
 
     return await asyncio.start_server(answer, host, port)
+
+
+class MetricsEndpoint:
+    """The endpoint as a service: listening from start() (a port in use stops start-up) until stop()."""
+
+    name = "metrics_endpoint"
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self._registry = registry
+        self.host = host
+        self.port = port
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        self._server = await serve_metrics(self._registry, self.host, self.port)
+        if self.port == 0:
+            self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None

@@ -1,14 +1,17 @@
-"""The proxy process: listeners, broker discovery, and a clean shutdown.
+"""The proxy process: listeners, background services, and a clean shutdown.
 
 One bootstrap listener forwards to any upstream bootstrap server; one listener per broker node id
 forwards to that node. Broker listeners are opened for every node the proxy learns of, whether from its own
-start-up Metadata request or from an answer it rewrites for a client.
+start-up Metadata request (the discovery service) or from an answer it rewrites for a client.
+
+Background work runs as services (`proxy/services.py`), started in `_services()` order after the bootstrap
+listener opens and stopped in reverse after the client connections have drained: the metrics endpoint,
+the proxy's own Kafka client, broker discovery (which uses the client) and the idle-sensor sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import socket
 from collections.abc import Callable
@@ -17,7 +20,6 @@ from typing import Any
 from sluice.config.errors import ConfigError
 from sluice.config.model import ProxyConfig
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
-from sluice.protocol.errors import ProtocolError
 from sluice.protocol.fetch import FETCH_MAX_VERSION
 from sluice.protocol.sasl import SASL_MAX_VERSIONS
 from sluice.protocol.throttle_field import THROTTLE_PATCHABLE_MAX_VERSIONS
@@ -26,28 +28,27 @@ from sluice.quota import QuotaKey
 
 from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
-from .discovery import fetch_brokers
+from .discovery import BrokerDiscovery
 from .filters import ApiVersionsClamp, BrokerAddressRewrite, Filter, FilterChain
 from .filters.client_quotas import ClientQuotas
 from .filters.mutation_quotas import MutationQuotas
 from .filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from .filters.sasl_inspector import SaslInspector
 from .filters.topic_cache import TopicCache
+from .kafka_client import KafkaClient
 from .listeners import PendingServer, bind_listening_socket, format_address
 from .log import get_logger
 from .metrics import ProxyMetrics, metrics_registry
-from .metrics_http import serve_metrics
+from .metrics_http import MetricsEndpoint
+from .sensor_sweep import SensorSweep
+from .services import Service, Services
 from .signals import ReloadHandlers, install_signal_handlers
 from .tls import UpstreamTlsTarget, certificate_principal, listener_context, upstream_context
 
 _log = get_logger("sluice.server")
 
 BOOTSTRAP = "bootstrap"
-_DISCOVERY_RETRY_S = 5.0
-_SENSOR_SWEEP_S = 30.0
 FETCH_KEY = 1
-
-
 EXIT_LISTENER_FAILED = 1
 EXIT_CONFIG_ERROR = 2
 
@@ -88,13 +89,37 @@ class SluiceServer:
             upstream_tls=self.upstream_tls,
             client_principal=certificate_principal(tls.principal_mapping_rules) if mtls else None,
         )
-        self._sensor_sweep: asyncio.TimerHandle | None = None
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
-        self._discovery: asyncio.Task[None] | None = None
-        self._metrics_http: Any = None
         self._stop = asyncio.Event()
         self._reload = ReloadHandlers()
+        self.kafka_client = KafkaClient(
+            [(hp.host, hp.port) for hp in config.upstream_bootstrap],
+            client_id=config.client.client_id,
+            tls=self.upstream_tls,
+            sasl=config.client.sasl,
+            request_timeout_s=config.client.request_timeout_s,
+        )
+        self.services = Services(self._services())
+
+    def _services(self) -> list[Service]:
+        """The background services, in start order (each may use those before it); stopped in reverse."""
+        services: list[Service] = []
+        metrics_listen = self.config.metrics_listen
+        if metrics_listen is not None:
+            registry = metrics_registry(self.metrics)
+            registry.register(
+                QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates)
+            )
+            services.append(MetricsEndpoint(registry, metrics_listen.host, metrics_listen.port))
+        services += [
+            self.kafka_client,
+            BrokerDiscovery(
+                self.kafka_client, self.directory, on_startup_failure=self._startup_listeners_failed
+            ),
+            SensorSweep(self.quota_managers),
+        ]
+        return services
 
     def _filters(self) -> tuple[list[Filter], ClientQuotas | None]:
         """The filter chain, and the ClientQuotas filter in it if any client quota is configured."""
@@ -177,9 +202,8 @@ class SluiceServer:
         try:
             sock = bind_listening_socket(host, port, self.config.listen_backlog)
         except OSError as exc:
-            raise ListenerUnavailable(
-                node_id, format_address(host, port), str(exc), config_error=False
-            ) from None
+            where = format_address(host, port)
+            raise ListenerUnavailable(node_id, where, str(exc), config_error=False) from None
         # The socket already listens, so clients told about it can connect while asyncio catches up.
         self._servers[name] = PendingServer(sock)
         task = asyncio.get_running_loop().create_task(
@@ -206,6 +230,17 @@ class SluiceServer:
         self.metrics.brokers_not_advertised = len(self.directory.unavailable())
         _log.warning("broker_advertised_again", node_id=node_id)
 
+    def _startup_listeners_failed(self, failures: list[ListenerUnavailable]) -> None:
+        """Nodes found by the start-up discovery whose listeners cannot open: fatal, so the operator fixes
+        the ports before any client is told about them."""
+        config_error = any(failure.config_error for failure in failures)
+        self._fail(
+            EXIT_CONFIG_ERROR if config_error else EXIT_LISTENER_FAILED,
+            "startup_failed",
+            error="; ".join(str(failure) for failure in failures),
+            addresses=[failure.address for failure in failures],
+        )
+
     def _fail(self, exit_code: int, event: str, **fields: Any) -> None:
         """Stop the proxy (with a drain) and exit with `exit_code`."""
         _log.error(event, exit_code=exit_code, **fields)
@@ -216,66 +251,20 @@ class SluiceServer:
     # ---- life cycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Open the bootstrap listener, then start the services; a service that fails to start closes the
+        listener again and raises ServiceStartError."""
         cfg = self.config
         sock = bind_listening_socket(cfg.listen.host, cfg.listen.port, cfg.listen_backlog)
         await self._serve(BOOTSTRAP, sock, self._bootstrap_candidates)
         _log.info("listener_opened", node_id=None, host=cfg.listen.host, port=self.listen_ports[BOOTSTRAP])
-        loop = asyncio.get_running_loop()
+        try:
+            await self.services.start()
+        except BaseException:
+            self._stop.set()
+            self._close_listeners()
+            raise
         if cfg.metrics_listen is not None:
-            registry = metrics_registry(self.metrics)
-            registry.register(
-                QuotaCollector(
-                    self.quota_managers,
-                    self.throttle_stats,
-                    lambda: int(loop.time() * 1000),
-                    self.mutation_rates,
-                )
-            )
-            self._metrics_http = await serve_metrics(
-                registry, cfg.metrics_listen.host, cfg.metrics_listen.port
-            )
             _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)
-        self._discovery = loop.create_task(self._discover_brokers())
-        self._sweep_idle_sensors()
-
-    def _sweep_idle_sensors(self) -> None:
-        # Kafka drops quota sensors idle for an hour, checking every 30 s (spec 1.5).
-        loop = asyncio.get_running_loop()
-        self.quota_managers.expire_idle_sensors(int(loop.time() * 1000))
-        self._sensor_sweep = loop.call_later(_SENSOR_SWEEP_S, self._sweep_idle_sensors)
-
-    async def _discover_brokers(self) -> None:
-        """Learn the cluster's brokers once, so broker listeners exist before any client needs them.
-
-        A cluster that requires SASL refuses the proxy's unauthenticated request; the brokers are then
-        learnt from the first Metadata answer a client gets, and retrying stops.
-        """
-        while not self._stop.is_set():
-            if self.directory.known_nodes():
-                _log.info("brokers_learnt_from_clients", brokers=len(self.directory.known_nodes()))
-                return
-            for host, port in self._bootstrap_candidates():
-                try:
-                    brokers = await fetch_brokers(host, port, self.upstream_tls)
-                except (TimeoutError, OSError, EOFError, ValueError, ProtocolError) as exc:
-                    _log.warning("discovery_failed", upstream=f"{host}:{port}", error=str(exc))
-                    continue
-                _log.info("brokers_discovered", brokers={n: f"{h}:{p}" for n, h, p in brokers})
-                failed = [n for n, h, p in brokers if self.directory.advertise(n, h, p) is None]
-                if failed:
-                    # At start-up a broker listener that cannot open is fatal: the operator must fix the
-                    # ports before any client is told about them.
-                    failures = [self.directory.unavailable()[n] for n in failed]
-                    config_error = any(f.config_error for f in failures)
-                    self._fail(
-                        EXIT_CONFIG_ERROR if config_error else EXIT_LISTENER_FAILED,
-                        "startup_failed",
-                        error="; ".join(str(f) for f in failures),
-                        addresses=[f.address for f in failures],
-                    )
-                return
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), _DISCOVERY_RETRY_S)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -290,6 +279,7 @@ class SluiceServer:
             "brokers": len(self.directory.known_nodes()),
             "brokers_not_advertised": sorted(self.directory.unavailable()),
             "listeners": sorted(self._servers),
+            "services": self.services.running,
         }
 
     async def run_until_stopped(self) -> int:
@@ -308,12 +298,7 @@ class SluiceServer:
         """Stop accepting, let forwarded requests get their answers (bounded), then close everything."""
         self._stop.set()
         _log.info("shutdown_started", connections=len(self.registry))
-        if self._discovery is not None:
-            self._discovery.cancel()
-        for task in list(self._pending_listeners):
-            task.cancel()
-        for server in self._servers.values():
-            server.close()
+        self._close_listeners()
         for conn in self.registry:
             conn.drain()
         try:
@@ -321,8 +306,16 @@ class SluiceServer:
         except TimeoutError:
             for conn in self.registry:
                 conn.close("shutdown_timeout", in_flight=conn.in_flight)
-        if self._sensor_sweep is not None:
-            self._sensor_sweep.cancel()
-        if self._metrics_http is not None:
-            self._metrics_http.close()
+        # After the drain: a service (the usage publisher) may still record what the last requests did.
+        await self.services.stop()
         _log.info("shutdown_complete")
+
+    def _close_listeners(self) -> None:
+        for task in list(self._pending_listeners):
+            task.cancel()
+        for server in self._servers.values():
+            server.close()
+
+
+def _loop_ms() -> int:
+    return int(asyncio.get_running_loop().time() * 1000)

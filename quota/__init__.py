@@ -49,7 +49,6 @@ from sluice.quota.throttle import (
     to_int32,
     token_bucket_throttle_time,
 )
-from sluice.quota.throttled_channel import ThrottledChannel, ThrottleQueue
 from sluice.quota.token_bucket import TokenBucket
 from sluice.quota.topic_quotas import TopicQuotas
 from sluice.quota.window import SampledRate
@@ -78,8 +77,6 @@ __all__ = [
     "SampledRate",
     "SensorKind",
     "StrictControllerMutationQuota",
-    "ThrottleQueue",
-    "ThrottledChannel",
     "ThrottlingQuotaExceeded",
     "TokenBucket",
     "TokenBucketQuotaSensor",

@@ -13,6 +13,8 @@ quota or when no quota of this key is configured at all (then nothing is recorde
 
 Do not keep a sensor across requests: always go through the manager, which swaps in a fresh sensor when
 the tags change or the old one expired. The manager's own lookup is a dict hit when warm.
+
+Why this module is long: one manager per quota key, and the rules that combine their throttles.
 """
 
 from __future__ import annotations

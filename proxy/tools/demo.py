@@ -7,6 +7,9 @@ itself at 500 kB/s. Every second the demo prints what each producer got delivere
 was told; then a consumer group reads alpha's and beta's records back through Sluice (count + checksum),
 and the demo prints the traffic Sluice relayed, a summary table and a PNG chart of the per-second rates.
 Everything runs on 127.0.0.1 and stops by itself; the exit code is 0 only if every check passed.
+
+Why this module is long: one script a reader follows top to bottom (cluster, proxy, clients, live lines,
+summary, chart).
 """
 
 from __future__ import annotations

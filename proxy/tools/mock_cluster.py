@@ -19,6 +19,7 @@ Protocol with the parent process:
       up <broker_id>            listen again, on the same port
       rtt <broker_id> <ms>      delay every response of that broker by <ms>
       topic <name> <partitions> [<replication>]
+      leader <topic> <partition> <broker_id>   move a partition's leadership (-1: no leader)
 
   ``<broker_id>`` is 1..N, or -1 for every broker.
 * SIGTERM, SIGINT or end of stdin destroy the cluster and exit 0. ``--no-commands`` ignores stdin
@@ -50,8 +51,12 @@ What the mock is, and is not (librdkafka 2.16.0; checked by tests/test_mock_clus
 * Each partition keeps at most ~5 MB (and 100 000 message sets); older batches are dropped, so tests
   that read back must stay below that.
 * Placement: with replication 1, partition p lives on broker ``p % N + 1``; with more replicas the leader is
-  picked at random among them. Leaders do not move when a broker goes down.
+  picked at random among them. Leaders do not move when a broker goes down; ``leader`` moves one (the old
+  leader then answers NOT_LEADER_OR_FOLLOWER and the partition's log moves with it).
 * No authentication, no TLS, no quotas: every response carries throttle_time_ms 0.
+
+Why this module is long: the ctypes bindings to librdkafka's mock API and the command loop that drives
+them follow librdkafka's header together.
 """
 
 from __future__ import annotations
@@ -82,7 +87,7 @@ _MAX_PARTITIONS = 10_000
 # Kafka's own rule for topic names (kafka.common.internals.Topic).
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_COMMANDS = "down ID | up ID | rtt ID MS | topic NAME PARTITIONS [REPLICATION]"
+_COMMANDS = "down ID | up ID | rtt ID MS | topic NAME PARTITIONS [REPLICATION] | leader TOPIC PARTITION ID"
 
 
 class MockClusterError(Exception):
@@ -160,6 +165,7 @@ class _Librdkafka:
         self._declare(lib, "rd_kafka_mock_broker_set_down", cint, [vp, i32])
         self._declare(lib, "rd_kafka_mock_broker_set_up", cint, [vp, i32])
         self._declare(lib, "rd_kafka_mock_broker_set_rtt", cint, [vp, i32, cint])
+        self._declare(lib, "rd_kafka_mock_partition_set_leader", cint, [vp, cp, i32, i32])
         self.lib = lib
 
     @staticmethod
@@ -237,6 +243,14 @@ class LibrdkafkaMockCluster:
     def set_rtt(self, broker_id: int, rtt_ms: int) -> None:
         self._check(self._rd.lib.rd_kafka_mock_broker_set_rtt(self._cluster, broker_id, rtt_ms), "rtt")
 
+    def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        self._check(
+            self._rd.lib.rd_kafka_mock_partition_set_leader(
+                self._cluster, topic.encode(), partition, broker_id
+            ),
+            f"leader {topic} {partition}",
+        )
+
     def close(self) -> None:
         if self._rk:
             # Destroying the owning handle destroys the mock cluster and closes every listener.
@@ -291,6 +305,11 @@ def apply_command(cluster: LibrdkafkaMockCluster, line: str) -> None:
         (cluster.broker_down if verb == "down" else cluster.broker_up)(broker_id)
     elif verb == "rtt" and len(args) == 2:
         cluster.set_rtt(_broker_id(cluster, args[0]), _int_in_range("rtt", args[1], 0, 3_600_000))
+    elif verb == "leader" and len(args) == 3:
+        spec = _topic_spec(args[0], "1", "1")
+        partition = _int_in_range("partition", args[1], 0, _MAX_PARTITIONS - 1)
+        broker_id = _int_in_range("broker id", args[2], -1, cluster.brokers)
+        cluster.set_leader(spec.name, partition, broker_id)
     elif verb == "topic" and len(args) in (2, 3):
         cluster.create_topic(_topic_spec(args[0], args[1], args[2] if len(args) == 3 else "1"))
     else:

@@ -75,6 +75,12 @@ class MockCluster:
     def set_rtt(self, broker_id: int, rtt_ms: int) -> None:
         self._command(f"rtt {broker_id} {rtt_ms}")
 
+    def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        """Move the partition's leadership to `broker_id` (a leader change, as after a broker failover)."""
+        if not topic or any(char.isspace() for char in topic):
+            raise MockClusterError(f"topic name {topic!r}: no whitespace allowed")
+        self._command(f"leader {topic} {partition} {broker_id}")
+
     def create_topic(self, name: str, partitions: int, replication: int = 1) -> None:
         if not name or any(char.isspace() for char in name):
             # Whitespace would split (or, with a newline, multiply) the one-line command.

@@ -27,9 +27,11 @@ class ProxyProcess:
         metrics: bool = True,
         log_level: str = "info",
         wait_for_brokers: bool = True,
+        command: list[str] | None = None,
     ) -> None:
         """`wait_for_brokers=False` for an upstream that refuses the proxy's own unauthenticated Metadata
-        request (SASL): the proxy then learns brokers from its clients' answers."""
+        request (SASL): the proxy then learns brokers from its clients' answers. `command` starts the proxy
+        (default: this interpreter's `-m sluice.proxy`; the wheel smoke test uses the `sluice` script)."""
         block = free_port_block(16)
         self.port = block
         self.metrics_port = block + 1 if metrics else None
@@ -55,7 +57,7 @@ class ProxyProcess:
         self._log_file = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sluice.proxy", "run", "--config", str(self.config_path)],
+            [*(command or [sys.executable, "-m", "sluice.proxy"]), "run", "--config", str(self.config_path)],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=env,

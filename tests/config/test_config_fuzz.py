@@ -27,6 +27,13 @@ KEYS = [
     "log.format",
     "quota",
     "broker_ports.3",
+    "client",
+    "client.client_id",
+    "client.request_timeout_s",
+    "client.sasl",
+    "client.sasl.mechanism",
+    "client.sasl.username",
+    "client.sasl.password",
     "unknown",
 ]
 

@@ -11,6 +11,8 @@ API or malformed frame. Every answer is built by `protocol/` (message_codec over
 generated codecs), never by hand. It runs its own asyncio loop in a background thread and binds
 127.0.0.1 on a free port; leaving the `with` block stops it and closes every connection.
 
+`topic_configs` keeps the configs each created topic was given (`cleanup.policy`, `retention.ms`, ...).
+
 Every broker-side check it makes has a Kafka error code, in the order a KRaft controller makes them;
 replication is single-broker, so any replication factor above 1 is INVALID_REPLICATION_FACTOR.
 """
@@ -78,6 +80,7 @@ class AdminBrokerDouble:
         self.num_partitions = num_partitions
         self.topics: dict[str, int] = dict(topics or {})
         self.topic_ids: dict[str, bytes] = {name: uuid.uuid4().bytes for name in self.topics}
+        self.topic_configs: dict[str, dict[str, str | None]] = {}  # the configs each created topic was given
         self.received: list[tuple[int, int, MutationRequest]] = []
         self.metadata_requests = 0
         self.describe_configs_requests = 0
@@ -307,6 +310,7 @@ class AdminBrokerDouble:
                 if not validate_only:
                     self.topics[topic.name] = partitions
                     self.topic_ids[topic.name] = topic_id
+                    self.topic_configs[topic.name] = {c.name: c.value for c in topic.configs or []}
                 result.update(
                     num_partitions=partitions,
                     replication_factor=1,

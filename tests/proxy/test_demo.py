@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from sluice.proxy import demo
+from sluice.proxy.tools import demo
 
 RUN_S = 15
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

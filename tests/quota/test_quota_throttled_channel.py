@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluice.quota.throttled_channel import ThrottledChannel, ThrottleQueue
+from kafka_throttled_channel import ThrottledChannel, ThrottleQueue
 
 
 # V18: ThrottledChannelExpirationTest. Channels made at t = 0 with delays 10, 30, 30, 20 ms.

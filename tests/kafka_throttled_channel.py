@@ -2,8 +2,8 @@
 
 Kafka mutes a throttled channel and puts a ``ThrottledChannel`` (deadline = now + throttle) into a
 ``DelayQueue``; a reaper thread takes expired channels out one ``poll`` at a time and unmutes them
-(spec §2.8, V18). The proxy's throttle gate keeps its own timers; this model is here so the ordering rules
-can be tested to the millisecond and reused by anything that needs a deadline queue without a clock.
+(spec §2.8, V18). The proxy's throttle gate keeps its own timers, so this model is test code: it pins
+Kafka's ordering rules to the millisecond for the V18 golden vector.
 """
 
 from __future__ import annotations

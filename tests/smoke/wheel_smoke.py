@@ -1,0 +1,85 @@
+"""Smoke test of the installed wheel, run by .ci/run with a fresh venv's Python from outside the checkout.
+
+What a new user gets from `pip install sluice[broker]`: the `sluice` command runs the test broker and the
+proxy in front of it, a real client produces and consumes through the proxy, and nothing but `sluice`
+sits at the top of site-packages (`import config` fails).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.proxy_process import ProxyProcess
+
+RECORDS = 200
+
+
+def check_top_level() -> None:
+    files = importlib.metadata.files("sluice") or []
+    tops = {
+        f.parts[0] for f in files if not f.parts[0].endswith((".dist-info", ".data")) and f.parts[0] != ".."
+    }
+    assert tops == {"sluice"}, f"the wheel installs more than `sluice` at the top: {sorted(tops)}"
+    for name in ("config", "protocol", "proxy", "quota", "pipeline"):
+        assert importlib.util.find_spec(name) is None, (
+            f"`import {name}` works: something else than sluice leaked"
+        )
+    assert shutil.which("sluice", path=str(Path(sys.executable).parent)), "no `sluice` command in the venv"
+    here = Path(importlib.util.find_spec("sluice.proxy").origin).resolve()  # type: ignore[arg-type, union-attr]
+    assert "site-packages" in here.parts, (
+        f"sluice.proxy is imported from {here}, not from the installed wheel"
+    )
+
+
+def roundtrip() -> None:
+    topic = f"smoke-{uuid.uuid4().hex[:8]}"
+    with (
+        MockCluster(brokers=3, topics={topic: 3}) as cluster,
+        ProxyProcess(cluster.bootstrap, command=[str(Path(sys.executable).parent / "sluice")]) as proxy,
+    ):
+        producer = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 5})
+        sent = [f"record-{i}".encode() for i in range(RECORDS)]
+        for value in sent:
+            producer.produce(topic, value)
+        assert producer.flush(30) == 0, "records left unsent"
+        del producer  # its connections close now, not as the proxy stops under it
+        consumer = Consumer(
+            {
+                "bootstrap.servers": proxy.bootstrap,
+                "group.id": topic,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+            }
+        )
+        consumer.subscribe([topic])
+        received: list[bytes] = []
+        for _ in range(300):
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                received.append(message.value())
+            if len(received) >= RECORDS:
+                break
+        consumer.close()
+        assert sorted(received) == sorted(sent), f"read back {len(received)} of {RECORDS} records"
+
+
+def main() -> int:
+    check_top_level()
+    roundtrip()
+    print(
+        f"wheel smoke: sluice {importlib.metadata.version('sluice')} installed alone, {RECORDS} records "
+        "produced and consumed through `sluice run`"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
