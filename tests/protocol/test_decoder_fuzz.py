@@ -25,9 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.admin.configs import DescribeConfigsResponse
+from kafka.protocol.admin.topics import CreateTopicsResponse
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.offsets import ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import InitProducerIdResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -41,6 +44,7 @@ from sluice.protocol import (
     api_versions_clamp,
     apis,
     broker_addresses,
+    client_requests,
     codec_quirks,
     fetch,
     frames,
@@ -48,7 +52,9 @@ from sluice.protocol import (
     message_codec,
     metadata_brokers,
     primitives,
+    record_batches,
     sasl,
+    sasl_client,
     sasl_exchange,
     sasl_mechanisms,
     throttle_field,
@@ -126,6 +132,29 @@ def _exchange(version: int, data: bytes) -> object:
     exchange.client_token(data[:half])
     exchange.server_token(data[half:])
     return exchange.server_token(data[:half], error_code=version)
+
+
+def _scram_client(version: int, data: bytes) -> object:
+    """A hostile server's SCRAM messages: server-first, then (if accepted) server-final."""
+    client = sasl_client.ScramClient("SCRAM-SHA-256", "alice", nonce="abc")
+    half = data.find(b"|")
+    first, final = (data, b"v=AAAA") if half < 0 else (data[:half], data[half + 1 :])
+    client.server_first(first)
+    client.client_final(b"\x01" * 32)
+    return client.server_final(final)
+
+
+def _client_answer(decode: Callable[..., object], message_class, *args: object) -> Target:
+    """One of the proxy's own client's answer decoders, over every version the client speaks."""
+    low, high = client_requests.CLIENT_VERSIONS[message_class.API_KEY]
+    seeds = {v: bodies for v, bodies in _samples(message_class).items() if low <= v <= high}
+    return Target(f"client_requests.{decode.__name__}", lambda v, d: decode(v, d, *args), seeds)
+
+
+def _record_seeds() -> dict[int, list[bytes]]:
+    records = [record_batches.Record(b"k", b"value", (("h", b"1"),), None) for _ in range(3)]
+    batch = record_batches.encode_record_batch(records, now_ms=1_700_000_000_000)
+    return {0: [batch, batch + batch], 1: [batch]}
 
 
 def _merge(api_key: int) -> Callable[[int, bytes], object]:
@@ -286,6 +315,23 @@ def _targets() -> list[Target]:
             {0: [b"n,,\x01auth=Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.\x01\x01"]},
         ),
         Target("sasl_exchange.SaslExchange", _exchange, {0: [b"\x00alice\x00pw"], 1: [b"n,,n=a,r=b"]}),
+        Target(
+            "sasl_client.ScramClient",
+            _scram_client,
+            {0: [b"r=abcdef,s=c2FsdA==,i=4096|v=c2lnbmF0dXJl", b"e=invalid-proof", b"r=abcX,s=,i=16384|e=x"]},
+        ),
+        Target(
+            "client_requests.decode_api_versions",
+            lambda v, d: client_requests.decode_api_versions(d),
+            {0: [sample_body(ApiVersionsResponse, 2)]},
+        ),
+        _client_answer(client_requests.decode_metadata, MetadataResponse),
+        _client_answer(client_requests.decode_produce, ProduceResponse, "ab", 1),
+        _client_answer(client_requests.decode_fetch, FetchResponse, "ab", 1),
+        _client_answer(client_requests.decode_list_offsets, ListOffsetsResponse, "ab"),
+        _client_answer(client_requests.decode_create_topics, CreateTopicsResponse),
+        _client_answer(client_requests.decode_init_producer_id, InitProducerIdResponse),
+        Target("record_batches.decode_records", record_batches.decode_records, _record_seeds()),
     ]
     for reader in (
         primitives.read_int16,
@@ -445,11 +491,14 @@ NOT_DECODERS = {
     "frame",
     "request_class",
     "response_class",
+    "plain_token",
+    "salt_password",
     # Tables over API keys and versions, not over bytes.
     "api_spec",
     "is_flexible",
     "request_header_version",
     "response_header_version",
+    "choose_version",
     # A certificate subject that OpenSSL has already parsed and the trusted CA signed; documented to
     # raise ValueError for an attribute OpenSSL cannot name, which the connection turns into a failed
     # authentication.
@@ -466,8 +515,8 @@ def _public_functions() -> set[str]:
         for name, value in vars(module).items():
             if name.startswith("_") or getattr(value, "__module__", None) != module.__name__:
                 continue
-            # Classes count when they take bytes: the frame splitter (feed) and the SASL exchange.
-            if inspect.isfunction(value) or name in ("FrameSplitter", "SaslExchange"):
+            # Classes count when they take bytes: the frame splitter and the SASL exchanges.
+            if inspect.isfunction(value) or name in ("FrameSplitter", "SaslExchange", "ScramClient"):
                 found.add(name)
     return found
 
@@ -493,3 +542,10 @@ def test_the_null_arrays_of_the_issue_raise_protocol_error() -> None:
         broker_addresses.rewrite_broker_addresses(60, 0, describe, _address)
     with pytest.raises(ProtocolError):
         broker_addresses.decode_brokers(60, 0, describe)
+
+
+def test_a_scram_iteration_count_in_non_ascii_digits_is_a_protocol_error() -> None:
+    # str.isdigit() accepts "²", which int() refuses: it escaped as ValueError.
+    client = sasl_client.ScramClient("SCRAM-SHA-256", "alice", nonce="abc")
+    with pytest.raises(ProtocolError):
+        client.server_first("r=abcdef,s=c2FsdA==,i=4²".encode())
