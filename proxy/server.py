@@ -19,21 +19,15 @@ from typing import Any
 
 from sluice.config.errors import ConfigError
 from sluice.config.model import ProxyConfig
-from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
-from sluice.protocol.fetch import FETCH_MAX_VERSION
-from sluice.protocol.sasl import SASL_MAX_VERSIONS
-from sluice.protocol.throttle_field import THROTTLE_PATCHABLE_MAX_VERSIONS
-from sluice.protocol.topic_mutations import MUTATION_MAX_VERSIONS
-from sluice.quota import QuotaKey
 
 from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
 from .discovery import BrokerDiscovery
-from .filters import ApiVersionsClamp, BrokerAddressRewrite, Filter, FilterChain
-from .filters.client_quotas import ClientQuotas
-from .filters.mutation_quotas import MutationQuotas
+from .filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, FilterFactory
+from .filters.client_quotas import ClientQuotasFactory
+from .filters.mutation_quotas import MutationQuotasFactory
 from .filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
-from .filters.sasl_inspector import SaslInspector
+from .filters.sasl_inspector import SaslInspectorFactory
 from .filters.topic_cache import TopicCache
 from .kafka_client import KafkaClient
 from .listeners import PendingServer, bind_listening_socket, format_address
@@ -48,7 +42,6 @@ from .tls import UpstreamTlsTarget, certificate_principal, listener_context, ups
 _log = get_logger("sluice.server")
 
 BOOTSTRAP = "bootstrap"
-FETCH_KEY = 1
 EXIT_LISTENER_FAILED = 1
 EXIT_CONFIG_ERROR = 2
 
@@ -78,14 +71,12 @@ class SluiceServer:
             else None
         )
         mtls = tls.listener is not None and tls.listener.client_ca is not None
-        filters, quotas = self._filters()
         self.settings = SessionSettings(
-            FilterChain(filters),
+            FilterChain(self._filters()),
             self.metrics,
             self.registry,
             config.max_frame_bytes,
             config.idle_timeout_s,
-            measure_cpu=quotas is not None and quotas.request_percentage,
             upstream_tls=self.upstream_tls,
             client_principal=certificate_principal(tls.principal_mapping_rules) if mtls else None,
         )
@@ -121,41 +112,27 @@ class SluiceServer:
         ]
         return services
 
-    def _filters(self) -> tuple[list[Filter], ClientQuotas | None]:
-        """The filter chain, and the ClientQuotas filter in it if any client quota is configured."""
+    def _filters(self) -> list[FilterFactory]:
+        """The filter chain, in order. Each filter declares the API versions it can handle, and the
+        ApiVersions clamp is computed from them. The quota filters are always in it: they ask the quota
+        managers per request whether a quota applies, so quotas can come and go at run time."""
         quota = self.config.quota
-        # Never let a client pick a version of an API that a filter must rewrite but cannot.
-        max_versions = dict(REWRITABLE_MAX_VERSIONS) | SASL_MAX_VERSIONS
-        limits: list[tuple[int, int]] = []
-        if quota.rules:
-            limits += [*THROTTLE_PATCHABLE_MAX_VERSIONS.items(), (FETCH_KEY, FETCH_MAX_VERSION)]
-        mutations: MutationQuotas | None = None
-        if any(QuotaKey.CONTROLLER_MUTATION_RATE in rule.values for rule in quota.rules):
-            limits += MUTATION_MAX_VERSIONS.items()
-            mutations = MutationQuotas(
+        return [
+            SaslInspectorFactory(self.config.sasl.oauthbearer_principal_claim),
+            BrokerAddressRewriteFactory(self.directory),
+            ApiVersionsClampFactory(),
+            MutationQuotasFactory(
                 self.quota_managers,
                 quota.mutations,
                 TopicCache(quota.mutations.num_partitions),
                 self.throttle_stats,
                 self.mutation_rates,
-            )
-        for key, version in limits:
-            max_versions[key] = min(version, max_versions.get(key, version))
-        filters: list[Filter] = [
-            SaslInspector(self.config.sasl.oauthbearer_principal_claim),
-            BrokerAddressRewrite(self.directory),
-            ApiVersionsClamp(max_versions),
-        ]
-        if mutations is not None:
-            filters.append(mutations)
-        quotas: ClientQuotas | None = None
-        if quota.rules:
+            ),
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
-            quotas = ClientQuotas(
+            ClientQuotasFactory(
                 self.quota_managers, quota.throttle_mode, quota.fetch_throttle, self.throttle_stats
-            )
-            filters.append(quotas)
-        return filters, quotas
+            ),
+        ]
 
     # ---- listeners ------------------------------------------------------------------------------
 

@@ -1,48 +1,115 @@
-"""The filter contract and the chain that routes each frame only to the filters that asked for it.
+"""The filter contract: filters made per connection, whose hooks return their effects.
 
-A filter is one concern. It declares which API keys it wants to see (Kroxylicious calls this a decode
-predicate); every other frame is forwarded as the same bytes without any filter running.
+A `FilterFactory` is shared by every connection of a proxy and holds what they share (quota managers,
+caches, settings); it makes one `Filter` per connection, so a filter's own attributes are that
+connection's state. Each filter class declares the API keys it wants (Kroxylicious calls this a decode
+predicate) and the highest version of each API it can handle; every other frame passes without any filter
+running, and the ApiVersions clamp is computed from what the chain declares.
+
+Hooks return what they want done, rather than calling back into the connection:
+
+* `on_request` returns the frame to forward (the same object when nothing changes), `Forward(frame,
+  throttle_ms)` when the request earned a throttle, `Answer(...)` to answer it without forwarding,
+  `Close(reason)` to close the connection, or `Defer(ready)` to wait for something first: the request then
+  resumes AT THE FILTER THAT DEFERRED once `ready` is done (the filters before it do not see it twice).
+* `on_response` returns the frame for the client, or `Respond(frame, delay_ms, mute_ms)` to hold it
+  (pre-KIP-219) or mute the connection after it (KIP-219).
+
+Returning the bare frame in the common case keeps the hot path free of allocations.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Mapping
+from enum import Enum
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
 
 from sluice.protocol.headers import RequestHeader
 
+if TYPE_CHECKING:
+    from .chain import FilterChain
+
 Frame = memoryview | bytes
+
+
+# ---- effects ------------------------------------------------------------------------------------
+
+
+class Forward(NamedTuple):
+    """on_request: forward `frame`; the connection is muted for `throttle_ms` at once (so requests behind
+    it wait, as behind a broker), and its response carries the throttle and ends the mute no earlier than
+    it has been sent. Return the bare frame when there is no throttle."""
+
+    frame: Frame
+    throttle_ms: int = 0
+
+
+class Answer(NamedTuple):
+    """on_request: answer the request with `response` (a whole response frame) instead of forwarding it.
+    The answer leaves in its turn among the responses, through the response filters; `throttle_ms` works
+    as Forward's, `delay_ms` holds the answer (pre-KIP-219)."""
+
+    response: bytes
+    throttle_ms: int = 0
+    delay_ms: int = 0
+
+
+class Close(NamedTuple):
+    """on_request: close the connection (logged with `reason`); nothing more is forwarded."""
+
+    reason: str
+
+
+class Defer(NamedTuple):
+    """on_request: the request and every one behind it wait until `ready` is done; the request then goes
+    on from the filter that deferred (which runs again), with the frame as the filters before it left it."""
+
+    ready: asyncio.Future[object]
+
+
+class Respond(NamedTuple):
+    """on_response: send `frame` to the client, held back `delay_ms` (pre-KIP-219), and mute the connection
+    for `mute_ms` (KIP-219: until that long has passed and the response has left). Return the bare frame
+    when neither applies."""
+
+    frame: Frame
+    delay_ms: int = 0
+    mute_ms: int = 0
+
+
+RequestEffect = Frame | Forward | Answer | Close | Defer
+ResponseEffect = Frame | Respond
+
+
+# ---- what a response hook is told about its request ----------------------------------------------
+
+
+class EntryKind(Enum):
+    """What a request in flight is, which decides where its response goes."""
+
+    FORWARDED = "forwarded"  # a client's request, forwarded: the broker's response goes to the client
+    ANSWERED = "answered"  # a filter answered it (Answer): the answer leaves in its turn
+    OWN = "own"  # the proxy's own request (send_upstream): the response body goes to its reply
+    RAW_TOKEN = "raw_token"  # a bare SASL token (SaslHandshake v0's framing): relayed untouched
 
 
 class InFlight(NamedTuple):
     """A request waiting for its response, in the order responses must reach the client."""
 
     header: RequestHeader
-    # The throttle a filter put on this request as it was forwarded (a Produce charged on the way in);
-    # its response must carry it, and the connection stays muted until that response has been sent.
+    kind: EntryKind = EntryKind.FORWARDED
+    # The throttle the request earned as it was forwarded (Forward/Answer.throttle_ms): its response must
+    # carry it, and the connection stays muted until that response has been sent.
     throttle_ms: int = 0
-    # What a filter attached with `note_request` while forwarding, for its own on_response.
-    note: object = None
-    # A response a filter made itself (`Answer`): nothing was forwarded, it leaves in its turn.
+    # ANSWERED: the response a filter made, and how long to hold it.
     answer: Frame | None = None
-    # The proxy's own request (`send_upstream`): the response body goes here, never to the client.
-    reply: asyncio.Future[bytes] | None = None
+    answer_delay_ms: int = 0
+    # OWN: where the response body goes (an asyncio future the connection resolves).
+    reply: object = None
 
 
-class Answer(NamedTuple):
-    """on_request's verdict when a filter answers the request itself (a whole response frame): nothing is
-    forwarded, and the answer leaves in its turn among the responses."""
-
-    response: bytes
-
-
-class Defer(NamedTuple):
-    """on_request's verdict when a filter needs something first (its own request upstream): the request and
-    every one behind it wait until `ready` is done, then pass through the filters again (so filters before
-    the deferring one must not count a request twice)."""
-
-    ready: asyncio.Future[object]
+# ---- the connection, as a filter sees it ---------------------------------------------------------
 
 
 class RawExchange(Protocol):
@@ -66,73 +133,60 @@ class ConnectionInfo(Protocol):
 
     def now_ms(self) -> int: ...
 
-    def take_cpu_ns(self) -> int: ...
-
-    def mute_for(self, throttle_ms: int) -> None: ...
-
-    def throttle_request(self, throttle_ms: int) -> None: ...
+    def take_cpu_ns(self) -> int:
+        """CPU time spent on this connection since the last call (measured only while a filter's factory
+        says it needs it)."""
+        ...
 
     def mute_remaining_ms(self) -> int: ...
 
-    def delay_response(self, delay_ms: int) -> None: ...
+    def send_upstream(self, api_key: int, api_version: int, body: bytes) -> asyncio.Future[bytes]:
+        """Send the proxy's own request on this connection (authenticated as the client); the future gets
+        the response body, cancelled if the connection closes first."""
+        ...
 
-    def note_request(self, note: object) -> None: ...
+    def begin_raw_exchange(self, exchange: RawExchange) -> None:
+        """SaslHandshake v0 succeeded: the frames that follow are bare SASL tokens until `exchange` ends
+        (call from on_response)."""
+        ...
 
-    def send_upstream(self, api_key: int, api_version: int, body: bytes) -> asyncio.Future[bytes]: ...
 
-    def begin_raw_exchange(self, exchange: RawExchange) -> None: ...
+# ---- filters and their factories -----------------------------------------------------------------
 
 
 class Filter:
-    """Base class: override the hooks for the API keys named in the class variables."""
+    """One concern, on one connection. Override the hooks for the API keys named in the class variables."""
 
-    request_api_keys: frozenset[int] = frozenset()
-    response_api_keys: frozenset[int] = frozenset()
+    request_api_keys: ClassVar[frozenset[int]] = frozenset()
+    response_api_keys: ClassVar[frozenset[int]] = frozenset()
+    # The newest version of each API this filter can handle; the ApiVersions clamp keeps clients at or
+    # below it. APIs it does not name are not limited by it.
+    max_versions: ClassVar[Mapping[int, int]] = {}
 
-    def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame | Answer | Defer:
-        """Return the request frame to forward (the same object when nothing changes), an `Answer` to
-        answer it without forwarding, or `Defer` to run it again once something has arrived."""
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: ConnectionInfo) -> None:
+        self.conn = conn
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> RequestEffect:
         return frame
 
-    def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
-        """Return the response frame to send to the client (the same object when nothing changes)."""
+    def on_response(self, request: InFlight, frame: Frame) -> ResponseEffect:
         return frame
 
 
-# API keys are small integers; a list indexed by key is the cheapest lookup on the hot path.
-_TABLE_SIZE = 128
-_NO_FILTERS: tuple[Filter, ...] = ()
+class FilterFactory:
+    """Shared by the connections of one proxy: makes their filters and holds what they share."""
 
+    filter_class: ClassVar[type[Filter]] = Filter
 
-class FilterChain:
-    __slots__ = ("_by_request_key", "_by_response_key", "filters")
+    def create(self, conn: ConnectionInfo) -> Filter:
+        return self.filter_class(conn)
 
-    def __init__(self, filters: Iterable[Filter]) -> None:
-        self.filters: tuple[Filter, ...] = tuple(filters)
-        self._by_request_key = self._index(lambda f: f.request_api_keys)
-        self._by_response_key = self._index(lambda f: f.response_api_keys)
+    def needs_cpu_time(self) -> bool:
+        """Whether the filters need the connection's CPU time now (asked per read, so keep it cheap). While
+        True, the connection measures it and the filter sees every response, of whatever API."""
+        return False
 
-    def _index(self, keys_of) -> Sequence[tuple[Filter, ...]]:
-        table: list[tuple[Filter, ...]] = [_NO_FILTERS] * _TABLE_SIZE
-        for key in range(_TABLE_SIZE):
-            table[key] = tuple(f for f in self.filters if key in keys_of(f))
-        return table
-
-    def request_filters(self, api_key: int) -> tuple[Filter, ...]:
-        return self._by_request_key[api_key] if 0 <= api_key < _TABLE_SIZE else _NO_FILTERS
-
-    def response_filters(self, api_key: int) -> tuple[Filter, ...]:
-        return self._by_response_key[api_key] if 0 <= api_key < _TABLE_SIZE else _NO_FILTERS
-
-    def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame | Answer | Defer:
-        for f in self.request_filters(header.api_key):
-            verdict = f.on_request(conn, header, frame)
-            if isinstance(verdict, Answer | Defer):
-                return verdict  # the filters after it never see a request that is not forwarded now
-            frame = verdict
-        return frame
-
-    def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
-        for f in self.response_filters(request.header.api_key):
-            frame = f.on_response(conn, request, frame)
-        return frame
+    def chain_built(self, chain: FilterChain) -> None:
+        """Called once the chain that holds this factory is complete (the ApiVersions clamp reads it)."""

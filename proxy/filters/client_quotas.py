@@ -25,72 +25,106 @@ How the client is held (`quota.throttle_mode`):
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
+from typing import ClassVar
 
 from sluice.config.quota_settings import FetchThrottle, ThrottleMode
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import api_spec
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.fetch import (
+    FETCH_MAX_VERSION,
     cap_fetch_request,
     empty_fetch_response,
     fetch_request_limits,
     fetch_response_session,
 )
 from sluice.protocol.headers import RequestHeader, response_header_size
-from sluice.protocol.throttle_field import read_throttle_ms, throttle_field_offset
+from sluice.protocol.throttle_field import (
+    THROTTLE_PATCHABLE_MAX_VERSIONS,
+    read_throttle_ms,
+    throttle_field_offset,
+)
 from sluice.quota import QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
-from .base import ConnectionInfo, Filter, Frame, InFlight
+from .base import ConnectionInfo, Filter, FilterFactory, Forward, Frame, InFlight, Respond
 from .frames import with_body
 from .quota_metrics import ThrottleStats
 
-PRODUCE, FETCH = 0, 1
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-_AUTHENTICATION_KEYS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
-_ALL_API_KEYS = frozenset(range(128))
+_PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+_AUTHENTICATION_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 _INT32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
 
 
 class ClientQuotas(Filter):
-    def __init__(
-        self,
-        managers: QuotaManagers,
-        mode: ThrottleMode = ThrottleMode.KIP219,
-        fetch_throttle: FetchThrottle = FetchThrottle.EMPTY,
-        stats: ThrottleStats | None = None,
-    ) -> None:
+    # Produce is charged on the way in, Fetch capped; responses carry throttles. While a request_percentage
+    # quota is configured the factory needs CPU time, so the chain shows this filter every response.
+    request_api_keys = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
+    response_api_keys = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
+    max_versions: ClassVar[Mapping[int, int]] = {
+        **THROTTLE_PATCHABLE_MAX_VERSIONS,
+        ApiKey.FETCH: FETCH_MAX_VERSION,
+    }
+
+    __slots__ = (
+        "_all_rules",
+        "_fetch",
+        "_fetch_rules",
+        "_fetch_throttle",
+        "_mode",
+        "_produce",
+        "_produce_rules",
+        "_request",
+        "_request_rules",
+        "_stats",
+    )
+
+    def __init__(self, conn: ConnectionInfo, shared: ClientQuotasFactory) -> None:
+        super().__init__(conn)
+        managers = shared.managers
         self._produce = managers.produce
         self._fetch = managers.fetch
         self._request = managers.request
-        self._mode = mode
-        self._fetch_throttle = fetch_throttle
-        self._stats = stats if stats is not None else ThrottleStats()
-        self.request_percentage = self._request.quotas_enabled
-        self.request_api_keys = frozenset({PRODUCE, FETCH})
-        # The request quota concerns every API; byte quotas only Produce and Fetch.
-        self.response_api_keys = _ALL_API_KEYS if self.request_percentage else frozenset({PRODUCE, FETCH})
+        # The managers' live rules, read per request (an attribute read each, on the hot path): a quota
+        # added or removed at run time counts from the next request.
+        self._produce_rules = managers.produce.rules
+        self._fetch_rules = managers.fetch.rules
+        self._request_rules = managers.request.rules
+        # A mutation quota's mute shows in Produce and Fetch answers too.
+        self._all_rules = (
+            self._produce_rules,
+            self._fetch_rules,
+            self._request_rules,
+            managers.controller_mutation.rules,
+        )
+        self._mode = shared.mode
+        self._fetch_throttle = shared.fetch_throttle
+        self._stats = shared.stats
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame:
-        if header.api_key == PRODUCE:
-            if self._produce.quotas_enabled:
-                self._charge_produce(conn, header, frame)
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+        if header.api_key == _PRODUCE:
+            if self._produce_rules.enabled_bits:
+                return self._charge_produce(header, frame)
             return frame
-        if self._fetch.quotas_enabled:
-            return self._cap_fetch(conn, header, frame)
+        if self._fetch_rules.enabled_bits:
+            return self._cap_fetch(header, frame)
         return frame
 
-    def _charge_produce(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> None:
+    def _charge_produce(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+        conn = self.conn
         user, client_id = conn.user, header.client_id
         throttle = self._produce.record_and_get_throttle_ms(user, client_id, len(frame) - 4, conn.now_ms())
-        if throttle > 0:
-            self._stats.record_quota("Produce", self._produce.resolve(user, client_id).tags, throttle)
-            # This request is forwarded; the ones behind it wait. acks=0 has no response: the mute is all.
-            conn.throttle_request(throttle)
+        if throttle <= 0:
+            return frame
+        self._stats.record_quota("Produce", self._produce.resolve(user, client_id).tags, throttle)
+        # This request is forwarded; the ones behind it wait. acks=0 has no response: the mute is all.
+        return Forward(frame, throttle)
 
-    def _cap_fetch(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame:
-        cap = self._fetch.max_value_in_quota_window(conn.user, header.client_id)
+    def _cap_fetch(self, header: RequestHeader, frame: Frame) -> Frame:
+        cap = self._fetch.max_value_in_quota_window(self.conn.user, header.client_id)
         if cap >= _INT32_MAX:
             return frame
         view = memoryview(frame)[4 + header.size :]
@@ -117,15 +151,27 @@ class ClientQuotas(Filter):
         spec = api_spec(header.api_key)
         return spec is not None and not spec.client_throttles(header.api_version)
 
-    def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
+    def on_response(self, request: InFlight, frame: Frame) -> Frame | Respond:
+        if not request.throttle_ms:
+            for rules in self._all_rules:
+                if rules.enabled_bits:
+                    break
+            else:
+                return frame  # no quota configured at all: nothing to charge, no mute to tell
+        conn = self.conn
         header = request.header
         key, user, client_id = header.api_key, conn.user, header.client_id
         if key in _AUTHENTICATION_KEYS:
             conn.take_cpu_ns()  # spent authenticating: dropped, not charged to the request after it
             return frame
+        charges_request = self._request_rules.enabled_bits != 0
+        charges_fetch = key == _FETCH and self._fetch_rules.enabled_bits != 0
+        muted_ms = max(conn.mute_remaining_ms(), request.throttle_ms)
+        if not (charges_request or charges_fetch or muted_ms):
+            return frame  # nothing to charge, nothing to tell (no quota of these keys is configured)
         now = conn.now_ms()
         request_throttle = 0
-        if self.request_percentage:
+        if charges_request:
             request_throttle = self._request.record_request_time_ns(user, client_id, conn.take_cpu_ns(), now)
             if request_throttle > 0:
                 self._stats.record_quota(
@@ -133,7 +179,7 @@ class ClientQuotas(Filter):
                 )
         fetch_throttle = fetch_size = 0
         header_size = -1
-        if key == FETCH and self._fetch.quotas_enabled:
+        if charges_fetch:
             header_size = response_header_size(key, header.api_version, frame)
             # FetchResponse.sizeOf: the body as serialised, + 4 (spec 2.7).
             fetch_size = len(frame) - 4 - header_size + 4
@@ -143,7 +189,6 @@ class ClientQuotas(Filter):
 
         # A Produce was charged as it was forwarded: its response carries that throttle (as a broker's
         # would), or what is left of the connection's mute if that is longer.
-        muted_ms = max(conn.mute_remaining_ms(), request.throttle_ms)
         delays = self._delays(header)
         if delays:
             throttle = pre_kip219_throttle_ms(muted_ms, fetch_throttle, request_throttle)
@@ -154,7 +199,7 @@ class ClientQuotas(Filter):
         if header_size < 0:
             header_size = response_header_size(key, header.api_version, frame)
         told = False
-        if key == FETCH and fetch_throttle + request_throttle > 0 and not delays and self._empty_fetches:
+        if key == _FETCH and fetch_throttle + request_throttle > 0 and not delays and self._empty_fetches:
             told, frame = self._empty_fetch(frame, header, header_size, throttle, fetch_size, user, now)
         if not told:
             patched = self._patch_throttle_field(frame, header, header_size, throttle)
@@ -163,10 +208,8 @@ class ClientQuotas(Filter):
         if told:
             self._stats.record_response(key, throttle)
         if delays:
-            conn.delay_response(throttle)
-        else:
-            conn.mute_for(throttle)
-        return frame
+            return Respond(frame, delay_ms=throttle)
+        return Respond(frame, mute_ms=throttle)
 
     @property
     def _empty_fetches(self) -> bool:
@@ -190,7 +233,7 @@ class ClientQuotas(Filter):
         body = memoryview(frame)[4 + header_size :]
         try:
             error, session_id = fetch_response_session(header.api_version, body)
-            brokers_throttle = read_throttle_ms(FETCH, header.api_version, body) or 0
+            brokers_throttle = read_throttle_ms(_FETCH, header.api_version, body) or 0
         except ProtocolError as exc:
             if exc.reason != "unsupported_version":
                 raise
@@ -222,3 +265,29 @@ class ClientQuotas(Filter):
         if _INT32.unpack_from(view, at)[0] >= throttle:
             return None  # the broker throttles longer than we do: its value stands
         return b"".join((view[:at], _INT32.pack(throttle), view[at + 4 :]))
+
+
+class ClientQuotasFactory(FilterFactory):
+    filter_class = ClientQuotas
+
+    """The quota managers and settings every connection's ClientQuotas shares."""
+
+    def __init__(
+        self,
+        managers: QuotaManagers,
+        mode: ThrottleMode = ThrottleMode.KIP219,
+        fetch_throttle: FetchThrottle = FetchThrottle.EMPTY,
+        stats: ThrottleStats | None = None,
+    ) -> None:
+        self.managers = managers
+        self.mode = mode
+        self.fetch_throttle = fetch_throttle
+        self.stats = stats if stats is not None else ThrottleStats()
+        # The managers' live rules: a quota added or removed at run time counts from the next request.
+        self._request_rules = managers.request.rules
+
+    def needs_cpu_time(self) -> bool:
+        return self._request_rules.enabled_bits != 0  # a request_percentage quota is configured
+
+    def create(self, conn: ConnectionInfo) -> ClientQuotas:
+        return ClientQuotas(conn, self)

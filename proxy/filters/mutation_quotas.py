@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple
-from weakref import WeakKeyDictionary
 
 from sluice.config.quota_settings import MutationSettings, ValidateOnly
 from sluice.protocol.headers import RequestHeader, encode_response, response_header_size
@@ -34,6 +33,7 @@ from sluice.protocol.topic_mutations import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
+    MUTATION_MAX_VERSIONS,
     MutationRequest,
     TopicMutation,
     decode_mutation_request,
@@ -49,7 +49,18 @@ from sluice.quota.mutations import (
     is_strict,
 )
 
-from .base import Answer, ConnectionInfo, Defer, Filter, Frame, InFlight
+from .base import (
+    Answer,
+    ConnectionInfo,
+    Defer,
+    EntryKind,
+    Filter,
+    FilterFactory,
+    Forward,
+    Frame,
+    InFlight,
+    Respond,
+)
 from .frames import with_body
 from .quota_metrics import MutationRates, ThrottleStats
 from .topic_cache import KAFKA_DEFAULT_NUM_PARTITIONS, TopicCache
@@ -83,28 +94,30 @@ class _Plan:
 class MutationQuotas(Filter):
     request_api_keys = _KEYS
     response_api_keys = _KEYS
+    max_versions = MUTATION_MAX_VERSIONS
 
-    def __init__(
-        self,
-        managers: QuotaManagers,
-        settings: MutationSettings,
-        topics: TopicCache,
-        stats: ThrottleStats,
-        rates: MutationRates,
-    ) -> None:
-        self._manager = managers.controller_mutation
-        self._charge_validate_only = settings.validate_only is ValidateOnly.CHARGE
-        self._topics = topics
-        self._stats = stats
-        self._rates = rates
-        # Per connection, what the cache was just asked for: the deferred request then goes on with what
-        # the cluster said (a topic it does not know counts 0, and the broker reports the error; an
-        # unanswered num.partitions counts Kafka's default for this request).
-        self._asked: WeakKeyDictionary[ConnectionInfo, _Asked] = WeakKeyDictionary()
+    __slots__ = ("_asked", "_charge_validate_only", "_manager", "_plans", "_rates", "_stats", "_topics")
+
+    def __init__(self, conn: ConnectionInfo, shared: MutationQuotasFactory) -> None:
+        super().__init__(conn)
+        self._manager = shared.manager
+        self._charge_validate_only = shared.charge_validate_only
+        self._topics = shared.topics
+        self._stats = shared.stats
+        self._rates = shared.rates
+        # What the cache was just asked for: the deferred request then goes on with what the cluster said
+        # (a topic it does not know counts 0, and the broker reports the error; an unanswered
+        # num.partitions counts Kafka's default for this request).
+        self._asked = _NOTHING_ASKED
+        # What on_request decided for each forwarded request, by correlation id, for its on_response.
+        self._plans: dict[int, _Plan] = {}
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def on_request(self, conn: ConnectionInfo, header: RequestHeader, frame: Frame) -> Frame | Answer | Defer:
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Answer | Defer:
+        if not self._manager.quotas_enabled:
+            return frame  # no controller_mutation_rate configured (it may be, from the next request on)
+        conn = self.conn
         user, client_id = conn.user, header.client_id
         key, version = header.api_key, header.api_version
         body = memoryview(frame)[4 + header.size :]
@@ -113,9 +126,12 @@ class MutationQuotas(Filter):
         if not self._manager.resolve(user, client_id).limited or (
             request.validate_only and not self._charge_validate_only
         ):
-            conn.note_request(_Plan(request, UNBOUNDED_CONTROLLER_MUTATION_QUOTA, [0] * len(request.topics)))
-            return frame  # not charged, but its answer still keeps the topic cache current
-        lookup = self._lookup_needed(conn, request, now)
+            # Not charged, but its answer still keeps the topic cache current.
+            self._plans[header.correlation_id] = _Plan(
+                request, UNBOUNDED_CONTROLLER_MUTATION_QUOTA, [0] * len(request.topics)
+            )
+            return frame
+        lookup = self._lookup_needed(request, now)
         if lookup is not None:
             return lookup
         permits = [self._permits(request.api_key, topic) for topic in request.topics]
@@ -128,21 +144,18 @@ class MutationQuotas(Filter):
             for permit in permits:
                 quota.record(permit, now)
             plan.forwarded = list(range(len(request.topics)))
-        conn.note_request(plan)
         if not plan.forwarded:
-            return Answer(self._answer_alone(conn, header, plan))
-        throttle = self._throttle(conn, header, plan)
-        if throttle > 0:
-            conn.throttle_request(throttle)  # the requests behind this one wait, as on a broker
-        if not plan.refused:
-            return frame
-        subset = mutation_request_subset(key, version, body, plan.forwarded)
-        return with_body(frame, header.size, subset)
+            return self._answer_alone(header, plan)
+        self._plans[header.correlation_id] = plan
+        throttle = self._throttle(header, plan)  # the requests behind this one wait, as on a broker
+        if plan.refused:
+            frame = with_body(frame, header.size, mutation_request_subset(key, version, body, plan.forwarded))
+        return Forward(frame, throttle) if throttle > 0 else frame
 
-    def _lookup_needed(self, conn: ConnectionInfo, request: MutationRequest, now_ms: int) -> Defer | None:
+    def _lookup_needed(self, request: MutationRequest, now_ms: int) -> Defer | None:
         """Defer the request while the cache learns what it lacks, or None when nothing is missing."""
         topics = self._topics
-        asked = self._asked.pop(conn, _NOTHING_ASKED)
+        asked, self._asked = self._asked, _NOTHING_ASKED
         need_default = (
             request.api_key == CREATE_TOPICS
             and topics.num_partitions is None
@@ -160,8 +173,8 @@ class MutationQuotas(Filter):
             names = [name for name in topics.missing(names, now_ms) if name not in asked.names]
         if not names and not by_id and not need_default:
             return None
-        self._asked[conn] = _Asked(frozenset(names), by_id, need_default)
-        return Defer(topics.refresh(conn, names, by_id=by_id, need_default=need_default))
+        self._asked = _Asked(frozenset(names), by_id, need_default)
+        return Defer(topics.refresh(self.conn, names, by_id=by_id, need_default=need_default))
 
     def _permits(self, api_key: int, topic: TopicMutation) -> int:
         topics = self._topics
@@ -177,30 +190,30 @@ class MutationQuotas(Filter):
             return max(topic.count - current, 0)
         return current  # DeleteTopics
 
-    def _answer_alone(self, conn: ConnectionInfo, header: RequestHeader, plan: _Plan) -> bytes:
+    def _answer_alone(self, header: RequestHeader, plan: _Plan) -> Answer:
         """Every topic refused: the whole response, made here, muting the client until it has left."""
-        throttle = self._throttle(conn, header, plan)
-        if throttle > 0:
-            conn.throttle_request(throttle)
+        throttle = self._throttle(header, plan)
         body = merge_mutation_response(
             header.api_key, header.api_version, plan.request, None, [], plan.refused, throttle
         )
-        return encode_response(header.api_key, header.api_version, header.correlation_id, body)
+        response = encode_response(header.api_key, header.api_version, header.correlation_id, body)
+        return Answer(response, throttle_ms=max(throttle, 0))
 
     # ---- responses ------------------------------------------------------------------------------
 
-    def on_response(self, conn: ConnectionInfo, request: InFlight, frame: Frame) -> Frame:
-        plan = request.note
-        if not isinstance(plan, _Plan) or request.answer is not None:
-            return frame  # Sluice's own answer: already complete
+    def on_response(self, request: InFlight, frame: Frame) -> Frame | Respond:
         header = request.header
+        plan = self._plans.pop(header.correlation_id, None)
+        if plan is None or request.kind is EntryKind.ANSWERED:
+            return frame  # not planned here (no quota then), or Sluice's own answer: already complete
+        conn = self.conn
         key, version = header.api_key, header.api_version
         header_size = response_header_size(key, version, frame)
         body = memoryview(frame)[4 + header_size :]
-        refunded = self._settle(conn, header, plan, result_errors(key, version, body))
+        refunded = self._settle(header, plan, result_errors(key, version, body))
         if plan.quota is UNBOUNDED_CONTROLLER_MUTATION_QUOTA:
             return frame
-        throttle = self._throttle(conn, header, plan)
+        throttle = self._throttle(header, plan)
         if refunded:
             # Topics the broker refused are not charged; the bucket as it is now decides (the mute
             # started when the request was charged is not shortened).
@@ -208,22 +221,22 @@ class MutationQuotas(Filter):
             throttle = min(
                 throttle, self._manager.sensor_for(conn.user, header.client_id, now).throttle_ms(now)
             )
-        if throttle > 0:
-            conn.mute_for(throttle)
+        mute = max(throttle, 0)
         if plan.refused:
             merged = merge_mutation_response(
                 key, version, plan.request, body, plan.forwarded, plan.refused, throttle
             )
-            return with_body(frame, header_size, merged)
+            return Respond(with_body(frame, header_size, merged), mute_ms=mute)
         if throttle <= 0:
             return frame
         patched = bytearray(frame)
         raise_frame_throttle_ms(key, version, patched, header_size, throttle)  # no field before v2: mute only
-        return patched
+        return Respond(patched, mute_ms=throttle)
 
-    def _settle(self, conn: ConnectionInfo, header: RequestHeader, plan: _Plan, errors: dict) -> bool:
+    def _settle(self, header: RequestHeader, plan: _Plan, errors: dict) -> bool:
         """Refund topics the broker refused, keep the topic cache current and count what was mutated.
         True if anything was refunded."""
+        conn = self.conn
         now = conn.now_ms()
         request, topics = plan.request, self._topics
         refunded = False
@@ -253,11 +266,34 @@ class MutationQuotas(Filter):
             self._rates.record(tags, mutated, now)
         return refunded
 
-    def _throttle(self, conn: ConnectionInfo, header: RequestHeader, plan: _Plan) -> int:
+    def _throttle(self, header: RequestHeader, plan: _Plan) -> int:
         """The throttle this request earned, as of now (it shrinks while the request waits)."""
-        throttle = plan.quota.throttle_time_ms(conn.now_ms())
+        throttle = plan.quota.throttle_time_ms(self.conn.now_ms())
         if throttle > 0:
-            tags = self._manager.resolve(conn.user, header.client_id).tags
+            tags = self._manager.resolve(self.conn.user, header.client_id).tags
             self._stats.record_quota(QUOTA_KIND, tags, throttle)
             self._stats.record_response(header.api_key, throttle)
         return throttle
+
+
+class MutationQuotasFactory(FilterFactory):
+    filter_class = MutationQuotas
+
+    """What every connection's MutationQuotas shares: the quota manager, the topic cache, the metrics."""
+
+    def __init__(
+        self,
+        managers: QuotaManagers,
+        settings: MutationSettings,
+        topics: TopicCache,
+        stats: ThrottleStats,
+        rates: MutationRates,
+    ) -> None:
+        self.manager = managers.controller_mutation
+        self.charge_validate_only = settings.validate_only is ValidateOnly.CHARGE
+        self.topics = topics
+        self.stats = stats
+        self.rates = rates
+
+    def create(self, conn: ConnectionInfo) -> MutationQuotas:
+        return MutationQuotas(conn, self)

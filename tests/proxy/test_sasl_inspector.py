@@ -18,7 +18,7 @@ from sluice.protocol.sasl import (
     encode_handshake_response,
 )
 from sluice.proxy.filters.base import InFlight, RawExchange
-from sluice.proxy.filters.sasl_inspector import SaslInspector
+from sluice.proxy.filters.sasl_inspector import SaslInspectorFactory
 from sluice.quota import ANONYMOUS
 
 FAILED = 58
@@ -37,18 +37,18 @@ class RecordingConnection:
 
 
 class Session:
-    def __init__(self, inspector: SaslInspector | None = None) -> None:
-        self.inspector = inspector or SaslInspector()
+    def __init__(self, factory: SaslInspectorFactory | None = None) -> None:
         self.conn = RecordingConnection()
+        self.inspector = (factory or SaslInspectorFactory()).create(self.conn)
         self._correlation_id = 0
 
     def exchange(self, api_key: int, version: int, request_body: bytes, response_body: bytes) -> None:
         self._correlation_id += 1
         frame = encode_request(api_key, version, self._correlation_id, "inspector-test", request_body)
         header = parse_request_header(frame)
-        assert self.inspector.on_request(self.conn, header, frame) is frame  # passthrough, never rewritten
+        assert self.inspector.on_request(header, frame) is frame  # passthrough, never rewritten
         response = encode_response(api_key, version, self._correlation_id, response_body)
-        assert self.inspector.on_response(self.conn, InFlight(header), response) is response
+        assert self.inspector.on_response(InFlight(header), response) is response
 
     def handshake(self, mechanism: str, version: int = 1, error_code: int = 0) -> None:
         self.exchange(
@@ -155,7 +155,7 @@ def test_handshake_v0_with_a_mechanism_sluice_cannot_follow_closes_the_connectio
 
 def test_oauthbearer_uses_the_configured_claim():
     token = oauthbearer_response(unsecured_jwt({"sub": "svc-1", "email": "carol@example.com"}))
-    session = Session(SaslInspector(principal_claim="email"))
+    session = Session(SaslInspectorFactory(principal_claim="email"))
     session.handshake("OAUTHBEARER")
     session.authenticate(token)
     assert session.conn.user == "carol@example.com"

@@ -1,0 +1,192 @@
+"""The filter chain: what every connection shares (`FilterChain`), and one connection's run of it
+(`ConnectionFilters`), routing each frame only to the filters that asked for its API key.
+
+Routing tables are lists indexed by API key, computed once per proxy as tuples of filter positions and
+turned into tuples of one connection's filter instances when it opens; a frame whose API no filter wants
+meets an empty tuple and is passed on as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
+
+from sluice.protocol.headers import RequestHeader
+
+from .base import (
+    Answer,
+    Close,
+    ConnectionInfo,
+    Defer,
+    Filter,
+    FilterFactory,
+    Forward,
+    Frame,
+    InFlight,
+    Respond,
+)
+
+# API keys are small integers; a list indexed by key is the cheapest lookup on the hot path.
+TABLE_SIZE = 128
+_ALL_KEYS = frozenset(range(TABLE_SIZE))
+_NO_FILTERS: tuple[Filter, ...] = ()
+_Positions = tuple[int, ...]
+
+
+def _never() -> bool:
+    return False
+
+
+class FilterChain:
+    """The factories of one proxy, in chain order, and what they declare together."""
+
+    __slots__ = ("_by_request_key", "_by_response_key", "_cpu_response_key", "factories", "max_versions")
+
+    def __init__(self, factories: Sequence[FilterFactory]) -> None:
+        self.factories: tuple[FilterFactory, ...] = tuple(factories)
+        classes = [f.filter_class for f in self.factories]
+        self._by_request_key = _index([c.request_api_keys for c in classes])
+        self._by_response_key = _index([c.response_api_keys for c in classes])
+        # While a filter needs CPU time it sees every response (CPU is charged whatever the API).
+        self._cpu_response_key = _index(
+            [
+                _ALL_KEYS if _may_need_cpu(f) else c.response_api_keys
+                for f, c in zip(self.factories, classes, strict=True)
+            ]
+        )
+        # The ApiVersions clamp: the lowest maximum any filter declares, per API.
+        versions: dict[int, int] = {}
+        for factory, cls in zip(self.factories, classes, strict=True):
+            if cls is Filter and type(factory) is not FilterFactory:
+                raise TypeError(f"{type(factory).__name__} does not name its filter_class")
+            for key, version in cls.max_versions.items():
+                versions[int(key)] = min(version, versions.get(int(key), version))
+        self.max_versions: Mapping[int, int] = versions
+        for factory in self.factories:
+            factory.chain_built(self)
+
+    def cpu_time_needed(self) -> Callable[[], bool]:
+        """A cheap, live check: whether any filter needs the connection's CPU time right now."""
+        askers = [f.needs_cpu_time for f in self.factories if _may_need_cpu(f)]
+        if not askers:
+            return _never
+        if len(askers) == 1:
+            return askers[0]
+        return lambda: any(ask() for ask in askers)
+
+    def for_connection(self, conn: ConnectionInfo, mute: Callable[[int], None]) -> ConnectionFilters:
+        """The connection's own filters; `mute(ms)` mutes it (what Forward, Answer and Respond ask for)."""
+        return ConnectionFilters(self, [f.create(conn) for f in self.factories], mute)
+
+
+def _may_need_cpu(factory: FilterFactory) -> bool:
+    return type(factory).needs_cpu_time is not FilterFactory.needs_cpu_time
+
+
+def _index(wanted: list[frozenset[int]]) -> list[_Positions]:
+    """Per API key, the positions of the filters that want it."""
+    return [tuple(i for i, keys in enumerate(wanted) if key in keys) for key in range(TABLE_SIZE)]
+
+
+def _instances(positions: list[_Positions], filters: list[Filter]) -> list[tuple[Filter, ...]]:
+    made: dict[_Positions, tuple[Filter, ...]] = {}
+    table = []
+    for at in positions:
+        found = made.get(at)
+        if found is None:
+            found = made[at] = tuple(filters[i] for i in at)
+        table.append(found)
+    return table
+
+
+class Deferred(NamedTuple):
+    """A request a filter deferred: where it resumes, and what the filters before it left."""
+
+    ready: object  # the filter's Defer.ready
+    header: RequestHeader
+    original: Frame  # the frame as the client sent it
+    frame: Frame  # as the filters before the deferring one left it
+    position: int  # the deferring filter's place among the request's filters
+    throttle_ms: int
+
+
+class ConnectionFilters:
+    """One connection's filters, run in chain order; applies the mutes the effects ask for at once, so a
+    later filter sees the connection as the earlier ones left it."""
+
+    __slots__ = (
+        "_by_request_key",
+        "_by_response_key",
+        "_cpu_needed",
+        "_cpu_response_key",
+        "_mute",
+        "filters",
+    )
+
+    def __init__(self, chain: FilterChain, filters: list[Filter], mute: Callable[[int], None]) -> None:
+        self._mute = mute
+        self.filters = tuple(filters)
+        self._by_request_key = _instances(chain._by_request_key, filters)
+        self._by_response_key = _instances(chain._by_response_key, filters)
+        self._cpu_response_key = _instances(chain._cpu_response_key, filters)
+        self._cpu_needed = chain.cpu_time_needed()
+
+    def on_request(
+        self, header: RequestHeader, frame: Frame, deferred: Deferred | None = None
+    ) -> Frame | Forward | Answer | Close | Deferred:
+        """Run the request filters (or, given `deferred`, go on from the filter that deferred it); the frame
+        (or Forward with the throttle earned), an Answer (its throttle includes the earlier filters'), a
+        Close, or a Deferred to resume later. One method for both, so the hot path makes one call."""
+        key = header.api_key
+        filters = self._by_request_key[key] if 0 <= key < TABLE_SIZE else _NO_FILTERS
+        if not filters:
+            return frame
+        original, start, throttle = frame, 0, 0
+        if deferred is not None:
+            original, frame, start, throttle = (
+                deferred.original,
+                deferred.frame,
+                deferred.position,
+                deferred.throttle_ms,
+            )
+        for f in filters[start:] if start else filters:
+            out = f.on_request(header, frame)
+            kind = type(out)
+            if kind is memoryview:  # the common case first: forwarded untouched
+                frame = out
+            elif kind is Forward:
+                frame = out.frame
+                if out.throttle_ms > 0:
+                    self._mute(out.throttle_ms)
+                    throttle = max(throttle, out.throttle_ms)
+            elif kind is Answer:
+                if out.throttle_ms > 0:
+                    self._mute(out.throttle_ms)
+                return out if out.throttle_ms >= throttle else out._replace(throttle_ms=throttle)
+            elif kind is Defer:
+                return Deferred(out.ready, header, original, frame, filters.index(f, start), throttle)
+            elif kind is Close:
+                return out
+            else:
+                frame = out
+        return Forward(frame, throttle) if throttle > 0 else frame
+
+    def on_response(self, request: InFlight, frame: Frame) -> Frame | Respond:
+        """Run the response filters; the frame, or Respond with the longest delay asked for (mutes are
+        applied as they are asked for)."""
+        key = request.header.api_key
+        if not 0 <= key < TABLE_SIZE:
+            return frame
+        filters = (self._cpu_response_key if self._cpu_needed() else self._by_response_key)[key]
+        delay = 0
+        for f in filters:
+            out = f.on_response(request, frame)
+            if type(out) is Respond:
+                frame = out.frame
+                if out.mute_ms > 0:
+                    self._mute(out.mute_ms)
+                if out.delay_ms > delay:
+                    delay = out.delay_ms
+            else:
+                frame = out
+        return Respond(frame, delay) if delay > 0 else frame

@@ -1,0 +1,82 @@
+"""What the connections of one proxy share: their settings, and the registry of the live ones."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .connection import ClientSide
+    from .filters.chain import FilterChain
+    from .metrics import ProxyMetrics
+    from .tls import UpstreamTlsTarget
+
+
+class ConnectionRegistry:
+    """The live connections of one proxy, so shutdown can drain them and metrics can count them."""
+
+    def __init__(self, metrics: ProxyMetrics) -> None:
+        self._metrics = metrics
+        self._live: set[ClientSide] = set()
+        self._empty = asyncio.Event()
+        self._empty.set()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __iter__(self) -> Iterator[ClientSide]:
+        return iter(list(self._live))
+
+    def add(self, conn: ClientSide) -> None:
+        self._live.add(conn)
+        self._empty.clear()
+        self._metrics.connections_total += 1
+        self._metrics.connections_active = len(self._live)
+
+    def remove(self, conn: ClientSide) -> None:
+        self._live.discard(conn)
+        self._metrics.connections_active = len(self._live)
+        if not self._live:
+            self._empty.set()
+
+    async def wait_empty(self) -> None:
+        await self._empty.wait()
+
+
+class SessionSettings:
+    """What every connection of one proxy shares."""
+
+    __slots__ = (
+        "chain",
+        "client_principal",
+        "cpu_time_needed",
+        "idle_timeout_s",
+        "max_frame_bytes",
+        "metrics",
+        "registry",
+        "upstream_tls",
+    )
+
+    def __init__(
+        self,
+        chain: FilterChain,
+        metrics: ProxyMetrics,
+        registry: ConnectionRegistry,
+        max_frame_bytes: int,
+        idle_timeout_s: float,
+        upstream_tls: UpstreamTlsTarget | None = None,
+        client_principal: Callable[[object], str | None] | None = None,
+    ) -> None:
+        self.chain = chain
+        self.metrics = metrics
+        self.registry = registry
+        self.max_frame_bytes = max_frame_bytes
+        self.idle_timeout_s = idle_timeout_s
+        # Only a filter charging CPU time (a request_percentage quota) needs it; the thread clock costs a
+        # system call per read, so it is read only while some filter says so (asked per read: quotas come
+        # and go at run time).
+        self.cpu_time_needed = chain.cpu_time_needed()
+        self.upstream_tls = upstream_tls
+        # The user a client certificate proves (mTLS listeners only); SASL, when used, overrides it.
+        self.client_principal = client_principal

@@ -1,0 +1,173 @@
+"""The filter chain with the real filters and quota managers, one connection's filters at a time: the
+ApiVersions clamp computed from what the filters declare, quotas that appear and disappear at run time
+(through the managers' API) and take effect on the next request, and CPU time measured only while a
+request_percentage quota needs it."""
+
+from __future__ import annotations
+
+import struct
+
+from kafka.protocol.admin import CreateTopicsRequest
+
+from sluice.config.quota_settings import MutationSettings
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
+from sluice.protocol.fetch import FETCH_MAX_VERSION
+from sluice.protocol.headers import encode_request, encode_response, parse_request_header
+from sluice.protocol.sasl import SASL_MAX_VERSIONS
+from sluice.protocol.topic_mutations import MUTATION_MAX_VERSIONS
+from sluice.proxy.brokers import BrokerDirectory
+from sluice.proxy.filters import (
+    ApiVersionsClampFactory,
+    BrokerAddressRewriteFactory,
+    FilterChain,
+    Forward,
+    InFlight,
+    Respond,
+)
+from sluice.proxy.filters.client_quotas import ClientQuotas, ClientQuotasFactory
+from sluice.proxy.filters.mutation_quotas import MutationQuotasFactory
+from sluice.proxy.filters.quota_metrics import MutationRates, ThrottleStats
+from sluice.proxy.filters.sasl_inspector import SaslInspectorFactory
+from sluice.proxy.filters.topic_cache import TopicCache
+from sluice.quota import ANONYMOUS, QuotaEntity, QuotaKey, QuotaManagers
+
+CLIENT = "chain-test"
+
+
+class Connection:
+    """The parts of ConnectionInfo the quota filters use, on a clock moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000
+        self.peer = "127.0.0.1:1"
+        self.upstream_peer = "127.0.0.1:2"
+        self.listener = "bootstrap"
+        self.user = ANONYMOUS
+        self.cpu_ns = 0
+        self.cpu_taken = 0
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def take_cpu_ns(self) -> int:
+        self.cpu_taken += 1
+        spent, self.cpu_ns = self.cpu_ns, 0
+        return spent
+
+    def mute_remaining_ms(self) -> int:
+        return 0
+
+
+def quota_chain(managers: QuotaManagers) -> FilterChain:
+    return FilterChain(
+        [
+            MutationQuotasFactory(
+                managers,
+                MutationSettings(),
+                TopicCache(),
+                ThrottleStats(),
+                MutationRates(managers.config.controller_window),
+            ),
+            ClientQuotasFactory(managers),
+        ]
+    )
+
+
+def produce(correlation_id: int, size: int = 10_000) -> bytes:
+    body = struct.pack(">hhii", -1, 1, 1000, 0) + bytes(size)
+    return encode_request(ApiKey.PRODUCE, 3, correlation_id, CLIENT, body)
+
+
+def run_request(filters, frame: bytes):  # type: ignore[no-untyped-def]
+    return filters.on_request(parse_request_header(frame), frame)
+
+
+def test_the_api_versions_clamp_is_what_the_chain_declares() -> None:
+    managers = QuotaManagers()
+    clamp = ApiVersionsClampFactory()
+    chain = FilterChain(
+        [
+            SaslInspectorFactory(),
+            BrokerAddressRewriteFactory(
+                BrokerDirectory("127.0.0.1", lambda node: 9000 + node, lambda _n: None)
+            ),
+            clamp,
+            *quota_chain(managers).factories,
+        ]
+    )
+    assert clamp.max_versions == chain.max_versions
+    for declared in (REWRITABLE_MAX_VERSIONS, SASL_MAX_VERSIONS, MUTATION_MAX_VERSIONS):
+        for key, version in declared.items():
+            assert chain.max_versions[key] <= version
+    assert chain.max_versions[ApiKey.FETCH] == FETCH_MAX_VERSION
+    assert ApiKey.OFFSET_COMMIT not in chain.max_versions  # no filter touches it: the cluster's range stands
+
+
+def test_a_produce_quota_added_at_run_time_throttles_the_next_request_and_its_removal_frees_it() -> None:
+    managers = QuotaManagers()
+    conn = Connection()
+    filters = quota_chain(managers).for_connection(conn, lambda _ms: None)
+    frame = produce(1)
+    assert run_request(filters, frame) is frame  # no quota: forwarded as it is, nothing charged
+
+    entity = QuotaEntity(client_id=CLIENT)
+    managers.set_quota(entity, QuotaKey.PRODUCER_BYTE_RATE, 1000)
+    throttled = run_request(filters, produce(2))
+    assert type(throttled) is Forward and throttled.throttle_ms > 0
+
+    managers.set_quota(entity, QuotaKey.PRODUCER_BYTE_RATE, None)
+    frame = produce(3)
+    assert run_request(filters, frame) is frame
+
+
+def test_a_mutation_quota_added_at_run_time_charges_the_next_create_topics() -> None:
+    managers = QuotaManagers()
+    conn = Connection()
+    filters = quota_chain(managers).for_connection(conn, lambda _ms: None)
+    topics = [
+        CreateTopicsRequest.CreatableTopic(
+            name=f"t{i}", num_partitions=50, replication_factor=1, assignments=[], configs=[]
+        )
+        for i in range(2)
+    ]
+    body = bytes(CreateTopicsRequest(topics=topics, timeout_ms=5000, validate_only=False).encode(version=5))
+    frame = encode_request(ApiKey.CREATE_TOPICS, 5, 1, CLIENT, body)
+    assert run_request(filters, frame) is frame
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.CONTROLLER_MUTATION_RATE, 1)
+    charged = run_request(filters, encode_request(ApiKey.CREATE_TOPICS, 5, 2, CLIENT, body))
+    assert type(charged) is Forward and charged.throttle_ms > 0  # permissive v5: forwarded, throttled
+
+
+def test_cpu_time_is_asked_for_and_charged_only_while_a_request_quota_is_configured() -> None:
+    managers = QuotaManagers()
+    chain = quota_chain(managers)
+    cpu_time_needed = chain.cpu_time_needed()
+    conn = Connection()
+    mutes: list[int] = []
+    filters = chain.for_connection(conn, mutes.append)
+    header = parse_request_header(encode_request(ApiKey.METADATA, 1, 1, CLIENT, b"\x00\x00\x00\x00"))
+    metadata_response = encode_response(ApiKey.METADATA, 1, 1, bytes(16))
+    assert not cpu_time_needed()
+    assert filters.on_response(InFlight(header), metadata_response) is metadata_response
+    assert conn.cpu_taken == 0  # Metadata is no quota filter's business without a request quota
+
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.REQUEST_PERCENTAGE, 0.01)
+    assert cpu_time_needed()
+    conn.cpu_ns = 50_000_000  # 50 ms of the proxy's time on this connection
+    out = filters.on_response(InFlight(header), metadata_response)
+    assert conn.cpu_taken == 1  # now every response charges the connection's CPU time
+    # Over the quota: KIP-219 mode sends the response at once (no delay) and mutes the connection.
+    assert type(out) is not Respond
+    assert len(mutes) == 1 and mutes[0] > 0
+
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.REQUEST_PERCENTAGE, None)
+    assert not cpu_time_needed()
+
+
+def test_each_connection_gets_its_own_filters() -> None:
+    chain = quota_chain(QuotaManagers())
+    first = chain.for_connection(Connection(), lambda _ms: None)
+    second = chain.for_connection(Connection(), lambda _ms: None)
+    quotas = [f for f in first.filters if isinstance(f, ClientQuotas)]
+    assert quotas and all(f not in second.filters for f in first.filters)
