@@ -32,6 +32,7 @@ from sluice.config.values import (
 )
 from sluice.quota import DEFAULT, QuotaConfig, QuotaEntity, QuotaKey, QuotaWindow, SensorKind, sanitize_user
 from sluice.quota.entities import EntityName
+from sluice.quota.quota_config import DEFAULT_MAX_ENTITIES
 
 QUOTA_KEYS = (
     "window",
@@ -41,6 +42,7 @@ QUOTA_KEYS = (
     "throttle_mode",
     "fetch_throttle",
     "mutations",
+    "max_entities",
     "entities",
 )
 MUTATION_KEYS = ("validate_only", "num_partitions")
@@ -76,12 +78,19 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
     mode = _enum_choice(value_at(raw, "throttle_mode"), f"{key}.throttle_mode", ThrottleMode.KIP219)
     fetch = _enum_choice(value_at(raw, "fetch_throttle"), f"{key}.fetch_throttle", FetchThrottle.EMPTY)
     mutations = _mutations(value_at(raw, "mutations"), f"{key}.mutations")
+    max_entities_raw = value_at(raw, "max_entities")
+    max_entities = (
+        DEFAULT_MAX_ENTITIES
+        if max_entities_raw is MISSING
+        else parse_int(max_entities_raw, f"{key}.max_entities", 1, INT_MAX)
+    )
     rules = _rules(value_at(raw, "entities"), f"{key}.entities")
     engine = QuotaConfig(
         client_window=client_window,
         controller_window=controller_window,
         legacy_windows=legacy_windows,
         sensor_kinds=sensor_kinds,
+        max_entities=max_entities,
     )
     return QuotaSettings(
         engine=engine, rules=rules, throttle_mode=mode, fetch_throttle=fetch, mutations=mutations

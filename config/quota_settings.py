@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from sluice.quota import QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
+from sluice.quota import OverflowReport, QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
 
 
 class ThrottleMode(StrEnum):
@@ -93,8 +93,8 @@ class QuotaSettings:
             for key, value in rule.values.items():
                 managers.set_quota(rule.entity, key, value)
 
-    def new_managers(self) -> QuotaManagers:
+    def new_managers(self, on_overflow: OverflowReport | None = None) -> QuotaManagers:
         """Fresh managers built from `self.engine`, with every configured quota set."""
-        managers = QuotaManagers(self.engine)
+        managers = QuotaManagers(self.engine, on_overflow)
         self.apply_to(managers)
         return managers

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -78,7 +77,7 @@ class ProxyMetrics:
         self.protocol_errors[reason] = self.protocol_errors.get(reason, 0) + 1
 
 
-class _ProxyCollector(Collector):
+class ProxyCollector(Collector):
     def __init__(self, metrics: ProxyMetrics) -> None:
         self._m = metrics
 
@@ -127,10 +126,3 @@ class _ProxyCollector(Collector):
             for key, value in sorted(counts.items()):
                 family.add_metric([key], value)
             yield family
-
-
-def metrics_registry(metrics: ProxyMetrics) -> CollectorRegistry:
-    """A registry holding only Sluice's own series (not the process-global default registry)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_ProxyCollector(metrics))
-    return registry

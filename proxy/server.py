@@ -19,6 +19,7 @@ from typing import Any
 
 from sluice.config.errors import ConfigError
 from sluice.config.model import ProxyConfig
+from sluice.quota import QuotaKey
 
 from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
@@ -32,7 +33,7 @@ from .filters.topic_cache import TopicCache
 from .kafka_client import KafkaClient
 from .listeners import PendingServer, bind_listening_socket, format_address
 from .log import get_logger
-from .metrics import ProxyMetrics, metrics_registry
+from .metrics import ProxyCollector, ProxyMetrics
 from .metrics_http import MetricsEndpoint
 from .sensor_sweep import SensorSweep
 from .services import Service, Services
@@ -42,6 +43,7 @@ from .tls import UpstreamTlsTarget, certificate_principal, listener_context, ups
 _log = get_logger("sluice.server")
 
 BOOTSTRAP = "bootstrap"
+_OVERFLOW_LOG_INTERVAL_S = 60.0
 EXIT_LISTENER_FAILED = 1
 EXIT_CONFIG_ERROR = 2
 
@@ -59,7 +61,8 @@ class SluiceServer:
         )
         # Set when the proxy must stop with an error (a listener that cannot open at start-up).
         self.exit_code = 0
-        self.quota_managers = config.quota.new_managers()
+        self.quota_managers = config.quota.new_managers(on_overflow=self._quota_overflow)
+        self._overflow_logged: dict[QuotaKey, float] = {}
         self.throttle_stats = ThrottleStats()
         self.mutation_rates = MutationRates(config.quota.engine.controller_window)
         tls = config.tls
@@ -98,11 +101,11 @@ class SluiceServer:
         services: list[Service] = []
         metrics_listen = self.config.metrics_listen
         if metrics_listen is not None:
-            registry = metrics_registry(self.metrics)
-            registry.register(
-                QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates)
-            )
-            services.append(MetricsEndpoint(registry, metrics_listen.host, metrics_listen.port))
+            collectors = [
+                ProxyCollector(self.metrics),
+                QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates),
+            ]
+            services.append(MetricsEndpoint(collectors, metrics_listen.host, metrics_listen.port))
         services += [
             self.kafka_client,
             BrokerDiscovery(
@@ -216,6 +219,22 @@ class SluiceServer:
             "startup_failed",
             error="; ".join(str(failure) for failure in failures),
             addresses=[failure.address for failure in failures],
+        )
+
+    def _quota_overflow(self, key: QuotaKey, user: str, client_id: str | None) -> None:
+        """An entity found quota.max_entities reached: said at once, then at most once a minute per key."""
+        now = asyncio.get_running_loop().time()
+        if now - self._overflow_logged.get(key, -_OVERFLOW_LOG_INTERVAL_S) < _OVERFLOW_LOG_INTERVAL_S:
+            return
+        self._overflow_logged[key] = now
+        manager = self.quota_managers.manager(key)
+        _log.warning(
+            "quota_entities_overflow",
+            quota=key.value,
+            max_entities=self.config.quota.engine.max_entities,
+            overflows=manager.overflows,
+            client_id=client_id,
+            outcome="new entities share one overflow sensor per quota rule until idle sensors expire",
         )
 
     def _fail(self, exit_code: int, event: str, **fields: Any) -> None:

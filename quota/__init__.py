@@ -24,8 +24,10 @@ from sluice.quota.errors import QuotaConfigError, QuotaViolation, ThrottlingQuot
 from sluice.quota.keys import QuotaKey, SensorKind
 from sluice.quota.managers import (
     NANOS_TO_PERCENTAGE_PER_SECOND,
+    OVERFLOW_USER,
     ClientQuotaManager,
     ControllerMutationQuotaManager,
+    OverflowReport,
     QuotaManagers,
     RequestQuotaManager,
     kip219_throttle_ms,
@@ -57,10 +59,12 @@ __all__ = [
     "ANONYMOUS",
     "DEFAULT",
     "NANOS_TO_PERCENTAGE_PER_SECOND",
+    "OVERFLOW_USER",
     "UNLIMITED",
     "ClientQuotaManager",
     "ControllerMutationQuota",
     "ControllerMutationQuotaManager",
+    "OverflowReport",
     "PermissiveControllerMutationQuota",
     "QuotaConfig",
     "QuotaConfigError",

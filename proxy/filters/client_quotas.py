@@ -5,8 +5,10 @@ What is charged (spec 2.7, 3):
 * Fetch: the response body's size + 4 to `consumer_byte_rate`; the request's `max_bytes` is first capped to
   what the quota window can hold (KAFKA-9677);
 * every API: the proxy's own CPU time on the connection to `request_percentage` (a deliberate difference
-  from a broker, which charges its handler threads; see docs/quotas.md). SaslHandshake and
-  SaslAuthenticate are not charged: a broker's authenticator handles them outside the request quota.
+  from a broker, which charges its handler threads; see docs/quotas.md). SaslHandshake, SaslAuthenticate
+  and ApiVersions are not charged and create no sensor: a broker's authenticator answers them outside the
+  request quota on SASL listeners (spec 3), and charging the one request any client sends before it logs
+  in let 100,000 client-ids make 100,000 sensors (issue 14). Their CPU time is dropped, not carried over.
 
 When: a broker reads one request per connection at a time and mutes before reading the next, so a Produce
 is charged before the next one is read. A pipelining proxy gets the same effect by charging a Produce as
@@ -52,7 +54,7 @@ from .frames import with_body
 from .quota_metrics import ThrottleStats
 
 _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
-_AUTHENTICATION_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_UNCHARGED_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.API_VERSIONS})
 _INT32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
 
@@ -161,8 +163,8 @@ class ClientQuotas(Filter):
         conn = self.conn
         header = request.header
         key, user, client_id = header.api_key, conn.user, header.client_id
-        if key in _AUTHENTICATION_KEYS:
-            conn.take_cpu_ns()  # spent authenticating: dropped, not charged to the request after it
+        if key in _UNCHARGED_KEYS:
+            conn.take_cpu_ns()  # dropped, not charged to the request after it
             return frame
         charges_request = self._request_rules.enabled_bits != 0
         charges_fetch = key == _FETCH and self._fetch_rules.enabled_bits != 0
