@@ -13,6 +13,7 @@ from sluice.config.identity_section import parse_sasl_section, parse_tls_section
 from sluice.config.model import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_LISTEN_BACKLOG,
+    DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     MAX_LISTEN_BACKLOG,
@@ -45,6 +46,7 @@ TOP_LEVEL_KEYS = (
     "upstream",
     "max_frame_bytes",
     "listen_backlog",
+    "max_buffered_request_bytes",
     "idle_timeout_s",
     "shutdown_timeout_s",
     "metrics",
@@ -113,6 +115,19 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     listen_backlog = _optional(
         tree, "listen_backlog", DEFAULT_LISTEN_BACKLOG, partial(parse_int, low=1, high=MAX_LISTEN_BACKLOG)
     )
+    # Default: 256 MiB, or one whole frame when max_frame_bytes is larger.
+    max_buffered = _optional(
+        tree,
+        "max_buffered_request_bytes",
+        max(DEFAULT_MAX_BUFFERED_REQUEST_BYTES, max_frame_bytes),
+        partial(parse_int, low=MIN_FRAME_BYTES, high=2**62),
+    )
+    if max_buffered < max_frame_bytes:
+        raise ConfigError(
+            "max_buffered_request_bytes",
+            max_buffered,
+            f"at least max_frame_bytes ({max_frame_bytes}): one whole frame must fit",
+        )
     idle_timeout_s = _optional(
         tree,
         "idle_timeout_s",
@@ -135,6 +150,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         broker_ports=broker_ports,
         max_frame_bytes=max_frame_bytes,
         listen_backlog=listen_backlog,
+        max_buffered_request_bytes=max_buffered,
         idle_timeout_s=idle_timeout_s,
         shutdown_timeout_s=shutdown_timeout_s,
         metrics_listen=metrics_listen,

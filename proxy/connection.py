@@ -10,8 +10,12 @@ Back-pressure runs both ways: when one side's write buffer passes the high-water
 other side pauses until it drains. A throttle mutes the client through its `ThrottleGate`: reading stops
 and requests already read are held, not forwarded, until the mute ends.
 
-Why this module is long: it still holds the request FIFO and SASL framing; the request pipeline of the
-house redesign moves them out.
+A bad request frame (a length prefix out of bounds, a header that does not parse) is logged at once,
+but the valid requests read before it are still forwarded and answered; then the connection closes
+(issue 14 item 9). What the connection may buffer of requests still arriving is its `RequestGuard`'s
+business (item 2).
+
+Why this module is long: it is the one place where transports, pauses, timers and the pipeline meet.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import FrameSplitter
+from sluice.protocol.frames import BadFramePrefix, FrameSplitter
 from sluice.quota import ANONYMOUS
 
 from .filters.base import RawExchange
 from .flow import ReadPauses
 from .log import get_logger
+from .request_guard import RequestGuard
 from .request_pipeline import CloseConnection, Lifecycle, RequestPipeline
 from .session import ConnectionRegistry, SessionSettings
 from .throttle_gate import ThrottleGate
@@ -41,6 +46,8 @@ __all__ = ["ClientSide", "ConnectionRegistry", "SessionSettings", "UpstreamSide"
 _log = get_logger("sluice.connection")
 _thread_time_ns = time.thread_time_ns
 _DRAINING = Lifecycle.DRAINING
+# After a bad request frame, how long the requests read before it may take to be answered.
+_BAD_FRAME_GRACE_S = 30.0
 
 
 def _format_peer(peername: object) -> str:
@@ -83,6 +90,10 @@ class ClientSide(asyncio.Protocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
         self._closed = False
+        self._guard: RequestGuard | None = None
+        # Set by a bad request frame: close with this reason once the requests before it are answered.
+        self._closing_after: str | None = None
+        self._grace_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
 
     # ---- client transport callbacks -------------------------------------------------------------
@@ -104,6 +115,15 @@ class ClientSide(asyncio.Protocol):
         self._settings.registry.add(self)
         if self._settings.client_principal is not None and not self._take_certificate_user(transport):
             return
+        sasl = self._settings.sasl_required
+        self._guard = RequestGuard(
+            self._loop,
+            self._requests,
+            self._pauses,
+            self._settings.request_memory,
+            sasl if sasl is not None and self.user == ANONYMOUS else None,
+            self._slow_unauthenticated_frame,
+        )
         self._last_activity = self._loop.time()
         self._arm_idle_timer(self._settings.idle_timeout_s)
         self._connect_task = self._loop.create_task(self._connect_upstream())
@@ -127,9 +147,14 @@ class ClientSide(asyncio.Protocol):
         started = _thread_time_ns() if self._cpu_time_needed() else 0
         try:
             frames = self._requests.feed(data)
-        except ProtocolError as exc:
-            self._protocol_error("client", exc)
-            return
+        except BadFramePrefix as exc:
+            self._bad_request_frame(exc)
+            frames = exc.frames
+            if not frames or self._closed:
+                return
+        else:
+            if self._guard is not None:
+                self._guard.after_feed()
         pipeline = self._pipeline
         assert pipeline is not None
         try:  # _run's work, inline: this is the hot path
@@ -137,7 +162,7 @@ class ClientSide(asyncio.Protocol):
             if ready is not None:
                 self._wait_for(ready)
         except ProtocolError as exc:
-            self._protocol_error("client", exc)
+            self._bad_request_frame(exc)
         except CloseConnection as exc:
             self.close("filter_closed", reason=exc.reason)
         except Exception as exc:
@@ -146,6 +171,8 @@ class ClientSide(asyncio.Protocol):
             self._flush()
         if started:
             self.cpu_ns += _thread_time_ns() - started
+        if self._closing_after is not None:
+            self._close_if_answered()
 
     def eof_received(self) -> bool:
         try:
@@ -176,7 +203,7 @@ class ClientSide(asyncio.Protocol):
         try:
             ready = step(*args)
         except ProtocolError as exc:
-            self._protocol_error("client", exc)
+            self._bad_request_frame(exc)
         except CloseConnection as exc:
             self.close("filter_closed", reason=exc.reason)
         except Exception as exc:
@@ -186,6 +213,8 @@ class ClientSide(asyncio.Protocol):
                 self._wait_for(ready)
         finally:
             self._flush()
+        if self._closing_after is not None:
+            self._close_if_answered()
 
     def _flush(self) -> None:
         pipeline = self._pipeline
@@ -249,6 +278,11 @@ class ClientSide(asyncio.Protocol):
         assert self._pipeline is not None
         self._pipeline.begin_raw_exchange(exchange)
 
+    def sasl_authenticated(self) -> None:
+        """The broker accepted the client's SASL exchange: the pre-authentication limits end."""
+        if self._guard is not None:
+            self._guard.sasl_authenticated()
+
     # ---- what the pipeline sends (ResponseSink) ---------------------------------------------------
 
     def send_response(self, frame: Frame, delay_ms: int) -> None:
@@ -311,6 +345,8 @@ class ClientSide(asyncio.Protocol):
             if self._gate is not None:
                 self._gate.flush_held()
             self.close("shutdown")
+        elif self._closing_after is not None:
+            self._close_if_answered()
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed:
@@ -367,6 +403,50 @@ class ClientSide(asyncio.Protocol):
         _log.error("filter_failed", peer=self.peer, upstream=self.upstream_peer, exc_info=exc)
         self.close("filter_error", error=repr(exc))
 
+    def _bad_request_frame(self, exc: ProtocolError) -> None:
+        """Log a bad request frame now; close once the requests read before it have been answered."""
+        reason = exc.reason
+        if reason == "frame_too_large" and self._guard is not None and not self._guard.authenticated:
+            reason = "unauthenticated_frame_too_large"  # Kafka's sasl.server.max.receive.size
+        self._metrics.count_protocol_error(reason)
+        _log.warning("protocol_error", side="client", peer=self.peer, reason=reason, detail=exc.detail)
+        if self._closing_after is not None or self._closed:
+            return
+        self._closing_after = reason
+        self._requests.clear()  # the stream cannot be read any further
+        if self._guard is not None:
+            self._guard.close()
+        if self._pauses is not None:
+            self._pauses.add("protocol_error")
+        self._grace_timer = self._loop.call_later(_BAD_FRAME_GRACE_S, self._close_after_bad_frame)
+        if not isinstance(exc, BadFramePrefix) or not exc.frames:
+            self._close_if_answered()
+
+    def _close_if_answered(self) -> None:
+        pipeline, gate = self._pipeline, self._gate
+        if pipeline is not None and (pipeline.waiting or pipeline.in_flight):
+            return
+        if gate is not None and gate.holding_responses:
+            return
+        self._close_after_bad_frame()
+
+    def _close_after_bad_frame(self) -> None:
+        if self._gate is not None:
+            self._gate.flush_held()  # an answer beats a delay
+        self.close("protocol_error", side="client", reason=self._closing_after)
+
+    def _slow_unauthenticated_frame(self, waited_s: float) -> None:
+        buffered = self._requests.buffered_bytes
+        self._metrics.count_protocol_error("slow_unauthenticated_frame")
+        _log.warning(
+            "protocol_error",
+            side="client",
+            peer=self.peer,
+            reason="slow_unauthenticated_frame",
+            detail=f"{buffered} bytes of a frame still incomplete after {waited_s:g} s before authentication",
+        )
+        self.close("protocol_error", side="client", reason="slow_unauthenticated_frame")
+
     def _protocol_error(self, side: str, exc: ProtocolError) -> None:
         self._metrics.count_protocol_error(exc.reason)
         peer = self.peer if side == "client" else self.upstream_peer
@@ -379,6 +459,13 @@ class ClientSide(asyncio.Protocol):
         self._closed = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+        if self._guard is not None:
+            self._guard.close()
+        # Buffers go back now, not when a reference cycle through this object is collected.
+        self._requests.clear()
+        self._responses.clear()
         if self._gate is not None:
             self._gate.close()
         if self._connect_task is not None and not self._connect_task.done():

@@ -38,6 +38,7 @@ class ProxyMetrics:
         "muted_connections",
         "protocol_errors",
         "request_bytes",
+        "request_memory",
         "requests",
         "response_bytes",
         "responses",
@@ -56,6 +57,7 @@ class ProxyMetrics:
         self.brokers_not_advertised = 0
         self.disconnects: dict[str, int] = {}
         self.protocol_errors: dict[str, int] = {}
+        self.request_memory: Any = None  # the proxy's RequestMemory, read at scrape time
 
     def count_request(self, api_key: int, size: int) -> None:
         slot = _slot(api_key)
@@ -96,6 +98,23 @@ class ProxyCollector(Collector):
             "Broker nodes known but not advertised to clients, for want of a listener",
             value=m.brokers_not_advertised,
         )
+        memory = m.request_memory
+        if memory is not None:
+            yield GaugeMetricFamily(
+                "sluice_buffered_request_bytes",
+                "Bytes reserved by requests still arriving, all connections (max_buffered_request_bytes)",
+                value=memory.used,
+            )
+            yield GaugeMetricFamily(
+                "sluice_connections_waiting_for_memory",
+                "Connections not read until request memory is released",
+                value=memory.waiting,
+            )
+            yield CounterMetricFamily(
+                "sluice_request_memory_waits",
+                "Times a connection's next frame did not fit the request memory budget",
+                value=memory.waits,
+            )
         yield GaugeMetricFamily(
             "sluice_connections_active", "Client connections open now", value=m.connections_active
         )

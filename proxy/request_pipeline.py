@@ -177,7 +177,13 @@ class RequestPipeline:
     def close(self) -> list[object]:
         """The connection closed; the replies of the proxy's own requests nobody will answer now."""
         self.state = Lifecycle.CLOSED
-        return [r.reply for r in self._in_flight if r.kind is _OWN]
+        replies = [r.reply for r in self._in_flight if r.kind is _OWN]
+        # What was read and not sent goes back now (a closed connection holds no buffers).
+        self._in_flight.clear()
+        self._held = []
+        self._resume = None
+        self.outgoing = []
+        return replies
 
     # ---- requests -------------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from .listeners import PendingServer, bind_listening_socket, format_address
 from .log import get_logger
 from .metrics import ProxyCollector, ProxyMetrics
 from .metrics_http import MetricsEndpoint
+from .request_memory import RequestMemory
 from .sensor_sweep import SensorSweep
 from .services import Service, Services
 from .signals import ReloadHandlers, install_signal_handlers
@@ -52,6 +53,7 @@ class SluiceServer:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
         self.metrics = ProxyMetrics()
+        self.request_memory = self.metrics.request_memory = RequestMemory(config.max_buffered_request_bytes)
         self.registry = ConnectionRegistry(self.metrics)
         self.directory = BrokerDirectory(
             config.advertised_host,
@@ -82,6 +84,8 @@ class SluiceServer:
             config.idle_timeout_s,
             upstream_tls=self.upstream_tls,
             client_principal=certificate_principal(tls.principal_mapping_rules) if mtls else None,
+            request_memory=self.request_memory,
+            sasl_required=config.sasl if config.sasl.required else None,
         )
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()

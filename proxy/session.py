@@ -7,9 +7,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sluice.config.identity_settings import SaslSettings
+
     from .connection import ClientSide
     from .filters.chain import FilterChain
     from .metrics import ProxyMetrics
+    from .request_memory import RequestMemory
     from .tls import UpstreamTlsTarget
 
 
@@ -55,6 +58,8 @@ class SessionSettings:
         "max_frame_bytes",
         "metrics",
         "registry",
+        "request_memory",
+        "sasl_required",
         "upstream_tls",
     )
 
@@ -67,6 +72,8 @@ class SessionSettings:
         idle_timeout_s: float,
         upstream_tls: UpstreamTlsTarget | None = None,
         client_principal: Callable[[object], str | None] | None = None,
+        request_memory: RequestMemory | None = None,
+        sasl_required: SaslSettings | None = None,
     ) -> None:
         self.chain = chain
         self.metrics = metrics
@@ -80,3 +87,11 @@ class SessionSettings:
         self.upstream_tls = upstream_tls
         # The user a client certificate proves (mTLS listeners only); SASL, when used, overrides it.
         self.client_principal = client_principal
+        if request_memory is None:
+            from .request_memory import RequestMemory
+
+            request_memory = RequestMemory(max(max_frame_bytes, 256 << 20))
+        # Bytes of requests still arriving, across connections (max_buffered_request_bytes).
+        self.request_memory = request_memory
+        # The SASL settings when the brokers require SASL (sasl.required), else None.
+        self.sasl_required = sasl_required
