@@ -17,6 +17,7 @@ from sluice.config.errors import MISSING, ConfigError
 from sluice.config.quota_settings import (
     FetchThrottle,
     MutationSettings,
+    MuteScope,
     QuotaRule,
     QuotaSettings,
     ThrottleMode,
@@ -41,6 +42,7 @@ QUOTA_KEYS = (
     "sensor",
     "throttle_mode",
     "fetch_throttle",
+    "mute_scope",
     "mutations",
     "max_entities",
     "entities",
@@ -77,6 +79,7 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
     sensor_kinds = _sensor_kinds(value_at(raw, "sensor"), f"{key}.sensor")
     mode = _enum_choice(value_at(raw, "throttle_mode"), f"{key}.throttle_mode", ThrottleMode.KIP219)
     fetch = _enum_choice(value_at(raw, "fetch_throttle"), f"{key}.fetch_throttle", FetchThrottle.EMPTY)
+    mute_scope = _enum_choice(value_at(raw, "mute_scope"), f"{key}.mute_scope", MuteScope.ENTITY)
     mutations = _mutations(value_at(raw, "mutations"), f"{key}.mutations")
     max_entities_raw = value_at(raw, "max_entities")
     max_entities = (
@@ -93,7 +96,12 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
         max_entities=max_entities,
     )
     return QuotaSettings(
-        engine=engine, rules=rules, throttle_mode=mode, fetch_throttle=fetch, mutations=mutations
+        engine=engine,
+        rules=rules,
+        throttle_mode=mode,
+        fetch_throttle=fetch,
+        mutations=mutations,
+        mute_scope=mute_scope,
     )
 
 

@@ -34,6 +34,15 @@ class FetchThrottle(StrEnum):
     PASS = "pass"
 
 
+class MuteScope(StrEnum):
+    """Who a throttle holds (`quota.mute_scope`, docs/quotas.md)."""
+
+    # Every connection of the throttled entity (one quota however many connections).
+    ENTITY = "entity"
+    # Only the connection that earned the throttle, as a Kafka broker does.
+    CONNECTION = "connection"
+
+
 class ValidateOnly(StrEnum):
     """Whether a validate-only CreateTopics/CreatePartitions is charged to controller_mutation_rate."""
 
@@ -79,6 +88,7 @@ class QuotaSettings:
     throttle_mode: ThrottleMode = ThrottleMode.KIP219
     fetch_throttle: FetchThrottle = FetchThrottle.EMPTY
     mutations: MutationSettings = MutationSettings()
+    mute_scope: MuteScope = MuteScope.ENTITY
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))

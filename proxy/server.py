@@ -137,7 +137,11 @@ class SluiceServer:
             ),
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
             ClientQuotasFactory(
-                self.quota_managers, quota.throttle_mode, quota.fetch_throttle, self.throttle_stats
+                self.quota_managers,
+                quota.throttle_mode,
+                quota.fetch_throttle,
+                self.throttle_stats,
+                mute_scope=quota.mute_scope,
             ),
         ]
 

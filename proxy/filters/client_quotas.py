@@ -22,6 +22,10 @@ How the client is held (`quota.throttle_mode`):
   or passed with the field set (`pass`).
 * `delay`: the response is held for the throttle (bandwidth and request throttles summed, spec 2.9).
 * `auto`: `kip219` for request versions whose clients back off, `delay` for older ones.
+
+Who is held (`quota.mute_scope`): `entity` (default) shuts the throttled entity's gate
+(`entity_gate.py`), so a Produce of the same entity on any connection waits for it and is charged only
+when let in: one quota however many connections. `connection` mutes only the connection, as Kafka does.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import struct
 from collections.abc import Mapping
 from typing import ClassVar
 
-from sluice.config.quota_settings import FetchThrottle, ThrottleMode
+from sluice.config.quota_settings import FetchThrottle, MuteScope, ThrottleMode
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import api_spec
 from sluice.protocol.errors import ProtocolError
@@ -49,7 +53,8 @@ from sluice.protocol.throttle_field import (
 )
 from sluice.quota import QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
-from .base import ConnectionInfo, Filter, FilterFactory, Forward, Frame, InFlight, Respond
+from .base import ConnectionInfo, Defer, Filter, FilterFactory, Forward, Frame, InFlight, Respond
+from .entity_gate import EntityGates
 from .frames import with_body
 from .quota_metrics import ThrottleStats
 
@@ -74,12 +79,14 @@ class ClientQuotas(Filter):
         "_fetch",
         "_fetch_rules",
         "_fetch_throttle",
+        "_gates",
         "_mode",
         "_produce",
         "_produce_rules",
         "_request",
         "_request_rules",
         "_stats",
+        "_turn",
     )
 
     def __init__(self, conn: ConnectionInfo, shared: ClientQuotasFactory) -> None:
@@ -103,10 +110,13 @@ class ClientQuotas(Filter):
         self._mode = shared.mode
         self._fetch_throttle = shared.fetch_throttle
         self._stats = shared.stats
+        self._gates = shared.gates  # gives None for Kafka's per-connection mute only
+        # This connection's place in its entity's queue, while its Produce waits for the gate.
+        self._turn: object = None
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Defer:
         if header.api_key == _PRODUCE:
             if self._produce_rules.enabled_bits:
                 return self._charge_produce(header, frame)
@@ -115,10 +125,23 @@ class ClientQuotas(Filter):
             return self._cap_fetch(header, frame)
         return frame
 
-    def _charge_produce(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+    def _charge_produce(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Defer:
         conn = self.conn
         user, client_id = conn.user, header.client_id
-        throttle = self._produce.record_and_get_throttle_ms(user, client_id, len(frame) - 4, conn.now_ms())
+        now = conn.now_ms()
+        gates = self._gates()
+        if gates is not None:
+            gate_key = (_PRODUCE, self._produce.resolve(user, client_id).tags)
+            if self._turn is not None:
+                self._turn = None  # the gate let this request in: charge it now
+            else:
+                turn = gates.wait(gate_key, now)
+                if turn is not None:
+                    self._turn = turn
+                    return Defer(turn)  # the entity is throttled: wait, uncharged, on every connection
+        throttle = self._produce.record_and_get_throttle_ms(user, client_id, len(frame) - 4, now)
+        if gates is not None:
+            gates.admitted(gate_key, throttle, now)
         if throttle <= 0:
             return frame
         self._stats.record_quota("Produce", self._produce.resolve(user, client_id).tags, throttle)
@@ -280,13 +303,25 @@ class ClientQuotasFactory(FilterFactory):
         mode: ThrottleMode = ThrottleMode.KIP219,
         fetch_throttle: FetchThrottle = FetchThrottle.EMPTY,
         stats: ThrottleStats | None = None,
+        *,
+        mute_scope: MuteScope = MuteScope.ENTITY,
     ) -> None:
         self.managers = managers
         self.mode = mode
         self.fetch_throttle = fetch_throttle
         self.stats = stats if stats is not None else ThrottleStats()
+        self.mute_scope = mute_scope
+        self._gates: EntityGates | None = None
         # The managers' live rules: a quota added or removed at run time counts from the next request.
         self._request_rules = managers.request.rules
+
+    def gates(self) -> EntityGates | None:
+        """The entity gates every connection shares (made on the event loop, at the first connection)."""
+        if self.mute_scope is MuteScope.CONNECTION:
+            return None
+        if self._gates is None:
+            self._gates = EntityGates()
+        return self._gates
 
     def needs_cpu_time(self) -> bool:
         return self._request_rules.enabled_bits != 0  # a request_percentage quota is configured
