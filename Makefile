@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test soak bench lint clean
 
 install: $(STAMP)
 
@@ -19,6 +19,10 @@ demo: install
 test: install
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
+
+# Hostile clients and a flood while 200,000 records go through (a few minutes; not part of `make test`).
+soak: install
+	$(PY) -m pytest -q -s -m soak tests/test_soak.py
 
 bench: install
 	$(PY) tests/bench/run_all.py --out docs/benchmarks.md
