@@ -3,22 +3,32 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test soak bench lint clean
+.PHONY: install demo test test-fast soak bench lint clean
 
 install: $(STAMP)
 
+# PYTHONWARNINGS: setuptools prints a notice (information, not a warning about this project) on every
+# editable install.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 demo: install
 	$(PY) -m sluice.proxy demo
 
+# Every test, on three workers (the end-to-end tests mostly wait on throttles); the 15 slowest are listed
+# before pytest's summary line, which is the last line printed.
 test: install
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3 --durations=15
+
+# The unit and property tests: everything not marked `slow` (the end-to-end tests that start the test
+# broker, the proxy or client processes). Under a minute.
+test-fast: install
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -m "not slow" --durations=10
 
 # Hostile clients and a flood while 200,000 records go through (a few minutes; not part of `make test`).
 soak: install

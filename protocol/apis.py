@@ -1,6 +1,6 @@
 """The Kafka API table: versions, flexible versions and where `throttle_time_ms` sits.
 
-Source: spec section 5 (/work/shared/spec/kafka-quotas.md, Kafka trunk 2024-10 snapshot) plus the
+Source: spec section 5 (docs/kafka-quotas-spec.md, Kafka trunk 2024-10 snapshot) plus the
 APIs it lists as having no throttle field. kafka-python 3.0.12 bundles Kafka 4.x schemas, which know
 newer versions of some APIs (Produce 13, Fetch 18, ListOffsets 11, Metadata 13, OffsetCommit 10,
 OffsetFetch 10, DescribeGroups 6, InitProducerId 6, WriteTxnMarkers 2, TxnOffsetCommit 5,
@@ -17,24 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
 
-from sluice.protocol.errors import ProtocolError
-from sluice.protocol.primitives import (
-    read_int16,
-    skip_compact_nullable_string,
-    skip_nullable_string,
-)
-
-
-class _ParsedHeader(Protocol):
-    """What `produce_acks` needs of a request header (headers.py imports this module, not the reverse)."""
-
-    @property
-    def size(self) -> int: ...
-
-    @property
-    def api_version(self) -> int: ...
+from sluice.protocol.api_keys import ApiKey
 
 
 class ThrottlePosition(Enum):
@@ -69,95 +53,97 @@ _F = ThrottlePosition.FIRST
 _NEVER = None
 
 # (key, name, min, max, flexible from, field from, client throttles from, position)
-_ROWS: tuple[tuple[int, str, int, int, int | None, int | None, int | None, ThrottlePosition | None], ...] = (
-    (0, "Produce", 0, 13, 9, 1, 6, ThrottlePosition.AFTER_RESPONSES),
-    (1, "Fetch", 0, 18, 12, 1, 8, _F),
-    (2, "ListOffsets", 0, 11, 6, 2, 3, _F),
-    (3, "Metadata", 0, 13, 9, 3, 6, _F),
-    (4, "LeaderAndIsr", 0, 7, 4, None, None, None),
-    (5, "StopReplica", 0, 4, 2, None, None, None),
-    (6, "UpdateMetadata", 0, 8, 6, None, None, None),
-    (7, "ControlledShutdown", 0, 3, 3, None, None, None),
-    (8, "OffsetCommit", 0, 10, 8, 3, 4, _F),
-    (9, "OffsetFetch", 0, 10, 6, 3, 4, _F),
-    (10, "FindCoordinator", 0, 6, 3, 1, 2, _F),
-    (11, "JoinGroup", 0, 9, 6, 2, 3, _F),
-    (12, "Heartbeat", 0, 4, 4, 1, 2, _F),
-    (13, "LeaveGroup", 0, 5, 4, 1, 2, _F),
-    (14, "SyncGroup", 0, 5, 4, 1, 2, _F),
-    (15, "DescribeGroups", 0, 6, 5, 1, 2, _F),
-    (16, "ListGroups", 0, 5, 3, 1, 2, _F),
-    (17, "SaslHandshake", 0, 1, None, None, None, None),
-    (18, "ApiVersions", 0, 4, 3, 1, 2, ThrottlePosition.AFTER_API_KEYS),
-    (19, "CreateTopics", 0, 7, 5, 2, 3, _F),
-    (20, "DeleteTopics", 0, 6, 4, 1, 2, _F),
-    (21, "DeleteRecords", 0, 2, 2, 0, 1, _F),
-    (22, "InitProducerId", 0, 6, 2, 0, 1, _F),
-    (23, "OffsetForLeaderEpoch", 0, 4, 4, 2, _NEVER, _F),
-    (24, "AddPartitionsToTxn", 0, 5, 3, 0, 1, _F),
-    (25, "AddOffsetsToTxn", 0, 4, 3, 0, 1, _F),
-    (26, "EndTxn", 0, 5, 3, 0, 1, _F),
-    (27, "WriteTxnMarkers", 0, 2, 1, None, None, None),
-    (28, "TxnOffsetCommit", 0, 5, 3, 0, 1, _F),
-    (29, "DescribeAcls", 0, 3, 2, 0, 1, _F),
-    (30, "CreateAcls", 0, 3, 2, 0, 1, _F),
-    (31, "DeleteAcls", 0, 3, 2, 0, 1, _F),
-    (32, "DescribeConfigs", 0, 4, 4, 0, 2, _F),
-    (33, "AlterConfigs", 0, 2, 2, 0, 1, _F),
-    (34, "AlterReplicaLogDirs", 0, 2, 2, 0, 1, _F),
-    (35, "DescribeLogDirs", 0, 5, 2, 0, 1, _F),
-    (36, "SaslAuthenticate", 0, 2, 2, None, None, None),
-    (37, "CreatePartitions", 0, 3, 2, 0, 1, _F),
-    (38, "CreateDelegationToken", 0, 3, 2, 0, 1, ThrottlePosition.LAST),
-    (39, "RenewDelegationToken", 0, 2, 2, 0, 1, ThrottlePosition.LAST),
-    (40, "ExpireDelegationToken", 0, 2, 2, 0, 1, ThrottlePosition.LAST),
-    (41, "DescribeDelegationToken", 0, 3, 2, 0, 1, ThrottlePosition.LAST),
-    (42, "DeleteGroups", 0, 2, 2, 0, 1, _F),
-    (43, "ElectLeaders", 0, 2, 2, 0, 0, _F),
-    (44, "IncrementalAlterConfigs", 0, 1, 1, 0, 0, _F),
-    (45, "AlterPartitionReassignments", 0, 1, 0, 0, 0, _F),
-    (46, "ListPartitionReassignments", 0, 0, 0, 0, 0, _F),
-    (47, "OffsetDelete", 0, 0, None, 0, 0, ThrottlePosition.SECOND),
-    (48, "DescribeClientQuotas", 0, 1, 1, 0, _NEVER, _F),
-    (49, "AlterClientQuotas", 0, 1, 1, 0, _NEVER, _F),
-    (50, "DescribeUserScramCredentials", 0, 0, 0, 0, 0, _F),
-    (51, "AlterUserScramCredentials", 0, 0, 0, 0, 0, _F),
-    (52, "Vote", 0, 1, 0, None, None, None),
-    (53, "BeginQuorumEpoch", 0, 1, 1, None, None, None),
-    (54, "EndQuorumEpoch", 0, 1, 1, None, None, None),
-    (55, "DescribeQuorum", 0, 2, 0, None, None, None),
-    (56, "AlterPartition", 0, 3, 0, 0, _NEVER, _F),
-    (57, "UpdateFeatures", 0, 2, 0, 0, _NEVER, _F),
-    (58, "Envelope", 0, 0, 0, None, None, None),
-    (59, "FetchSnapshot", 0, 1, 0, 0, _NEVER, _F),
-    (60, "DescribeCluster", 0, 2, 0, 0, _NEVER, _F),
-    (61, "DescribeProducers", 0, 0, 0, 0, _NEVER, _F),
-    (62, "BrokerRegistration", 0, 4, 0, 0, 0, _F),
-    (63, "BrokerHeartbeat", 0, 1, 0, 0, 0, _F),
-    (64, "UnregisterBroker", 0, 0, 0, 0, 0, _F),
-    (65, "DescribeTransactions", 0, 0, 0, 0, _NEVER, _F),
-    (66, "ListTransactions", 0, 2, 0, 0, _NEVER, _F),
-    (67, "AllocateProducerIds", 0, 0, 0, 0, _NEVER, _F),
-    (68, "ConsumerGroupHeartbeat", 0, 1, 0, 0, _NEVER, _F),
-    (69, "ConsumerGroupDescribe", 0, 0, 0, 0, _NEVER, _F),
-    (70, "ControllerRegistration", 0, 0, 0, 0, _NEVER, _F),
-    (71, "GetTelemetrySubscriptions", 0, 0, 0, 0, _NEVER, _F),
-    (72, "PushTelemetry", 0, 0, 0, 0, _NEVER, _F),
-    (73, "AssignReplicasToDirs", 0, 0, 0, 0, _NEVER, _F),
-    (74, "ListClientMetricsResources", 0, 1, 0, 0, _NEVER, _F),
-    (75, "DescribeTopicPartitions", 0, 0, 0, 0, 0, _F),
-    (76, "ShareGroupHeartbeat", 0, 0, 0, 0, _NEVER, _F),
-    (77, "ShareGroupDescribe", 0, 0, 0, 0, _NEVER, _F),
-    (78, "ShareFetch", 0, 0, 0, 0, _NEVER, _F),
-    (79, "ShareAcknowledge", 0, 0, 0, 0, _NEVER, _F),
-    (80, "AddRaftVoter", 0, 0, 0, 0, _NEVER, _F),
-    (81, "RemoveRaftVoter", 0, 0, 0, 0, _NEVER, _F),
-    (82, "UpdateRaftVoter", 0, 0, 0, 0, _NEVER, _F),
-    (83, "InitializeShareGroupState", 0, 0, 0, None, None, None),
-    (84, "ReadShareGroupState", 0, 0, 0, None, None, None),
-    (85, "WriteShareGroupState", 0, 0, 0, None, None, None),
-    (86, "DeleteShareGroupState", 0, 0, 0, None, None, None),
-    (87, "ReadShareGroupStateSummary", 0, 0, 0, None, None, None),
+_ROWS: tuple[
+    tuple[ApiKey, str, int, int, int | None, int | None, int | None, ThrottlePosition | None], ...
+] = (
+    (ApiKey.PRODUCE, "Produce", 0, 13, 9, 1, 6, ThrottlePosition.AFTER_RESPONSES),
+    (ApiKey.FETCH, "Fetch", 0, 18, 12, 1, 8, _F),
+    (ApiKey.LIST_OFFSETS, "ListOffsets", 0, 11, 6, 2, 3, _F),
+    (ApiKey.METADATA, "Metadata", 0, 13, 9, 3, 6, _F),
+    (ApiKey.LEADER_AND_ISR, "LeaderAndIsr", 0, 7, 4, None, None, None),
+    (ApiKey.STOP_REPLICA, "StopReplica", 0, 4, 2, None, None, None),
+    (ApiKey.UPDATE_METADATA, "UpdateMetadata", 0, 8, 6, None, None, None),
+    (ApiKey.CONTROLLED_SHUTDOWN, "ControlledShutdown", 0, 3, 3, None, None, None),
+    (ApiKey.OFFSET_COMMIT, "OffsetCommit", 0, 10, 8, 3, 4, _F),
+    (ApiKey.OFFSET_FETCH, "OffsetFetch", 0, 10, 6, 3, 4, _F),
+    (ApiKey.FIND_COORDINATOR, "FindCoordinator", 0, 6, 3, 1, 2, _F),
+    (ApiKey.JOIN_GROUP, "JoinGroup", 0, 9, 6, 2, 3, _F),
+    (ApiKey.HEARTBEAT, "Heartbeat", 0, 4, 4, 1, 2, _F),
+    (ApiKey.LEAVE_GROUP, "LeaveGroup", 0, 5, 4, 1, 2, _F),
+    (ApiKey.SYNC_GROUP, "SyncGroup", 0, 5, 4, 1, 2, _F),
+    (ApiKey.DESCRIBE_GROUPS, "DescribeGroups", 0, 6, 5, 1, 2, _F),
+    (ApiKey.LIST_GROUPS, "ListGroups", 0, 5, 3, 1, 2, _F),
+    (ApiKey.SASL_HANDSHAKE, "SaslHandshake", 0, 1, None, None, None, None),
+    (ApiKey.API_VERSIONS, "ApiVersions", 0, 4, 3, 1, 2, ThrottlePosition.AFTER_API_KEYS),
+    (ApiKey.CREATE_TOPICS, "CreateTopics", 0, 7, 5, 2, 3, _F),
+    (ApiKey.DELETE_TOPICS, "DeleteTopics", 0, 6, 4, 1, 2, _F),
+    (ApiKey.DELETE_RECORDS, "DeleteRecords", 0, 2, 2, 0, 1, _F),
+    (ApiKey.INIT_PRODUCER_ID, "InitProducerId", 0, 6, 2, 0, 1, _F),
+    (ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 0, 4, 4, 2, _NEVER, _F),
+    (ApiKey.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5, 3, 0, 1, _F),
+    (ApiKey.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4, 3, 0, 1, _F),
+    (ApiKey.END_TXN, "EndTxn", 0, 5, 3, 0, 1, _F),
+    (ApiKey.WRITE_TXN_MARKERS, "WriteTxnMarkers", 0, 2, 1, None, None, None),
+    (ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 5, 3, 0, 1, _F),
+    (ApiKey.DESCRIBE_ACLS, "DescribeAcls", 0, 3, 2, 0, 1, _F),
+    (ApiKey.CREATE_ACLS, "CreateAcls", 0, 3, 2, 0, 1, _F),
+    (ApiKey.DELETE_ACLS, "DeleteAcls", 0, 3, 2, 0, 1, _F),
+    (ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 0, 4, 4, 0, 2, _F),
+    (ApiKey.ALTER_CONFIGS, "AlterConfigs", 0, 2, 2, 0, 1, _F),
+    (ApiKey.ALTER_REPLICA_LOG_DIRS, "AlterReplicaLogDirs", 0, 2, 2, 0, 1, _F),
+    (ApiKey.DESCRIBE_LOG_DIRS, "DescribeLogDirs", 0, 5, 2, 0, 1, _F),
+    (ApiKey.SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2, 2, None, None, None),
+    (ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3, 2, 0, 1, _F),
+    (ApiKey.CREATE_DELEGATION_TOKEN, "CreateDelegationToken", 0, 3, 2, 0, 1, ThrottlePosition.LAST),
+    (ApiKey.RENEW_DELEGATION_TOKEN, "RenewDelegationToken", 0, 2, 2, 0, 1, ThrottlePosition.LAST),
+    (ApiKey.EXPIRE_DELEGATION_TOKEN, "ExpireDelegationToken", 0, 2, 2, 0, 1, ThrottlePosition.LAST),
+    (ApiKey.DESCRIBE_DELEGATION_TOKEN, "DescribeDelegationToken", 0, 3, 2, 0, 1, ThrottlePosition.LAST),
+    (ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2, 2, 0, 1, _F),
+    (ApiKey.ELECT_LEADERS, "ElectLeaders", 0, 2, 2, 0, 0, _F),
+    (ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1, 1, 0, 0, _F),
+    (ApiKey.ALTER_PARTITION_REASSIGNMENTS, "AlterPartitionReassignments", 0, 1, 0, 0, 0, _F),
+    (ApiKey.LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignments", 0, 0, 0, 0, 0, _F),
+    (ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0, None, 0, 0, ThrottlePosition.SECOND),
+    (ApiKey.DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas", 0, 1, 1, 0, _NEVER, _F),
+    (ApiKey.ALTER_CLIENT_QUOTAS, "AlterClientQuotas", 0, 1, 1, 0, _NEVER, _F),
+    (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, "DescribeUserScramCredentials", 0, 0, 0, 0, 0, _F),
+    (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, "AlterUserScramCredentials", 0, 0, 0, 0, 0, _F),
+    (ApiKey.VOTE, "Vote", 0, 1, 0, None, None, None),
+    (ApiKey.BEGIN_QUORUM_EPOCH, "BeginQuorumEpoch", 0, 1, 1, None, None, None),
+    (ApiKey.END_QUORUM_EPOCH, "EndQuorumEpoch", 0, 1, 1, None, None, None),
+    (ApiKey.DESCRIBE_QUORUM, "DescribeQuorum", 0, 2, 0, None, None, None),
+    (ApiKey.ALTER_PARTITION, "AlterPartition", 0, 3, 0, 0, _NEVER, _F),
+    (ApiKey.UPDATE_FEATURES, "UpdateFeatures", 0, 2, 0, 0, _NEVER, _F),
+    (ApiKey.ENVELOPE, "Envelope", 0, 0, 0, None, None, None),
+    (ApiKey.FETCH_SNAPSHOT, "FetchSnapshot", 0, 1, 0, 0, _NEVER, _F),
+    (ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 2, 0, 0, _NEVER, _F),
+    (ApiKey.DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.BROKER_REGISTRATION, "BrokerRegistration", 0, 4, 0, 0, 0, _F),
+    (ApiKey.BROKER_HEARTBEAT, "BrokerHeartbeat", 0, 1, 0, 0, 0, _F),
+    (ApiKey.UNREGISTER_BROKER, "UnregisterBroker", 0, 0, 0, 0, 0, _F),
+    (ApiKey.DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.LIST_TRANSACTIONS, "ListTransactions", 0, 2, 0, 0, _NEVER, _F),
+    (ApiKey.ALLOCATE_PRODUCER_IDS, "AllocateProducerIds", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat", 0, 1, 0, 0, _NEVER, _F),
+    (ApiKey.CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribe", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.CONTROLLER_REGISTRATION, "ControllerRegistration", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, "GetTelemetrySubscriptions", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.PUSH_TELEMETRY, "PushTelemetry", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.ASSIGN_REPLICAS_TO_DIRS, "AssignReplicasToDirs", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.LIST_CLIENT_METRICS_RESOURCES, "ListClientMetricsResources", 0, 1, 0, 0, _NEVER, _F),
+    (ApiKey.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions", 0, 0, 0, 0, 0, _F),
+    (ApiKey.SHARE_GROUP_HEARTBEAT, "ShareGroupHeartbeat", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.SHARE_GROUP_DESCRIBE, "ShareGroupDescribe", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.SHARE_FETCH, "ShareFetch", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.SHARE_ACKNOWLEDGE, "ShareAcknowledge", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.ADD_RAFT_VOTER, "AddRaftVoter", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.REMOVE_RAFT_VOTER, "RemoveRaftVoter", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.UPDATE_RAFT_VOTER, "UpdateRaftVoter", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.INITIALIZE_SHARE_GROUP_STATE, "InitializeShareGroupState", 0, 0, 0, None, None, None),
+    (ApiKey.READ_SHARE_GROUP_STATE, "ReadShareGroupState", 0, 0, 0, None, None, None),
+    (ApiKey.WRITE_SHARE_GROUP_STATE, "WriteShareGroupState", 0, 0, 0, None, None, None),
+    (ApiKey.DELETE_SHARE_GROUP_STATE, "DeleteShareGroupState", 0, 0, 0, None, None, None),
+    (ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, "ReadShareGroupStateSummary", 0, 0, 0, None, None, None),
 )
 
 API_SPECS: dict[int, ApiSpec] = {
@@ -182,10 +168,9 @@ FLEXIBLE_FROM: dict[int, int] = {
     key: (spec.flexible_from if spec.flexible_from is not None else NOT_FLEXIBLE)
     for key, spec in API_SPECS.items()
 }
-
-API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
-PRODUCE_KEY = 0
+# Bound once: a member read through the enum class costs several times a module global's.
+_API_VERSIONS = ApiKey.API_VERSIONS
+_CONTROLLED_SHUTDOWN = ApiKey.CONTROLLED_SHUTDOWN
 
 
 def api_spec(key: int) -> ApiSpec | None:
@@ -206,34 +191,13 @@ def request_header_version(key: int, version: int) -> int:
     """
     if version >= FLEXIBLE_FROM.get(key, NOT_FLEXIBLE):
         return 2
-    if key == CONTROLLED_SHUTDOWN_KEY and version == 0:
+    if key == _CONTROLLED_SHUTDOWN and version == 0:
         return 0
     return 1
 
 
 def response_header_version(key: int, version: int) -> int:
     """1 (correlation id + tagged fields) for flexible versions, else 0; ApiVersions is always 0."""
-    if key == API_VERSIONS_KEY:
+    if key == _API_VERSIONS:
         return 0
     return 1 if version >= FLEXIBLE_FROM.get(key, NOT_FLEXIBLE) else 0
-
-
-def produce_acks(frame: memoryview | bytes, header: _ParsedHeader) -> int:
-    """Read `acks` from a Produce request without decoding the rest of the body.
-
-    `frame` includes the 4-byte length prefix; the body starts at 4 + header.size.
-    v0-2: acks is the first field. v3+: it follows the nullable transactional_id, which is a compact
-    string in flexible versions (v9+).
-    """
-    pos = 4 + header.size
-    version = header.api_version
-    try:
-        if version >= 3:
-            if version >= FLEXIBLE_FROM[PRODUCE_KEY]:
-                pos = skip_compact_nullable_string(frame, pos)
-            else:
-                pos = skip_nullable_string(frame, pos)
-        acks, _ = read_int16(frame, pos)
-    except ProtocolError as exc:
-        raise ProtocolError("bad_produce_request", exc.detail or exc.reason) from None
-    return acks

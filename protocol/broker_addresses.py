@@ -13,6 +13,7 @@ from typing import Any
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.codec_quirks import decode_body, encode_body
 from sluice.protocol.metadata_brokers import (
     METADATA_FAST_PATH_MAX_VERSION,
@@ -21,9 +22,6 @@ from sluice.protocol.metadata_brokers import (
     rewrite_metadata_brokers,
 )
 
-METADATA_KEY = 3
-FIND_COORDINATOR_KEY = 10
-DESCRIBE_CLUSTER_KEY = 60
 NO_NODE = -1
 COORDINATOR_NOT_AVAILABLE = 15
 COORDINATOR_NOT_ADVERTISED = "The coordinator's broker is not reachable through this proxy."
@@ -33,9 +31,9 @@ _FIRST_WITH_ERROR_MESSAGE = 1
 # The highest response version of each address-carrying API this package can rewrite. The ApiVersions
 # clamp must keep clients at or below these.
 REWRITABLE_MAX_VERSIONS: Mapping[int, int] = {
-    METADATA_KEY: min(METADATA_FAST_PATH_MAX_VERSION, MetadataResponse.max_version),
-    FIND_COORDINATOR_KEY: FindCoordinatorResponse.max_version,
-    DESCRIBE_CLUSTER_KEY: DescribeClusterResponse.max_version,
+    ApiKey.METADATA: min(METADATA_FAST_PATH_MAX_VERSION, MetadataResponse.max_version),
+    ApiKey.FIND_COORDINATOR: FindCoordinatorResponse.max_version,
+    ApiKey.DESCRIBE_CLUSTER: DescribeClusterResponse.max_version,
 }
 
 __all__ = [
@@ -61,23 +59,23 @@ def rewrite_broker_addresses(
     leave it out of their brokers, FindCoordinator answers COORDINATOR_NOT_AVAILABLE for it (node -1),
     which clients retry, as they do while a coordinator moves.
     """
-    if api_key == METADATA_KEY:
+    if api_key == ApiKey.METADATA:
         return rewrite_metadata_brokers(api_version, body, address_for)
-    if api_key == FIND_COORDINATOR_KEY:
+    if api_key == ApiKey.FIND_COORDINATOR:
         return _rewrite_find_coordinator(api_version, body, address_for)
-    if api_key == DESCRIBE_CLUSTER_KEY:
+    if api_key == ApiKey.DESCRIBE_CLUSTER:
         return _rewrite_describe_cluster(api_version, body, address_for)
     return None
 
 
 def decode_brokers(api_key: int, api_version: int, body: memoryview | bytes) -> list[tuple[int, str, int]]:
     """(node_id, host, port) of every broker or coordinator (node_id -1 entries excluded) in a body."""
-    if api_key == METADATA_KEY:
+    if api_key == ApiKey.METADATA:
         return metadata_brokers(api_version, body)
-    if api_key == FIND_COORDINATOR_KEY:
+    if api_key == ApiKey.FIND_COORDINATOR:
         message = decode_body(FindCoordinatorResponse, api_version, body)
         return [(n.node_id, n.host, n.port) for n in _coordinator_nodes(api_version, message)]
-    if api_key == DESCRIBE_CLUSTER_KEY:
+    if api_key == ApiKey.DESCRIBE_CLUSTER:
         message = decode_body(DescribeClusterResponse, api_version, body)
         return [(b.broker_id, b.host, b.port) for b in message.brokers]
     raise ValueError(f"API key {api_key} carries no broker addresses")

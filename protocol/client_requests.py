@@ -16,18 +16,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.message_codec import decode_response_body, encode_request_body
 
-PRODUCE = 0
-FETCH = 1
-LIST_OFFSETS = 2
-METADATA = 3
-SASL_HANDSHAKE = 17
-API_VERSIONS = 18
-CREATE_TOPICS = 19
-INIT_PRODUCER_ID = 22
-SASL_AUTHENTICATE = 36
+# The APIs this client speaks, by the names its callers import.
+PRODUCE = ApiKey.PRODUCE
+FETCH = ApiKey.FETCH
+LIST_OFFSETS = ApiKey.LIST_OFFSETS
+METADATA = ApiKey.METADATA
+SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+API_VERSIONS = ApiKey.API_VERSIONS
+CREATE_TOPICS = ApiKey.CREATE_TOPICS
+INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
+SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
 
 API_VERSIONS_VERSION = 2
 CLIENT_VERSIONS: Mapping[int, tuple[int, int]] = {

@@ -14,6 +14,7 @@ import struct
 
 from kafka.protocol.consumer import FetchResponse
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import API_SPECS
 from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.errors import ProtocolError
@@ -27,8 +28,7 @@ __all__ = [
     "fetch_response_session",
 ]
 
-FETCH_KEY = 1
-FETCH_MAX_VERSION = API_SPECS[FETCH_KEY].max_version
+FETCH_MAX_VERSION = API_SPECS[ApiKey.FETCH].max_version
 
 _FIRST_WITH_MAX_BYTES = 3
 _FIRST_WITHOUT_REPLICA_ID = 15

@@ -23,15 +23,14 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.codec_quirks import decode_body, encode_body
 from sluice.protocol.errors import ProtocolError
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
 # The newest versions these codecs read; the proxy clamps ApiVersions answers to them.
 SASL_MAX_VERSIONS: dict[int, int] = {
-    SASL_HANDSHAKE: min(SaslHandshakeRequest.max_version, SaslHandshakeResponse.max_version),
-    SASL_AUTHENTICATE: min(SaslAuthenticateRequest.max_version, SaslAuthenticateResponse.max_version),
+    ApiKey.SASL_HANDSHAKE: min(SaslHandshakeRequest.max_version, SaslHandshakeResponse.max_version),
+    ApiKey.SASL_AUTHENTICATE: min(SaslAuthenticateRequest.max_version, SaslAuthenticateResponse.max_version),
 }
 
 _INT16_RANGE = range(-(2**15), 2**15)
@@ -39,8 +38,6 @@ _INT64_RANGE = range(-(2**63), 2**63)
 _BytesLike = bytes | bytearray | memoryview
 
 __all__ = [
-    "SASL_AUTHENTICATE",
-    "SASL_HANDSHAKE",
     "SASL_MAX_VERSIONS",
     "SaslAuthenticateResult",
     "SaslHandshakeResult",

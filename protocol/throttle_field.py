@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import API_SPECS, ThrottlePosition
 from sluice.protocol.codec_quirks import api_versions_body_version
 from sluice.protocol.errors import ProtocolError
@@ -56,12 +57,7 @@ _PACK_INT32_INTO = _INT32.pack_into
 _FIELD_SIZE = 4
 _FRAME_PREFIX = 4
 
-_PRODUCE = 0
-_API_VERSIONS = 18
-_CREATE_DELEGATION_TOKEN = 38
-_RENEW_DELEGATION_TOKEN = 39
-_EXPIRE_DELEGATION_TOKEN = 40
-_DESCRIBE_DELEGATION_TOKEN = 41
+_API_VERSIONS = ApiKey.API_VERSIONS
 
 _PRODUCE_FIRST_FLEXIBLE = 9
 _PRODUCE_FIRST_WITH_TOPIC_ID = 13
@@ -239,7 +235,7 @@ def _skip_tags(body: Buffer, pos: int) -> int:
 
 
 def _produce_offset(api_version: int, body: Buffer) -> int:
-    _check_version(_PRODUCE, api_version)
+    _check_version(ApiKey.PRODUCE, api_version)
     if api_version < _PRODUCE_FIRST_FLEXIBLE:
         # Nothing follows the field in a non-flexible Produce body: it is the last 4 bytes.
         if len(body) < _FIELD_SIZE:
@@ -310,7 +306,7 @@ def _api_versions_offset(api_version: int, body: Buffer) -> int | None:
 def _create_delegation_token_offset(api_version: int, body: Buffer) -> int:
     """error_code, principal type and name, requester type and name (v3+), three timestamps,
     token_id, hmac (bytes), then the field."""
-    _check_version(_CREATE_DELEGATION_TOKEN, api_version)
+    _check_version(ApiKey.CREATE_DELEGATION_TOKEN, api_version)
     flexible = api_version >= _DELEGATION_FIRST_FLEXIBLE
     pos = _skip_principals(body, 2, api_version, flexible)
     pos = _skip_string(body, pos + _TIMESTAMPS, flexible)
@@ -329,7 +325,7 @@ def _renew_or_expire_delegation_token_offset(api_key: int) -> Callable[[int, Buf
 def _describe_delegation_token_offset(api_version: int, body: Buffer) -> int:
     """error_code, tokens (each: principals as in Create, three timestamps, token_id, hmac, renewers
     (principal type and name, tagged fields), tagged fields), then the field."""
-    _check_version(_DESCRIBE_DELEGATION_TOKEN, api_version)
+    _check_version(ApiKey.DESCRIBE_DELEGATION_TOKEN, api_version)
     flexible = api_version >= _DELEGATION_FIRST_FLEXIBLE
     tokens, pos = _array_length(body, 2, flexible)
     for _ in range(tokens):
@@ -356,12 +352,12 @@ def _skip_principals(body: Buffer, pos: int, api_version: int, flexible: bool) -
 _Walk = Callable[[int, Buffer], int | None]
 
 _WALK_BY_KEY: dict[int, _Walk] = {
-    _PRODUCE: _produce_offset,
+    ApiKey.PRODUCE: _produce_offset,
     _API_VERSIONS: _api_versions_offset,
-    _CREATE_DELEGATION_TOKEN: _create_delegation_token_offset,
-    _RENEW_DELEGATION_TOKEN: _renew_or_expire_delegation_token_offset(_RENEW_DELEGATION_TOKEN),
-    _EXPIRE_DELEGATION_TOKEN: _renew_or_expire_delegation_token_offset(_EXPIRE_DELEGATION_TOKEN),
-    _DESCRIBE_DELEGATION_TOKEN: _describe_delegation_token_offset,
+    ApiKey.CREATE_DELEGATION_TOKEN: _create_delegation_token_offset,
+    ApiKey.RENEW_DELEGATION_TOKEN: _renew_or_expire_delegation_token_offset(ApiKey.RENEW_DELEGATION_TOKEN),
+    ApiKey.EXPIRE_DELEGATION_TOKEN: _renew_or_expire_delegation_token_offset(ApiKey.EXPIRE_DELEGATION_TOKEN),
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: _describe_delegation_token_offset,
 }
 
 

@@ -31,8 +31,6 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from sluice.protocol.codec_quirks import decode_body, encode_body
 from sluice.protocol.errors import ProtocolError
 
-METADATA_KEY = 3
-DESCRIBE_CONFIGS_KEY = 32
 TOPIC_METADATA_VERSION = 4
 TOPIC_IDS_METADATA_VERSION = 10
 TOPIC_ID_LOOKUP_METADATA_VERSION = 12

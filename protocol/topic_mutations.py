@@ -29,11 +29,11 @@ from kafka.protocol.admin.topics import (
 )
 from kafka.protocol.api_message import ApiMessage
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.codec_quirks import decode_body, encode_body
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import INT32_MAX
 
-CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 THROTTLING_QUOTA_EXCEEDED = 89
 QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
 UNKNOWN_SERVER_ERROR = -1
@@ -93,7 +93,7 @@ def _delete_topic(version: int, topic: Any) -> TopicMutation:
 
 
 _APIS: dict[int, _Api] = {
-    CREATE_TOPICS: _Api(
+    ApiKey.CREATE_TOPICS: _Api(
         CreateTopicsRequest,
         CreateTopicsResponse,
         "topics",
@@ -104,7 +104,7 @@ _APIS: dict[int, _Api] = {
         validate_only=lambda version, request: version >= 1 and bool(request.validate_only),
         bad_request="bad_create_topics_request",
     ),
-    DELETE_TOPICS: _Api(
+    ApiKey.DELETE_TOPICS: _Api(
         DeleteTopicsRequest,
         DeleteTopicsResponse,
         "responses",
@@ -115,7 +115,7 @@ _APIS: dict[int, _Api] = {
         validate_only=lambda version, request: False,
         bad_request="bad_delete_topics_request",
     ),
-    CREATE_PARTITIONS: _Api(
+    ApiKey.CREATE_PARTITIONS: _Api(
         CreatePartitionsRequest,
         CreatePartitionsResponse,
         "results",

@@ -1,104 +1,138 @@
-"""`sluice` command line: run the proxy, the test broker, the load generator and the demo."""
+"""`sluice` command line: one table of subcommands, each with a one-line purpose and its own module.
+
+A subcommand's module defines ``add_arguments(parser)`` and ``run(args) -> int`` (the exit code), and may
+define ``error_hint(message) -> str | None`` to add a hint to a usage error. It is imported only when that
+subcommand runs, so `sluice run` never imports the load generator's or the demo's dependencies. To add a
+subcommand, add one row to SUBCOMMANDS.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from types import ModuleType
+from typing import NoReturn
 
-from sluice.config.address_checks import check_addresses
-from sluice.config.errors import ConfigError
-from sluice.config.load import load_config
-from sluice.config.model import ProxyConfig
-
-from .listeners import raise_open_file_limit
-from .log import configure_logging, get_logger
-from .services import ServiceStartError
-
-EXIT_CONFIG_ERROR = 2
+PROG = "sluice"
 
 
-def run_event_loop(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
-    """Run `main` on uvloop when it is installed, on plain asyncio otherwise: same code either way."""
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    purpose: str  # one line, shown by `sluice --help` and at the top of `sluice NAME --help`
+    module: str  # defines add_arguments(parser) and run(args) -> int
+
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("run", "run the proxy in front of a Kafka cluster", "sluice.proxy.commands.run"),
+    Subcommand(
+        "check-config",
+        "validate a configuration file and print the configuration it gives",
+        "sluice.proxy.commands.check_config",
+    ),
+    Subcommand(
+        "mock-cluster",
+        "run a local test broker (librdkafka's mock Kafka cluster)",
+        "sluice.proxy.tools.mock_cluster",
+    ),
+    Subcommand(
+        "perf-test",
+        "produce records, report throughput and latency (kafka-producer-perf-test)",
+        "sluice.proxy.tools.perf_test",
+    ),
+    Subcommand(
+        "consume",
+        "read records, report how many and how fast (kafka-consumer-perf-test)",
+        "sluice.proxy.tools.consume",
+    ),
+    Subcommand(
+        "demo",
+        "watch Sluice hold producers and a consumer to their quotas, with a chart",
+        "sluice.proxy.tools.demo",
+    ),
+)
+
+
+def package_version() -> str:
     try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main())
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(main())
+        return version("sluice")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
-def _run_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run the proxy")
-    p.add_argument("--config", metavar="FILE", help="YAML configuration file")
-    p.add_argument("--upstream", metavar="HOST:PORT[,HOST:PORT...]", help="bootstrap servers of the cluster")
-    p.add_argument("--listen", metavar="HOST:PORT", help="bootstrap listener of the proxy")
-    p.add_argument("--advertised-host", metavar="H", help="host clients are told to connect to")
-    p.add_argument("--broker-port-base", metavar="N", type=int, help="broker node N listens on N + this port")
-    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here")
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's default after its help (unless None or already said); descriptions and epilogs keep
+    their line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS, [])
+        if shown and "%(default)" not in text and "default:" not in text and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, object]:
-    flags = {
-        "upstream.bootstrap": args.upstream,
-        "listen": args.listen,
-        "advertised_host": args.advertised_host,
-        "broker_port_base": args.broker_port_base,
-        "metrics.listen": args.metrics,
-    }
-    return {key: value for key, value in flags.items() if value is not None}
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: a usage error names the subcommand and may carry the module's hint."""
+
+    def __init__(self, *args: object, hint: object = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._hint = hint
+
+    def error(self, message: str) -> NoReturn:
+        hint = self._hint(message) if callable(self._hint) else None
+        super().error(f"{message}\n  {hint}" if hint else message)
 
 
-async def _serve(config: ProxyConfig) -> int:
-    from .server import SluiceServer
+def command_parser(command: Subcommand) -> tuple[argparse.ArgumentParser, ModuleType]:
+    """The subcommand's own parser (prog `sluice NAME`), and its module."""
+    module = importlib.import_module(command.module)
+    parser = _CommandParser(
+        prog=f"{PROG} {command.name}",
+        description=getattr(module, "DESCRIPTION", None) or command.purpose[:1].upper() + command.purpose[1:],
+        epilog=getattr(module, "EPILOG", None),
+        formatter_class=HelpFormatter,
+        hint=getattr(module, "error_hint", None),
+    )
+    module.add_arguments(parser)
+    return parser, module
 
-    server = SluiceServer(config)
-    await server.start()
-    return await server.run_until_stopped()
+
+def commands_table() -> str:
+    width = max(len(command.name) for command in SUBCOMMANDS) + 3
+    rows = [f"  {command.name:<{width}}{command.purpose}" for command in SUBCOMMANDS]
+    return "commands:\n" + "\n".join(rows)
 
 
-def run_command(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.config, _overrides(args))
-        check_addresses(config)  # listen hosts resolve; no upstream is Sluice itself
-    except ConfigError as exc:
-        print(f"sluice: {exc}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
-    configure_logging(config.log.level, config.log.format)
-    get_logger().info("open_files_limit", limit=raise_open_file_limit())
-    try:
-        return run_event_loop(lambda: _serve(config))
-    except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up
-        print(f"sluice: {exc}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
-    except ServiceStartError as exc:  # logged as service_start_failed; the cause decides the exit code
-        print(f"sluice: {exc}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR if isinstance(exc.cause, ConfigError) else 1
-    except OSError as exc:
-        get_logger().error("startup_failed", error=str(exc))
-        return 1
+def top_level_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        usage=f"{PROG} [-h] [--version] COMMAND [options]",
+        description="Sluice: Kafka's client quotas, enforced by a proxy in front of the whole cluster.",
+        epilog=f"{commands_table()}\n\n`{PROG} COMMAND --help` describes a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
+    for command in SUBCOMMANDS:
+        # Names only, for argparse's "invalid choice" message: each subcommand is parsed by its own parser.
+        sub.add_parser(command.name, add_help=False)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # These subcommands own their flags entirely; hand them the rest of the line untouched.
-    passthrough = {
-        "mock-cluster": "sluice.proxy.tools.mock_cluster",
-        "perf-test": "sluice.proxy.tools.perf_test",
-        "demo": "sluice.proxy.tools.demo",
-    }
-    if argv and argv[0] in passthrough:
-        module = __import__(passthrough[argv[0]], fromlist=["main"])
-        return int(module.main(argv[1:]) or 0)
-    parser = argparse.ArgumentParser(prog="sluice", description="Kafka quota-enforcing proxy")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _run_parser(sub)
-    for name, module in passthrough.items():
-        sub.add_parser(name, help=f"see `sluice {name} --help` ({module})", add_help=False)
-    args = parser.parse_args(argv)
-    return run_command(args)
+    commands = {command.name: command for command in SUBCOMMANDS}
+    if argv and argv[0] in commands:
+        parser, module = command_parser(commands[argv[0]])
+        return int(module.run(parser.parse_args(argv[1:])) or 0)
+    # --help, --version, no command or an unknown one: argparse answers and exits.
+    top_level_parser().parse_args(argv)
+    return 2
 
 
 if __name__ == "__main__":

@@ -17,10 +17,25 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def _ephemeral_low(default: int = 32768) -> int:
+    """Where the kernel starts handing out ports to outgoing connections (Linux: ip_local_port_range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
 def free_port_block(size: int, host: str = "127.0.0.1") -> int:
-    """The first of `size` consecutive free ports (a proxy needs one for bootstrap, one per broker)."""
+    """The first of `size` consecutive free ports (a proxy needs one for bootstrap, one per broker).
+
+    Drawn below the kernel's ephemeral range, so an outgoing connection (a client, a broker's own port 0)
+    cannot take one of them between this check and the proxy's bind; parallel test workers draw at random
+    and ProxyProcess retries with a new block should two still collide.
+    """
+    high = min(_ephemeral_low(), 60000) - size
     for _ in range(200):
-        base = random.randrange(20000, 60000 - size)
+        base = random.randrange(10000, high)
         if all(port_is_free(base + i, host) for i in range(size)):
             return base
     raise RuntimeError(f"no block of {size} free ports found on {host}")

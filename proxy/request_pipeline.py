@@ -10,6 +10,10 @@ the connection muted?), a sink that writes responses or hands the proxy's own re
 
 The connection's life is one `Lifecycle` value; forwarding happens only while it is OPEN and the gate
 is not muted. Requests that cannot go now are held, in order, until `release()`.
+
+Why this module is long: it is one state machine. The FIFO, the held requests, a deferral's resume point
+and the life cycle all serve one invariant, that the client sees its answers in the order it asked, and
+each step reads or changes several of them; split, that invariant would have no single place.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Protocol
 
-from sluice.protocol.apis import produce_acks
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
 from sluice.protocol.headers import (
@@ -29,11 +33,12 @@ from sluice.protocol.headers import (
     read_correlation_id,
     response_header_size,
 )
+from sluice.protocol.produce import produce_acks
 
 from .filters.base import Answer, Close, EntryKind, Forward, Frame, InFlight, RawExchange, Respond
 from .filters.chain import ConnectionFilters, Deferred
 
-PRODUCE = 0
+_PRODUCE = ApiKey.PRODUCE
 # acks=0 correlation ids remembered, to recognise a broker that answers them anyway.
 ACKS0_REMEMBERED = 1024
 # The proxy's own requests count up from here, clear of the client's ids (Kafka clients count up from 0).
@@ -150,11 +155,6 @@ class RequestPipeline:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    @property
-    def waiting(self) -> bool:
-        """Requests are held (not forwarded yet)."""
-        return bool(self._held) or self._resume is not None
-
     # ---- life cycle -----------------------------------------------------------------------------
 
     def upstream_ready(self) -> object | None:
@@ -238,7 +238,7 @@ class RequestPipeline:
             if type(out) is memoryview:
                 # Forwarded untouched, no throttle: _settle's common case, inline (this is the hot path).
                 self._metrics.count_request(header.api_key, len(frame) - 4)
-                if header.api_key != PRODUCE or produce_acks(frame, header) != 0:
+                if header.api_key != _PRODUCE or produce_acks(frame, header) != 0:
                     self._in_flight.append(InFlight(header))
                 else:
                     self._acks0_sent.append(header.correlation_id)
@@ -271,11 +271,12 @@ class RequestPipeline:
         elif kind is Deferred:
             return out
         elif kind is Close:
+            self._answers()  # answers made before it are the client's: they leave before the close
             raise CloseConnection(out.reason)  # type: ignore[attr-defined]
         else:
             frame = out  # bytes a filter rewrote
         self._metrics.count_request(header.api_key, len(original) - 4)
-        if header.api_key != PRODUCE or produce_acks(original, header) != 0:
+        if header.api_key != _PRODUCE or produce_acks(original, header) != 0:
             if answer is not None:
                 entry = InFlight(header, _ANSWERED, throttle, answer.response, answer.delay_ms)
             else:

@@ -266,6 +266,8 @@ class SluiceServer:
         except BaseException:
             self._stop.set()
             self._close_listeners()
+            for conn in self.registry:  # clients accepted while the services started
+                conn.close("start_failed")
             raise
         if cfg.metrics_listen is not None:
             _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)

@@ -7,10 +7,12 @@ service may use any service listed before it (discovery uses the Kafka client) w
 
 * `start()` returns once the service is ready to be used; a service with a loop of its own starts a task
   and returns (it must not wait for the cluster: an unreachable cluster never stops the proxy starting).
-* A `start()` that raises stops start-up: the services already started are stopped, in reverse, and
-  ServiceStartError names the service and the cause.
-* `stop()` is called once, for each started service, even if another one's stop failed or hung; each
-  gets `stop_timeout_s`, then the next one stops anyway. A failure to stop is logged, not raised.
+* A `start()` that raises stops start-up: that service is stopped too (it may have half started: bound a
+  socket, started a task), then the services already started, in reverse; ServiceStartError names the
+  service and the cause.
+* `stop()` is called once for each service whose start() was called, even if another one's stop failed
+  or hung; each gets `stop_timeout_s`, then the next one stops anyway. A failure to stop is logged, not
+  raised. A service that finishes starting after stopping began is stopped as soon as it has.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ DEFAULT_STOP_TIMEOUT_S = 10.0
 
 @runtime_checkable
 class Service(Protocol):
+    """`stop()` must be safe on a service whose `start()` raised part-way: it releases whatever start()
+    got as far as acquiring, and nothing else."""
+
     name: str
 
     async def start(self) -> None: ...
@@ -75,20 +80,26 @@ class Services:
                 await service.start()
             except Exception as exc:
                 _log.error("service_start_failed", service=service.name, error=str(exc) or type(exc).__name__)
+                await self._stop_one(service)  # it may have half started (a task, a socket)
                 await self.stop()
                 raise ServiceStartError(service.name, exc) from exc
+            if self._stopping:
+                await self._stop_one(service)  # stop() ran while it started, too early to stop it
+                return
             self._started.append(service)
             _log.debug("service_started", service=service.name)
 
     async def stop(self) -> None:
         self._stopping = True
         while self._started:
-            service = self._started.pop()
-            try:
-                await asyncio.wait_for(service.stop(), self._stop_timeout_s)
-            except TimeoutError:
-                _log.error("service_stop_timeout", service=service.name, timeout_s=self._stop_timeout_s)
-            except Exception as exc:
-                _log.error("service_stop_failed", service=service.name, error=str(exc) or type(exc).__name__)
-            else:
-                _log.debug("service_stopped", service=service.name)
+            await self._stop_one(self._started.pop())
+
+    async def _stop_one(self, service: Service) -> None:
+        try:
+            await asyncio.wait_for(service.stop(), self._stop_timeout_s)
+        except TimeoutError:
+            _log.error("service_stop_timeout", service=service.name, timeout_s=self._stop_timeout_s)
+        except Exception as exc:
+            _log.error("service_stop_failed", service=service.name, error=str(exc) or type(exc).__name__)
+        else:
+            _log.debug("service_stopped", service=service.name)

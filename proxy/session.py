@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from sluice.config.identity_settings import SaslSettings
 
-    from .connection import ClientSide
     from .filters.chain import FilterChain
     from .metrics import ProxyMetrics
     from .request_memory import RequestMemory
     from .tls import UpstreamTlsTarget
+
+
+class LiveConnection(Protocol):
+    """What shutdown asks of a connection (LiveConnection)."""
+
+    @property
+    def in_flight(self) -> int: ...
+
+    def drain(self) -> None: ...
+
+    def close(self, cause: str, **detail: object) -> None: ...
 
 
 class ConnectionRegistry:
@@ -21,23 +31,23 @@ class ConnectionRegistry:
 
     def __init__(self, metrics: ProxyMetrics) -> None:
         self._metrics = metrics
-        self._live: set[ClientSide] = set()
+        self._live: set[LiveConnection] = set()
         self._empty = asyncio.Event()
         self._empty.set()
 
     def __len__(self) -> int:
         return len(self._live)
 
-    def __iter__(self) -> Iterator[ClientSide]:
+    def __iter__(self) -> Iterator[LiveConnection]:
         return iter(list(self._live))
 
-    def add(self, conn: ClientSide) -> None:
+    def add(self, conn: LiveConnection) -> None:
         self._live.add(conn)
         self._empty.clear()
         self._metrics.connections_total += 1
         self._metrics.connections_active = len(self._live)
 
-    def remove(self, conn: ClientSide) -> None:
+    def remove(self, conn: LiveConnection) -> None:
         self._live.discard(conn)
         self._metrics.connections_active = len(self._live)
         if not self._live:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
-    from .connection import ClientSide
     from .tls import UpstreamTlsTarget
 
 # asyncio's default high-water mark (64 KiB) is below one typical Produce request (librdkafka batches up to
@@ -51,12 +50,24 @@ async def connect_first(
     raise UpstreamUnreachable(failures or ["no known address"])
 
 
+class UpstreamEvents(Protocol):
+    """What the upstream side tells the client connection it serves (ClientSide)."""
+
+    def upstream_data(self, data: bytes) -> None: ...
+
+    def upstream_lost(self, exc: Exception | None) -> None: ...
+
+    def upstream_pause_writing(self) -> None: ...
+
+    def upstream_resume_writing(self) -> None: ...
+
+
 class UpstreamSide(asyncio.Protocol):
     """The proxy's connection to one broker, on behalf of one client connection."""
 
     __slots__ = ("_client",)
 
-    def __init__(self, client: ClientSide) -> None:
+    def __init__(self, client: UpstreamEvents) -> None:
         self._client = client
 
     def data_received(self, data: bytes) -> None:

@@ -1,7 +1,7 @@
 """Sluice's quota engine: Kafka's quota arithmetic, exact to the millisecond, sans-IO and clock-free.
 
 Every function that needs time takes ``now_ms`` (integer milliseconds on any monotonic origin). The
-behaviour is specified in ``../shared/spec/kafka-quotas.md`` §1-§4; ``docs/quotas.md`` explains the
+behaviour is specified in ``docs/kafka-quotas-spec.md`` §1-§4; ``docs/quotas.md`` explains the
 choices in an operator's words.
 
 Typical use by the proxy::

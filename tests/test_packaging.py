@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -32,6 +33,36 @@ def test_the_packages_map_the_top_level_folders_under_one_import_name() -> None:
         SETUPTOOLS["package-dir"]
     )
     assert all(name.startswith("sluice.") for name in SETUPTOOLS["packages"])
+
+
+# The product's top-level folders; pipeline/ (issue 13) joins them when it lands. Any other top-level folder
+# with an __init__.py counts as product too, so a new one cannot be forgotten.
+PRODUCT_FOLDERS = {"config", "protocol", "proxy", "quota", "pipeline"}
+
+
+def _top_level_product_folders() -> set[str]:
+    packages = {init.parent.name for init in ROOT.glob("*/__init__.py")}
+    return packages | {name for name in PRODUCT_FOLDERS if (ROOT / name).is_dir()}
+
+
+def test_every_top_level_product_folder_is_mapped_in_package_dir() -> None:
+    mapped = set(SETUPTOOLS["package-dir"].values())
+    for folder in sorted(_top_level_product_folders()):
+        assert folder in mapped, (
+            f"{folder}/ is missing from [tool.setuptools.package-dir] in pyproject.toml "
+            f'(add "sluice.{folder}" = "{folder}", and its packages to [tool.setuptools] packages)'
+        )
+        assert SETUPTOOLS["package-dir"].get(f"sluice.{folder}") == folder, (
+            f"{folder}/ is not sluice.{folder}"
+        )
+
+
+def test_the_dockerfile_copies_every_mapped_folder() -> None:
+    # The image builds its wheel from the folders the Dockerfile copies by name: a missed one is not in it.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    copied = set(re.findall(r"^COPY\s+(?!--from)(\S+)\s+\./\1/?\s*$", dockerfile, re.MULTILINE))
+    for folder in sorted(set(SETUPTOOLS["package-dir"].values()) | _top_level_product_folders()):
+        assert folder in copied, f"the Dockerfile does not copy {folder}/ (add: COPY {folder} ./{folder})"
 
 
 def test_the_wheel_holds_every_module_under_sluice_only(tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.api_versions_clamp import clamp_api_versions
 
 from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
-from .chain import FilterChain
 from .frames import with_body
 
 # ApiVersions answers always use response header v0: just the correlation id.
@@ -42,8 +41,8 @@ class ApiVersionsClampFactory(FilterFactory):
     def __init__(self) -> None:
         self.max_versions: dict[int, int] = {}
 
-    def chain_built(self, chain: FilterChain) -> None:
-        self.max_versions = dict(chain.max_versions)
+    def chain_built(self, max_versions: Mapping[int, int]) -> None:
+        self.max_versions = dict(max_versions)
 
     def create(self, conn: ConnectionInfo) -> ApiVersionsClamp:
         return ApiVersionsClamp(conn, self.max_versions)

@@ -23,12 +23,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 from sluice.protocol.headers import RequestHeader
-
-if TYPE_CHECKING:
-    from .chain import FilterChain
 
 Frame = memoryview | bytes
 
@@ -193,5 +190,6 @@ class FilterFactory:
         True, the connection measures it and the filter sees every response, of whatever API."""
         return False
 
-    def chain_built(self, chain: FilterChain) -> None:
-        """Called once the chain that holds this factory is complete (the ApiVersions clamp reads it)."""
+    def chain_built(self, max_versions: Mapping[int, int]) -> None:
+        """Called once the chain that holds this factory is complete, with the newest version of each API
+        its filters can handle (what the ApiVersions clamp advertises)."""

@@ -63,7 +63,7 @@ class FilterChain:
                 versions[int(key)] = min(version, versions.get(int(key), version))
         self.max_versions: Mapping[int, int] = versions
         for factory in self.factories:
-            factory.chain_built(self)
+            factory.chain_built(self.max_versions)
 
     def cpu_time_needed(self) -> Callable[[], bool]:
         """A cheap, live check: whether any filter needs the connection's CPU time right now."""

@@ -27,12 +27,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from sluice.config.quota_settings import MutationSettings, ValidateOnly
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import RequestHeader, encode_response, response_header_size
 from sluice.protocol.throttle_field import raise_frame_throttle_ms
 from sluice.protocol.topic_mutations import (
-    CREATE_PARTITIONS,
-    CREATE_TOPICS,
-    DELETE_TOPICS,
     MUTATION_MAX_VERSIONS,
     MutationRequest,
     TopicMutation,
@@ -65,7 +63,7 @@ from .frames import with_body
 from .quota_metrics import MutationRates, ThrottleStats
 from .topic_cache import KAFKA_DEFAULT_NUM_PARTITIONS, TopicCache
 
-_KEYS = frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS})
+_KEYS = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS})
 QUOTA_KIND = "ControllerMutation"
 
 
@@ -157,28 +155,32 @@ class MutationQuotas(Filter):
         topics = self._topics
         asked, self._asked = self._asked, _NOTHING_ASKED
         need_default = (
-            request.api_key == CREATE_TOPICS
+            request.api_key == ApiKey.CREATE_TOPICS
             and topics.num_partitions is None
             and not asked.num_partitions
             and any(t.count == -1 and not t.assignments for t in request.topics)
         )
         names: list[str] = []
-        by_id = False
-        if request.api_key != CREATE_TOPICS:
+        ids: list[bytes] = []
+        if request.api_key != ApiKey.CREATE_TOPICS:
             for topic in request.topics:
                 if topic.name is not None:
                     names.append(topic.name)
-                elif topic.topic_id is not None and topics.name_of(topic.topic_id) is None:
-                    by_id = not asked.by_id
+                elif (
+                    topic.topic_id is not None
+                    and not asked.by_id
+                    and topics.id_lookup_due(topic.topic_id, now_ms)
+                ):
+                    ids.append(topic.topic_id)
             names = [name for name in topics.missing(names, now_ms) if name not in asked.names]
-        if not names and not by_id and not need_default:
+        if not names and not ids and not need_default:
             return None
-        self._asked = _Asked(frozenset(names), by_id, need_default)
-        return Defer(topics.refresh(self.conn, names, by_id=by_id, need_default=need_default))
+        self._asked = _Asked(frozenset(names), bool(ids), need_default)
+        return Defer(topics.refresh(self.conn, names, ids=ids, need_default=need_default))
 
     def _permits(self, api_key: int, topic: TopicMutation) -> int:
         topics = self._topics
-        if api_key == CREATE_TOPICS:
+        if api_key == ApiKey.CREATE_TOPICS:
             if topic.assignments:
                 return topic.assignments
             if topic.count == -1:
@@ -186,7 +188,7 @@ class MutationQuotas(Filter):
             return max(topic.count, 0)
         name = topic.name if topic.name is not None else topics.name_of(topic.topic_id or b"")
         current = (topics.partitions(name) if name is not None else None) or 0
-        if api_key == CREATE_PARTITIONS:
+        if api_key == ApiKey.CREATE_PARTITIONS:
             return max(topic.count - current, 0)
         return current  # DeleteTopics
 
@@ -253,9 +255,9 @@ class MutationQuotas(Filter):
             name = topic.name if topic.name is not None else topics.name_of(topic.topic_id or b"")
             if request.validate_only or name is None:
                 continue
-            if request.api_key == DELETE_TOPICS:
+            if request.api_key == ApiKey.DELETE_TOPICS:
                 topics.topic_deleted(name)
-            elif request.api_key == CREATE_PARTITIONS:
+            elif request.api_key == ApiKey.CREATE_PARTITIONS:
                 topics.topic_created(name, topic.count, now)
             else:
                 created = topic.assignments or (topic.count if topic.count > 0 else topics.num_partitions)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Mapping
+from typing import Protocol
 
 from sluice.config.client_settings import ClientSasl
 from sluice.protocol.client_requests import SASL_AUTHENTICATE, SASL_HANDSHAKE
@@ -34,7 +36,6 @@ from sluice.protocol.sasl_client import (
     salt_password,
 )
 
-from .connection import BrokerConnection
 from .errors import AuthenticationFailed, error_name
 
 UNSUPPORTED_SASL_MECHANISM = 33
@@ -43,7 +44,20 @@ _salted_cache: dict[tuple[str, str, bytes, int], bytes] = {}
 _SALTED_CACHE_MAX = 16
 
 
-async def authenticate(connection: BrokerConnection, sasl: ClientSasl, timeout_s: float) -> None:
+class SaslConnection(Protocol):
+    """What authentication needs of a broker connection (connection.py's BrokerConnection). A Protocol, so
+    this module does not import connection.py, which calls it while opening a connection."""
+
+    label: str
+    versions: Mapping[int, tuple[int, int]]
+    expires_at: float | None
+
+    def version_for(self, api_key: int, what: str) -> int: ...
+
+    async def request(self, api_key: int, version: int, body: bytes, timeout_s: float) -> memoryview: ...
+
+
+async def authenticate(connection: SaslConnection, sasl: ClientSasl, timeout_s: float) -> None:
     where = f"{connection.label}: SASL {sasl.mechanism} as {sasl.username!r}"
     if SASL_HANDSHAKE not in connection.versions or SASL_AUTHENTICATE not in connection.versions:
         raise AuthenticationFailed(f"{where}: the broker offers no SaslHandshake v1 and SaslAuthenticate")
@@ -85,7 +99,7 @@ async def authenticate(connection: BrokerConnection, sasl: ClientSasl, timeout_s
 
 
 async def _step(
-    connection: BrokerConnection, version: int, token: bytes, timeout_s: float, where: str
+    connection: SaslConnection, version: int, token: bytes, timeout_s: float, where: str
 ) -> tuple[bytes, int]:
     body = await connection.request(
         SASL_AUTHENTICATE, version, encode_authenticate_request(version, token), timeout_s

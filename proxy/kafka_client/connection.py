@@ -30,6 +30,7 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request, read_correlation_id, response_header_size
 
+from .authenticate import authenticate
 from .errors import AuthenticationFailed, BrokerUnavailable, KafkaErrorCode, UnsupportedByBroker
 
 if TYPE_CHECKING:
@@ -164,6 +165,20 @@ class BrokerConnection(asyncio.Protocol):
             self._transport.close()
 
 
+def _tls_failure(name: str, exc: ssl.SSLError) -> AuthenticationFailed | BrokerUnavailable:
+    """A certificate that does not verify, or a TLS alert from the broker (it refused our certificate or
+    our protocol), fails the same way on the next try: AuthenticationFailed, not retried, as Kafka's
+    SslAuthenticationException. A handshake the broker cut short (EOF, reset: a broker restarting, a load
+    balancer) is a lost connection like any other: BrokerUnavailable, retried."""
+    reason = getattr(exc, "reason", None) or ""
+    cut_short = isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError | ssl.SSLSyscallError)
+    if not cut_short and (
+        isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE" in reason or "ALERT" in reason
+    ):
+        return AuthenticationFailed(f"{name}: TLS handshake failed: {reason or exc}")
+    return BrokerUnavailable(f"{name}: TLS handshake cut short: {reason or type(exc).__name__}")
+
+
 async def open_broker_connection(
     host: str,
     port: int,
@@ -176,8 +191,6 @@ async def open_broker_connection(
 ) -> BrokerConnection:
     """Connect, learn the broker's API versions, authenticate; raises BrokerUnavailable,
     AuthenticationFailed or UnsupportedByBroker."""
-    from .authenticate import authenticate  # here: authenticate imports this module's types
-
     loop = asyncio.get_running_loop()
     name = label or f"{host}:{port}"
     connection = BrokerConnection(name, client_id)
@@ -193,9 +206,7 @@ async def open_broker_connection(
         connection.close()
         raise BrokerUnavailable(f"{name}: no connection within {timeout_s:g} s") from None
     except ssl.SSLError as exc:
-        # As Kafka's SslAuthenticationException: a certificate that does not verify will not verify on
-        # the next try either, so this is not retried.
-        raise AuthenticationFailed(f"{name}: TLS handshake failed: {exc.reason or exc}") from None
+        raise _tls_failure(name, exc) from None
     except OSError as exc:
         # str(exc) of a socket error names the host and the reason, never a credential.
         raise BrokerUnavailable(f"{name}: cannot connect: {exc.strerror or exc}") from None

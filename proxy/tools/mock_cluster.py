@@ -7,13 +7,18 @@ ctypes and drive librdkafka's public (experimental) mock API: a producer handle 
 
 Usage::
 
-    sluice mock-cluster --brokers 3 --topic orders:6 --topic audit:1:3 [--ready-file PATH]
+    sluice mock-cluster --brokers 3 --topic orders:6 --topic audit:1:3 [--port-base 19090] [--ready-file PATH]
 
-Protocol with the parent process:
+It runs until SIGTERM or SIGINT, so it can be started in the background (``&``, a supervisor, stdin closed).
 
 * stdout carries exactly one line ``BOOTSTRAP 127.0.0.1:p1,127.0.0.1:p2,...`` once the brokers listen;
-  nothing is written to stdout before it. Logs (ours and librdkafka's) go to stderr.
-* then one command per stdin line, answered by one stdout line, ``ok`` or ``error <reason>``::
+  nothing is written to stdout before it. ``--ready-file PATH`` also writes that bootstrap list (alone, one
+  line) to PATH at the same moment, atomically. Logs (ours and librdkafka's) go to stderr.
+* ``--port-base P``: broker N is reached on 127.0.0.1:P+N instead of a kernel-chosen port, so a Sluice
+  configuration can name it once (relays on those ports, see ``broker_relay.py``).
+* ``--commands``: read fault-injection commands from stdin, one per line, each answered by one stdout line,
+  ``ok`` or ``error <reason>``; end of stdin then stops the cluster (so a parent process that dies takes
+  its cluster with it)::
 
       down <broker_id>          close the broker's listener and every connection to it
       up <broker_id>            listen again, on the same port
@@ -21,17 +26,18 @@ Protocol with the parent process:
       topic <name> <partitions> [<replication>]
       leader <topic> <partition> <broker_id>   move a partition's leadership (-1: no leader)
 
-  ``<broker_id>`` is 1..N, or -1 for every broker.
-* SIGTERM, SIGINT or end of stdin destroy the cluster and exit 0. ``--no-commands`` ignores stdin
-  (for running under a supervisor whose stdin is /dev/null) and waits for a signal.
+  ``<broker_id>`` is 1..N, or -1 for every broker. Commands are only read when asked for: a mock cluster
+  started in the background must not stop because its stdin is closed or is a terminal it may not read.
+* SIGTERM or SIGINT (and, with ``--commands``, end of stdin) destroy the cluster and exit 0.
 
-What the mock is, and is not (librdkafka 2.16.0; checked by tests/test_mock_cluster.py and by probes):
+What the mock is, and is not (librdkafka 2.16.0; checked by tests/proxy/test_mock_cluster.py and by probes):
 
 * Brokers bind 127.0.0.1 only: librdkafka hard-codes ``INADDR_LOOPBACK`` with a kernel-chosen port and has
-  no bind option. Broker ids are 1..N. A broker that is down keeps its port bound but not listening, so
-  clients see "connection refused", and it comes back on the same port. librdkafka listens with a
-  backlog of 5; this tool raises it to 4096 (`_widen_backlogs`), so a test of thousands of connections
-  arriving together measures the proxy's accept queue, not the test broker's.
+  no bind option (``--port-base`` adds relays on fixed ports in front of them). Broker ids are 1..N. A
+  broker that is down keeps its port bound but not listening, so clients see "connection refused" (through
+  a relay: accepted, then closed), and it comes back on the same port. librdkafka listens with a backlog
+  of 5; this tool raises it to 4096 (`_widen_backlogs`), so a test of thousands of connections arriving
+  together measures the proxy's accept queue, not the test broker's.
 * ApiVersions (v0..v2 response) advertises, as min..max: Produce 0..10, Fetch 0..16, ListOffsets 0..7,
   Metadata 0..13, OffsetCommit 0..9, OffsetFetch 0..6, FindCoordinator 0..3, JoinGroup 0..6,
   Heartbeat 0..5, LeaveGroup 0..4, SyncGroup 0..4, ApiVersions 0..2, InitProducerId 0..4,
@@ -54,9 +60,13 @@ What the mock is, and is not (librdkafka 2.16.0; checked by tests/test_mock_clus
   picked at random among them. Leaders do not move when a broker goes down; ``leader`` moves one (the old
   leader then answers NOT_LEADER_OR_FOLLOWER and the partition's log moves with it).
 * No authentication, no TLS, no quotas: every response carries throttle_time_ms 0.
+* Producer sequence numbers are checked only for transactional producers: a batch that an idempotent
+  (non-transactional) producer sends twice is appended twice, where a broker would keep one copy
+  (tests/batch_log.py replays a log with a broker's rule).
 
-Why this module is long: the ctypes bindings to librdkafka's mock API and the command loop that drives
-them follow librdkafka's header together.
+Why this module is long: the ctypes bindings to librdkafka's mock API, the command loop that drives them
+and the command line that starts them follow librdkafka's header together (the fixed-port relays are in
+``broker_relay.py``).
 """
 
 from __future__ import annotations
@@ -76,6 +86,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+
+from .broker_relay import BrokerRelays, RelayError, relay_fixed_ports
 
 _log = logging.getLogger("sluice.mock_cluster")
 
@@ -165,6 +177,7 @@ class _Librdkafka:
         self._declare(lib, "rd_kafka_mock_broker_set_down", cint, [vp, i32])
         self._declare(lib, "rd_kafka_mock_broker_set_up", cint, [vp, i32])
         self._declare(lib, "rd_kafka_mock_broker_set_rtt", cint, [vp, i32, cint])
+        self._declare(lib, "rd_kafka_mock_broker_set_host_port", None, [vp, i32, cp, cint])
         self._declare(lib, "rd_kafka_mock_partition_set_leader", cint, [vp, cp, i32, i32])
         self.lib = lib
 
@@ -242,6 +255,10 @@ class LibrdkafkaMockCluster:
 
     def set_rtt(self, broker_id: int, rtt_ms: int) -> None:
         self._check(self._rd.lib.rd_kafka_mock_broker_set_rtt(self._cluster, broker_id, rtt_ms), "rtt")
+
+    def advertise(self, broker_id: int, host: str, port: int) -> None:
+        """Have Metadata answers name host:port for this broker (it still listens where it did)."""
+        self._rd.lib.rd_kafka_mock_broker_set_host_port(self._cluster, broker_id, host.encode(), port)
 
     def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
         self._check(
@@ -333,6 +350,7 @@ def _raise_stop(signum: int, _frame: FrameType | None) -> None:
 
 def _write_ready_file(path: Path, bootstrap: str) -> None:
     # Write then rename so a watcher never reads a half-written file.
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     partial.write_text(bootstrap + "\n")
     os.replace(partial, path)
@@ -373,53 +391,83 @@ def _start_with_signals_blocked(brokers: int) -> LibrdkafkaMockCluster:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sluice mock-cluster",
-        description="Run librdkafka's mock Kafka cluster on 127.0.0.1; fault-injection commands on stdin.",
-    )
-    parser.add_argument("--brokers", type=int, default=3, help="number of brokers, ids 1..N (default 3)")
+DESCRIPTION = """\
+Run librdkafka's mock Kafka cluster on 127.0.0.1 until SIGTERM or SIGINT (safe to start in the background).
+One line `BOOTSTRAP host:port,...` on stdout when the brokers listen."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--brokers", type=int, default=3, help="number of brokers, ids 1..N")
     parser.add_argument(
         "--topic",
         action="append",
         default=[],
         metavar="NAME:PARTITIONS[:REPLICATION]",
-        help="create this topic before announcing the bootstrap (repeatable)",
+        help="create this topic before announcing the bootstrap (repeatable); other topics are created "
+        "with 4 partitions when a client first asks for them",
     )
     parser.add_argument(
-        "--ready-file", type=Path, help="also write the bootstrap list to this file when ready"
+        "--port-base",
+        type=int,
+        metavar="P",
+        help="broker N on 127.0.0.1:P+N (default: ports the kernel picks, different every start)",
     )
     parser.add_argument(
-        "--no-commands", action="store_true", help="do not read stdin; run until SIGTERM or SIGINT"
+        "--ready-file",
+        type=Path,
+        metavar="PATH",
+        help="when the brokers listen, write the bootstrap list to PATH, for scripts to wait on (removed "
+        "when the cluster stops)",
     )
+    parser.add_argument(
+        "--commands",
+        action="store_true",
+        help=f"read fault-injection commands from stdin ({_COMMANDS}); end of stdin then stops the cluster",
+    )
+    # The old spelling of the default; accepted so existing scripts keep working.
+    parser.add_argument("--no-commands", action="store_true", help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sluice mock-cluster", description=DESCRIPTION)
+    add_arguments(parser)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     # Install before the cluster exists so a signal during start-up still tears it down.
     for signum in _STOP_SIGNALS:
         signal.signal(signum, _raise_stop)
     cluster: LibrdkafkaMockCluster | None = None
+    relays: BrokerRelays | None = None
     try:
         topics = [parse_topic_spec(text) for text in args.topic]
         cluster = _start_with_signals_blocked(args.brokers)
         for topic in topics:
             cluster.create_topic(topic)
+        bootstrap = cluster.bootstrap
+        if args.port_base is not None:
+            try:
+                relays, bootstrap = relay_fixed_ports(
+                    args.port_base, cluster.addresses, cluster.advertise, _STOP_SIGNALS
+                )
+            except RelayError as exc:
+                raise MockClusterError(str(exc)) from None
         if args.ready_file:
-            _write_ready_file(args.ready_file, cluster.bootstrap)
+            _write_ready_file(args.ready_file, bootstrap)
         _log.info(
-            "librdkafka %s mock cluster with %d brokers at %s",
+            "librdkafka %s mock cluster with %d brokers at %s%s",
             cluster.version,
             args.brokers,
-            cluster.bootstrap,
+            bootstrap,
+            f" (relayed to {cluster.bootstrap})" if relays else "",
         )
-        _answer(f"BOOTSTRAP {cluster.bootstrap}")
-        if args.no_commands:
-            _wait_for_signal()
-        else:
+        _answer(f"BOOTSTRAP {bootstrap}")
+        if args.commands and not args.no_commands:
             _serve_commands(cluster)
+        else:
+            _wait_for_signal()
     except _StopRequested as stop:
         _log.info("%s received, stopping", stop)
     except BrokenPipeError:
@@ -431,9 +479,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A second signal must not interrupt the teardown.
         for signum in _STOP_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
+        if relays is not None:
+            relays.close()
         if cluster is not None:
             cluster.close()
+        if args.ready_file:
+            # A stale ready file would tell the next script that a dead cluster is ready.
+            args.ready_file.unlink(missing_ok=True)
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

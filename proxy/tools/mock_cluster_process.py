@@ -1,4 +1,5 @@
-"""A handle on `python -m proxy.mock_cluster` for the demo, benchmarks and tests: start, inject faults, stop.
+"""A handle on `sluice mock-cluster` (as a child process) for the demo, benchmarks and tests: start, inject
+faults, stop.
 
     with MockCluster(brokers=3, topics={"orders": 6}) as cluster:
         producer = Producer({"bootstrap.servers": cluster.bootstrap})
@@ -33,11 +34,17 @@ _running: set[MockCluster] = set()
 class MockCluster:
     """librdkafka's mock cluster in a child process; broker ids are 1..brokers."""
 
-    def __init__(self, brokers: int = 3, topics: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, brokers: int = 3, topics: dict[str, int] | None = None, port_base: int | None = None
+    ) -> None:
+        """`port_base`: broker N on 127.0.0.1:port_base + N (relayed), instead of kernel-chosen ports."""
         self.brokers = brokers
         command = [sys.executable, "-m", "sluice.proxy.tools.mock_cluster", "--brokers", str(brokers)]
+        command.append("--commands")  # faults are injected over stdin, and its end stops the child
         for name, partitions in (topics or {}).items():
             command += ["--topic", f"{name}:{partitions}"]
+        if port_base is not None:
+            command += ["--port-base", str(port_base)]
         # stderr is inherited so pytest's fd capture shows the broker's log next to a failing test.
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._buffer = b""

@@ -341,12 +341,12 @@ def _produce_all(
     return stats.result(_now_ms())
 
 
-def _read_properties_file(path: Path) -> dict[str, str]:
+def read_properties_file(path: Path, flag: str = "--producer.config") -> dict[str, str]:
     """A Java .properties file, the simple subset: ``key=value`` or ``key: value`` lines, # and ! comments."""
     try:
         text = path.read_text()
     except OSError as exc:
-        raise PerfTestError(f"--producer.config {path}: {exc.strerror}") from None
+        raise PerfTestError(f"{flag} {path}: {exc.strerror}") from None
     props: dict[str, str] = {}
     for line in text.splitlines():
         stripped = line.strip()
@@ -354,12 +354,12 @@ def _read_properties_file(path: Path) -> dict[str, str]:
             continue
         separator = min((i for i in (stripped.find("="), stripped.find(":")) if i >= 0), default=-1)
         if separator <= 0:
-            raise PerfTestError(f"--producer.config {path}: cannot read {stripped!r}")
+            raise PerfTestError(f"{flag} {path}: cannot read {stripped!r}")
         props[stripped[:separator].strip()] = stripped[separator + 1 :].strip()
     return props
 
 
-def _parse_props(items: Sequence[str]) -> dict[str, str]:
+def parse_props(items: Sequence[str]) -> dict[str, str]:
     props: dict[str, str] = {}
     for item in items:
         key, separator, value = item.partition("=")
@@ -369,11 +369,16 @@ def _parse_props(items: Sequence[str]) -> dict[str, str]:
     return props
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sluice perf-test",
-        description="Kafka's producer performance test (kafka-producer-perf-test) on confluent-kafka.",
-    )
+DESCRIPTION = "Kafka's producer performance test (kafka-producer-perf-test) on confluent-kafka."
+EPILOG = """\
+Against a quota, run long enough to pass the first burst: a new client may send about
+samples x size_seconds x quota (11 s worth) at full speed before Sluice throttles it, so a run that
+fits in that burst looks unthrottled. Against a tight quota, where one request's throttle (its size
+divided by the quota) nears socket.timeout.ms, set enable.idempotence=true and a smaller batch.size
+(docs/quotas.md, "Tight quotas and librdkafka")."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", required=True, metavar="TOPIC", help="produce messages to this topic")
     parser.add_argument("--num-records", required=True, type=int, metavar="NUM-RECORDS")
     parser.add_argument("--record-size", required=True, type=int, metavar="RECORD-SIZE", help="bytes")
@@ -387,6 +392,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--producer-props", nargs="+", default=[], metavar="PROP-NAME=PROP-VALUE")
     parser.add_argument("--producer.config", dest="producer_config", type=Path, metavar="CONFIG-FILE")
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="overrides bootstrap.servers")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sluice perf-test",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
     return parser
 
 
@@ -398,11 +413,10 @@ def _print_error(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     try:
-        props = _read_properties_file(args.producer_config) if args.producer_config else {}
-        props.update(_parse_props(args.producer_props))  # as in Kafka, --producer-props win
+        props = read_properties_file(args.producer_config) if args.producer_config else {}
+        props.update(parse_props(args.producer_props))  # as in Kafka, --producer-props win
         result = run_perf_test(
             args.topic,
             args.num_records,
@@ -420,6 +434,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     _print_line(result.summary_line())
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

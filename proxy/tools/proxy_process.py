@@ -16,6 +16,8 @@ import yaml
 
 from ..ports import free_port_block, wait_for_port
 
+_START_ATTEMPTS = 3
+
 
 class ProxyProcess:
     """The proxy in front of `upstream`; bootstrap on `port`, broker node N on `broker_port_base + N`."""
@@ -32,7 +34,30 @@ class ProxyProcess:
         """`wait_for_brokers=False` for an upstream that refuses the proxy's own unauthenticated Metadata
         request (SASL): the proxy then learns brokers from its clients' answers. `command` starts the proxy
         (default: this interpreter's `-m sluice.proxy`; the wheel smoke test uses the `sluice` script)."""
-        block = free_port_block(16)
+        # A port can still be taken between choosing the block and the proxy's bind (parallel tests):
+        # then the proxy exits at once naming the address, and a new block is tried.
+        for attempt in range(_START_ATTEMPTS):
+            self._launch(free_port_block(16), upstream, extra_config, metrics, log_level, command)
+            try:
+                wait_for_port(self.port)
+                if wait_for_brokers:
+                    self.wait_until_ready()
+                return
+            except Exception:
+                self.stop()
+                if attempt + 1 < _START_ATTEMPTS and "Address already in use" in self.log_path.read_text():
+                    continue
+                raise
+
+    def _launch(
+        self,
+        block: int,
+        upstream: str,
+        extra_config: dict | None,
+        metrics: bool,
+        log_level: str,
+        command: list[str] | None,
+    ) -> None:
         self.port = block
         self.metrics_port = block + 1 if metrics else None
         # Node ids of the mock cluster are small (1..N), so base + N stays inside the block.
@@ -62,13 +87,6 @@ class ProxyProcess:
             stderr=subprocess.STDOUT,
             env=env,
         )
-        try:
-            wait_for_port(self.port)
-            if wait_for_brokers:
-                self.wait_until_ready()
-        except Exception:
-            self.stop()
-            raise
 
     def wait_until_ready(self, timeout_s: float = 10.0) -> None:
         """Until the proxy knows the cluster's brokers (and so listens for each of them)."""

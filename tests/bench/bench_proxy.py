@@ -1,6 +1,6 @@
 """The proxy's end-to-end benchmarks, each against the real proxy process in front of the mock cluster.
 
-One module per target, run here in the order of the issue's list:
+One module per target, run here in the order of the targets' list:
 
 * bench_produce_throughput.py — produce throughput through the proxy vs direct, 1 KB records;
 * bench_relay_cpu.py — proxy CPU per GiB with 1 MiB Produce requests, beside a bare asyncio relay;

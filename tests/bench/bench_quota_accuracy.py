@@ -1,4 +1,4 @@
-"""Issue 4 target: long-run quota accuracy within +/-2 %, for 16 KiB and 1 MB batches.
+"""Target: long-run quota accuracy within +/-2 %, for 16 KiB and 1 MB batches.
 
 A flat-out confluent-kafka (librdkafka) producer sends to a one-partition topic through a proxy that gives
 its client-id `producer_byte_rate` Q = 100,000 B/s, for RUN_S seconds. The cases run at the same time, each
@@ -26,7 +26,7 @@ N x W seconds after the first charge. Then, per case:
   traffic lets a short observation stray).
 
 The client is told its throttles in `throttle_time_ms`; librdkafka reports them to `throttle_cb`, whose
-largest value is recorded (the issue quotes Kafka 3.7 at 1.15-1.30x with throttles up to 21 s in the 1 MB
+largest value is recorded (Kafka 3.7 was measured at 1.15-1.30x with throttles up to 21 s in the 1 MB
 case).
 
 Run alone: ``.venv/bin/python tests/bench/bench_quota_accuracy.py [seconds]`` (one JSON record per line).
@@ -467,8 +467,9 @@ def _notes(runs: Sequence[CaseRun], run_s: float) -> list[str]:
         f"any {SPAN_S:.0f} s span: every {SPAN_S:.0f} s span starting in the steady part, "
         f"{SPAN_STEP_S} s apart.",
         "throttles told = non-zero throttle_time_ms values librdkafka reported to throttle_cb; largest "
-        'computed = the proxy\'s `sluice_throttle_time_max_ms{type="Produce"}`. For comparison, the issue '
-        "quotes a Kafka 3.7 broker with 1 MB batches at 1.15-1.30x its quota with throttles of up to 21 s.",
+        'computed = the proxy\'s `sluice_throttle_time_max_ms{type="Produce"}`. For comparison, a Kafka '
+        "3.7 broker was measured with 1 MB batches at 1.15-1.30x its quota with throttles of up to 21 s "
+        "(not here: these machines have no broker).",
         "`scraped every 0.1 s`: the same 1 MB / window case with the proxy's metrics read on a 10 Hz clock "
         "instead. Each read measures the quota sensors, and reading a sampled-window rate restarts expired "
         "samples at the time of the read (Kafka's SampledStat purge resets a sample to `now`, and its "

@@ -1,4 +1,4 @@
-"""Issue 4 target: with quotas configured but not binding, throughput >= 0.95 x the proxy without quotas.
+"""Target: with quotas configured but not binding, throughput >= 0.95 x the proxy without quotas.
 
 Three proxies in front of one mock cluster: one with no `quota` section, one whose quotas cover the load
 generators' client-ids but never bind, charged by Kafka's sampled-window sensor, and the same with the token

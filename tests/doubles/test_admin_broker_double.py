@@ -29,13 +29,12 @@ from kafka.admin import ConfigResourceType
 from kafka.admin import NewPartitions as KpNewPartitions
 from rawclient import RawClient
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import encode_request_header, frame
 from sluice.protocol.message_codec import decode_response_body, encode_request_body
 from sluice.protocol.topic_metadata import (
     BROKER_CONFIG_VERSION,
-    DESCRIBE_CONFIGS_KEY,
-    METADATA_KEY,
     NUM_PARTITIONS_CONFIG,
     TOPIC_ID_LOOKUP_METADATA_VERSION,
     TOPIC_IDS_METADATA_VERSION,
@@ -46,7 +45,7 @@ from sluice.protocol.topic_metadata import (
     encode_broker_config_request,
     encode_topic_metadata_request,
 )
-from sluice.protocol.topic_mutations import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, TopicMutation
+from sluice.protocol.topic_mutations import TopicMutation
 
 TIMEOUT_S = 15.0
 API_VERSIONS = 18
@@ -129,7 +128,11 @@ def test_kafka_python_creates_grows_and_deletes_with_strict_versions(broker: Adm
     assert [(r.name, r.error_code) for r in grown.results] == [("audit", 0), ("orders", 37)]
     assert [(t["name"], t["error_code"]) for t in deleted["topics"]] == [("audit", 0), ("missing", 3)]
     assert broker.topics == {"orders": 2}
-    assert versions(broker) == [(CREATE_TOPICS, 7), (CREATE_PARTITIONS, 3), (DELETE_TOPICS, 6)]
+    assert versions(broker) == [
+        (ApiKey.CREATE_TOPICS, 7),
+        (ApiKey.CREATE_PARTITIONS, 3),
+        (ApiKey.DELETE_TOPICS, 6),
+    ]
     assert broker.received[0][2].topics == [
         TopicMutation("audit", None, 4, None),
         TopicMutation("orders", None, 1, None),
@@ -212,7 +215,11 @@ def test_librdkafka_creates_grows_and_deletes_with_permissive_versions(
     assert grown == {"audit": 0, "orders": KafkaError.INVALID_PARTITIONS}
     assert deleted == {"audit": 0, "missing": KafkaError.UNKNOWN_TOPIC_OR_PART}
     assert broker.topics == {"orders": 2, "default-sized": 3}  # -1 took the broker's num.partitions
-    assert versions(broker) == [(CREATE_TOPICS, 4), (CREATE_PARTITIONS, 2), (DELETE_TOPICS, 4)]
+    assert versions(broker) == [
+        (ApiKey.CREATE_TOPICS, 4),
+        (ApiKey.CREATE_PARTITIONS, 2),
+        (ApiKey.DELETE_TOPICS, 4),
+    ]
     assert broker.received[0][2].topics[2] == TopicMutation("default-sized", None, -1, None)
 
 
@@ -248,7 +255,7 @@ def wire(broker: AdminBrokerDouble) -> Iterator[RawClient]:
 
 def test_topic_metadata_look_up_reads_partition_counts(broker: AdminBrokerDouble, wire: RawClient) -> None:
     body = wire.call_body(
-        METADATA_KEY,
+        ApiKey.METADATA,
         TOPIC_METADATA_VERSION,
         encode_topic_metadata_request(TOPIC_METADATA_VERSION, ["orders", "nope"]),
     )
@@ -264,7 +271,7 @@ def test_topic_metadata_look_up_reads_partition_counts(broker: AdminBrokerDouble
 def test_topic_metadata_look_up_by_topic_id(broker: AdminBrokerDouble, wire: RawClient) -> None:
     orders_id = broker.topic_ids["orders"]
     by_id = wire.call_body(
-        METADATA_KEY,
+        ApiKey.METADATA,
         TOPIC_ID_LOOKUP_METADATA_VERSION,
         encode_topic_metadata_request(TOPIC_ID_LOOKUP_METADATA_VERSION, [], topic_ids=[orders_id]),
     )
@@ -278,7 +285,7 @@ def test_every_topic_look_up_carries_topic_ids_from_v10(broker: AdminBrokerDoubl
     broker.topics["audit"] = 5
     broker.topic_ids["audit"] = uuid.UUID(int=5).bytes
     every = wire.call_body(
-        METADATA_KEY,
+        ApiKey.METADATA,
         TOPIC_IDS_METADATA_VERSION,
         encode_topic_metadata_request(TOPIC_IDS_METADATA_VERSION, None),
     )
@@ -291,7 +298,7 @@ def test_every_topic_look_up_carries_topic_ids_from_v10(broker: AdminBrokerDoubl
 
 def test_broker_config_look_up_reads_num_partitions(broker: AdminBrokerDouble, wire: RawClient) -> None:
     body = wire.call_body(
-        DESCRIBE_CONFIGS_KEY,
+        ApiKey.DESCRIBE_CONFIGS,
         BROKER_CONFIG_VERSION,
         encode_broker_config_request(BROKER_CONFIG_VERSION, broker.node_id, [NUM_PARTITIONS_CONFIG]),
     )
@@ -304,7 +311,7 @@ def test_broker_config_look_up_of_another_broker_id_is_an_error(
     broker: AdminBrokerDouble, wire: RawClient
 ) -> None:
     body = wire.call_body(
-        DESCRIBE_CONFIGS_KEY,
+        ApiKey.DESCRIBE_CONFIGS,
         BROKER_CONFIG_VERSION,
         encode_broker_config_request(BROKER_CONFIG_VERSION, 7, ["x"]),
     )
@@ -348,7 +355,7 @@ def test_any_other_api_closes_the_connection(broker: AdminBrokerDouble, wire: Ra
 
 
 def test_a_malformed_request_closes_the_connection(wire: RawClient) -> None:
-    wire.sock.sendall(frame(encode_request_header(CREATE_TOPICS, 7, 1, "sluice") + b"\x05\x01"))
+    wire.sock.sendall(frame(encode_request_header(ApiKey.CREATE_TOPICS, 7, 1, "sluice") + b"\x05\x01"))
 
     assert wire.is_closed_by_peer()
 

@@ -7,9 +7,9 @@ import uuid
 import pytest
 from kafka.protocol.producer import ProduceRequest
 
-from sluice.protocol.apis import produce_acks
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import encode_request_header, frame, parse_request_header
+from sluice.protocol.produce import produce_acks
 
 
 def _produce_frame(version: int, acks: int, transactional_id: str | None) -> bytes:

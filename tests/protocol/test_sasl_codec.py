@@ -14,11 +14,10 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import encode_uvarint
 from sluice.protocol.sasl import (
-    SASL_AUTHENTICATE,
-    SASL_HANDSHAKE,
     SaslAuthenticateResult,
     SaslHandshakeResult,
     decode_authenticate_request,
@@ -48,8 +47,8 @@ def _compact_bytes(raw: bytes) -> bytes:
 
 
 def test_api_keys_are_kafkas() -> None:
-    assert SASL_HANDSHAKE == SaslHandshakeRequest.API_KEY == 17
-    assert SASL_AUTHENTICATE == SaslAuthenticateRequest.API_KEY == 36
+    assert ApiKey.SASL_HANDSHAKE == SaslHandshakeRequest.API_KEY == 17
+    assert ApiKey.SASL_AUTHENTICATE == SaslAuthenticateRequest.API_KEY == 36
 
 
 # --- SaslHandshake ---------------------------------------------------------------------------------

@@ -10,14 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.metadata import MetadataRequest
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import encode_request, parse_request_header
 from sluice.protocol.message_codec import decode_request_body, encode_response_body
 from sluice.protocol.topic_metadata import (
     BROKER_CONFIG_VERSION,
     BROKER_RESOURCE_TYPE,
-    DESCRIBE_CONFIGS_KEY,
-    METADATA_KEY,
     NUM_PARTITIONS_CONFIG,
     TOPIC_ID_LOOKUP_METADATA_VERSION,
     TOPIC_IDS_METADATA_VERSION,
@@ -41,7 +40,7 @@ ORDERS_ID = uuid.UUID("0b7d7c57-5d2b-4f4e-8a51-7f1e3c9a2d10")
 def test_metadata_request_names_the_topics_and_never_auto_creates(version: int) -> None:
     body = encode_topic_metadata_request(version, ["orders", "audit"])
 
-    request = decode_request_body(METADATA_KEY, version, body)
+    request = decode_request_body(ApiKey.METADATA, version, body)
 
     assert [topic.name for topic in request.topics] == ["orders", "audit"]
     if version >= 4:
@@ -50,13 +49,13 @@ def test_metadata_request_names_the_topics_and_never_auto_creates(version: int) 
 
 @pytest.mark.parametrize("version", range(1, 14))
 def test_metadata_request_for_every_topic_is_a_null_list(version: int) -> None:
-    request = decode_request_body(METADATA_KEY, version, encode_topic_metadata_request(version, None))
+    request = decode_request_body(ApiKey.METADATA, version, encode_topic_metadata_request(version, None))
 
     assert request.topics is None
 
 
 def test_metadata_v0_asks_for_every_topic_with_an_empty_list_and_cannot_ask_for_none() -> None:
-    assert decode_request_body(METADATA_KEY, 0, encode_topic_metadata_request(0, None)).topics == []
+    assert decode_request_body(ApiKey.METADATA, 0, encode_topic_metadata_request(0, None)).topics == []
     with pytest.raises(ValueError, match="empty topic list"):
         encode_topic_metadata_request(0, [])
 
@@ -65,7 +64,7 @@ def test_metadata_v0_asks_for_every_topic_with_an_empty_list_and_cannot_ask_for_
 def test_metadata_request_by_topic_id(version: int) -> None:
     body = encode_topic_metadata_request(version, ["audit"], topic_ids=[ORDERS_ID.bytes])
 
-    request = decode_request_body(METADATA_KEY, version, body)
+    request = decode_request_body(ApiKey.METADATA, version, body)
 
     assert [(topic.name, topic.topic_id) for topic in request.topics] == [("audit", None), (None, ORDERS_ID)]
 
@@ -84,7 +83,7 @@ def test_metadata_request_of_an_unknown_version_is_a_value_error() -> None:
 
 def metadata_response(version: int, topics: list[dict[str, Any]], error_code: int = 0) -> bytes:
     return encode_response_body(
-        METADATA_KEY,
+        ApiKey.METADATA,
         version,
         brokers=[{"node_id": 1, "host": "kafka-1", "port": 9092}],
         controller_id=1,
@@ -161,7 +160,7 @@ def test_topic_partitions_of_arbitrary_bytes_raises_only_protocol_error(version:
 def test_broker_config_request_names_one_broker_resource(version: int) -> None:
     body = encode_broker_config_request(version, 3, [NUM_PARTITIONS_CONFIG])
 
-    request = decode_request_body(DESCRIBE_CONFIGS_KEY, version, body)
+    request = decode_request_body(ApiKey.DESCRIBE_CONFIGS, version, body)
 
     [resource] = request.resources
     assert (resource.resource_type, resource.resource_name) == (BROKER_RESOURCE_TYPE, "3")
@@ -179,7 +178,7 @@ def test_broker_config_request_of_an_unknown_version_is_a_value_error() -> None:
 
 def config_response(version: int, configs: dict[str, str | None], error_code: int = 0) -> bytes:
     return encode_response_body(
-        DESCRIBE_CONFIGS_KEY,
+        ApiKey.DESCRIBE_CONFIGS,
         version,
         results=[
             {
@@ -239,7 +238,7 @@ def test_framed_metadata_request_equals_kafka_python_framed_encoding(
             encode_topic_metadata_request(version, topics)
         return
     ours = encode_request(
-        METADATA_KEY, version, 11, "sluice-proxy", encode_topic_metadata_request(version, topics)
+        ApiKey.METADATA, version, 11, "sluice-proxy", encode_topic_metadata_request(version, topics)
     )
     topic_list = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
     reference = MetadataRequest(version=version, topics=topic_list)
@@ -248,7 +247,7 @@ def test_framed_metadata_request_equals_kafka_python_framed_encoding(
     reference.with_header(correlation_id=11, client_id="sluice-proxy")
     assert ours == bytes(reference.encode(header=True, framed=True))
     header = parse_request_header(ours)
-    assert (header.api_key, header.api_version, header.correlation_id) == (METADATA_KEY, version, 11)
+    assert (header.api_key, header.api_version, header.correlation_id) == (ApiKey.METADATA, version, 11)
     decoded = MetadataRequest.decode(ours[4 + header.size :], version=version)
     expected_topics = topics if topics is not None else ([] if version == 0 else None)
     names = None if decoded.topics is None else [t.name for t in decoded.topics]

@@ -13,6 +13,8 @@ from kafka.protocol.metadata import (
 )
 from rawclient import RawClient
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 METADATA, FIND_COORDINATOR = 3, 10
 
 

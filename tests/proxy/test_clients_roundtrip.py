@@ -11,6 +11,8 @@ import pytest
 from records import digest, make_records
 from sockets import connected_remote_ports
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 RECORDS = 20_000
 PARTITIONS = 6
 READ_TIMEOUT_S = 120

@@ -16,6 +16,8 @@ from throttle_harness import FlatOutProducer
 from sluice.proxy.ports import free_port_block, wait_for_port
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 REPO = Path(__file__).resolve().parents[2]
 
 BAD_INPUTS = {

@@ -15,6 +15,8 @@ from rawclient import RawClient
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 TOPIC = "fetch-throttle"
 RECORDS = 50
 QUOTA = 60_000

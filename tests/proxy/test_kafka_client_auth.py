@@ -5,6 +5,7 @@ the proxy's log, whatever happens."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import pytest
 from doubles.admin_broker import AdminBrokerDouble
@@ -15,12 +16,15 @@ from sluice.config.client_settings import ClientSasl, Secret
 from sluice.config.identity_settings import UpstreamTls
 from sluice.proxy.kafka_client import (
     AuthenticationFailed,
+    BrokerUnavailable,
+    GaveUp,
     KafkaClient,
     KafkaErrorCode,
     Record,
     RetryPolicy,
     TopicCreation,
 )
+from sluice.proxy.kafka_client.connection import _tls_failure, open_broker_connection
 from sluice.proxy.tls import UpstreamTlsTarget, upstream_context
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
@@ -179,3 +183,56 @@ def test_the_proxy_discovers_brokers_with_its_own_credentials_and_never_logs_the
             assert "Invalid username or password" in failure["error"]
             log = proxy.log_path.read_text()
         assert PASSWORD not in log and wrong not in log
+
+
+class HandshakeCutter:
+    """A "broker" that ends each TLS handshake with a close_notify alert and closes: a broker shutting down
+    (or a load balancer letting go), not a certificate problem. The loop reports SSLZeroReturnError."""
+
+    CLOSE_NOTIFY = bytes([21, 3, 3, 0, 2, 1, 0])  # an alert record: level warning, close_notify
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._cut, "127.0.0.1", 0)
+        return "127.0.0.1", self.server.sockets[0].getsockname()[1]
+
+    async def _cut(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.attempts += 1
+        await reader.read(65536)  # the ClientHello
+        writer.write(self.CLOSE_NOTIFY)
+        writer.close()
+
+
+async def test_a_handshake_cut_short_is_a_lost_connection_and_retried(ca) -> None:
+    cutter = HandshakeCutter()
+    host, port = await cutter.start()
+    tls = UpstreamTlsTarget(upstream_context(UpstreamTls(ca=str(ca.ca_path))), None)
+    try:
+        with pytest.raises(BrokerUnavailable, match="TLS handshake cut short"):
+            await open_broker_connection(host, port, client_id="t", tls=tls, sasl=None, timeout_s=5)
+        client = KafkaClient([(host, port)], tls=tls, retry=FAST_RETRY)
+        try:
+            with pytest.raises(GaveUp) as caught:
+                await client.metadata(timeout_s=1.0)
+        finally:
+            await client.stop()
+        assert isinstance(caught.value.last, BrokerUnavailable)
+        assert cutter.attempts >= 3  # the first try, and the client's retries after it
+    finally:
+        assert cutter.server is not None
+        cutter.server.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), BrokerUnavailable),
+        (ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)"), BrokerUnavailable),
+        (ssl.SSLCertVerificationError(1, "certificate verify failed"), AuthenticationFailed),
+    ],
+)
+def test_which_tls_failures_are_retried(error: ssl.SSLError, expected: type) -> None:
+    assert type(_tls_failure("broker:9093", error)) is expected

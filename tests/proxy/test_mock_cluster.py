@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 
+from sluice.proxy.ports import free_port_block
 from sluice.proxy.tools.mock_cluster import MockClusterError, TopicSpec, parse_bootstrap, parse_topic_spec
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 
@@ -185,6 +186,7 @@ def test_bad_commands_are_answered_with_an_error_and_the_cluster_carries_on(clus
     assert cluster.returncode is None
 
 
+@pytest.mark.slow
 def test_sigterm_exits_zero_and_closes_every_port() -> None:
     cluster = MockCluster(brokers=2)
     assert not any(_refuses_connections(address) for address in cluster.addresses)
@@ -202,8 +204,9 @@ def _start(*args: str) -> subprocess.Popen[bytes]:
     )
 
 
-def test_end_of_stdin_exits_zero() -> None:
-    process = _start("--brokers", "1")
+@pytest.mark.slow
+def test_with_commands_end_of_stdin_exits_zero() -> None:
+    process = _start("--brokers", "1", "--commands")
     assert process.stdout is not None and process.stdin is not None
     assert process.stdout.readline().startswith(b"BOOTSTRAP 127.0.0.1:")
     process.stdin.close()
@@ -211,9 +214,29 @@ def test_end_of_stdin_exits_zero() -> None:
     process.stdout.close()
 
 
-def test_ready_file_holds_the_announced_bootstrap_and_sigint_exits_zero(tmp_path: Path) -> None:
-    ready = tmp_path / "ready"
-    process = _start("--brokers", "2", "--ready-file", str(ready), "--no-commands")
+@pytest.mark.slow
+def test_started_in_the_background_with_stdin_closed_it_keeps_running_until_sigterm() -> None:
+    # What `sluice mock-cluster ... &` in a script does: stdin is /dev/null (or closed), no commands.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sluice.proxy", "mock-cluster", "--brokers", "1"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    bootstrap = process.stdout.readline().decode().strip().removeprefix("BOOTSTRAP ")
+    time.sleep(1.0)
+    assert process.poll() is None, "the mock cluster stopped on its own"
+    assert not _refuses_connections(parse_bootstrap(bootstrap)[0])
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(10) == 0
+    process.stdout.close()
+
+
+@pytest.mark.slow
+def test_ready_file_holds_the_announced_bootstrap_and_is_removed_on_sigint(tmp_path: Path) -> None:
+    ready = tmp_path / "state" / "ready"  # its folder is made if missing
+    process = _start("--brokers", "2", "--ready-file", str(ready))
     assert process.stdout is not None and process.stdin is not None
     announced = process.stdout.readline().decode().rstrip("\n")
     bootstrap = announced.removeprefix("BOOTSTRAP ")
@@ -223,10 +246,55 @@ def test_ready_file_holds_the_announced_bootstrap_and_sigint_exits_zero(tmp_path
     process.send_signal(signal.SIGINT)
     assert process.wait(10) == 0
     assert process.stdout.read() == b""
+    assert not ready.exists(), "a stale ready file would announce a cluster that is gone"
     process.stdin.close()
     process.stdout.close()
 
 
+@pytest.mark.slow
+def test_port_base_puts_every_broker_on_a_fixed_port_clients_are_told_about() -> None:
+    base = free_port_block(4)
+    with MockCluster(brokers=3, topics={TOPIC: PARTITIONS}, port_base=base) as fixed:
+        expected = [("127.0.0.1", base + n) for n in (1, 2, 3)]
+        assert fixed.addresses == expected
+        producer = _producer(fixed)
+        metadata = producer.list_topics(TOPIC, timeout=10)
+        assert sorted((b.id, b.host, b.port) for b in metadata.brokers.values()) == [
+            (n, "127.0.0.1", base + n) for n in (1, 2, 3)
+        ]
+        reports = _deliver(producer, [(p, f"fixed-{p}".encode()) for p in range(PARTITIONS)])
+        assert [error for error, _partition in reports] == [None] * PARTITIONS
+        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{base + 2}", "group.id": "fixed"})
+        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        values: set[bytes] = set()
+        deadline = time.monotonic() + 20
+        while len(values) < PARTITIONS and time.monotonic() < deadline:
+            values |= {m.value() for m in consumer.consume(100, timeout=0.5) if m.error() is None}
+        consumer.close()
+        assert values == {f"fixed-{p}".encode() for p in range(PARTITIONS)}
+        # A broker that is down is still down behind its relay.
+        fixed.broker_down(2)
+        with socket.create_connection(("127.0.0.1", base + 2), timeout=5) as sock:
+            sock.settimeout(5)
+            assert sock.recv(1) == b""
+        fixed.broker_up(2)
+        assert _api_versions(("127.0.0.1", base + 2))[API_VERSIONS] == (0, 2)
+    assert all(_refuses_connections(address) for address in expected)
+
+
+@pytest.mark.slow
+def test_a_taken_fixed_port_exits_2_without_announcing() -> None:
+    base = free_port_block(4)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", base + 2))
+        taken.listen()
+        process = _start("--port-base", str(base))
+        stdout, _ = process.communicate(timeout=10)
+    assert process.returncode == 2
+    assert stdout == b""
+
+
+@pytest.mark.slow
 def test_a_bad_topic_argument_exits_2_without_announcing() -> None:
     process = _start("--topic", "orders")
     stdout, _ = process.communicate(timeout=10)

@@ -30,11 +30,13 @@ from kafka.protocol.metadata import MetadataRequest
 from rawclient import RawClient
 from throttle_harness import metric_value
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import response_header_size
-from sluice.protocol.topic_mutations import CREATE_TOPICS
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
-QUOTA_EXCEEDED, NONE = 89, 0
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
+QUOTA_EXCEEDED, NONE, UNKNOWN_TOPIC, UNKNOWN_TOPIC_ID = 89, 0, 3, 100
 MESSAGE = "The throttling quota has been exceeded."
 STRICT_CREATE, PERMISSIVE_CREATE = 7, 5
 STRICT_DELETE, PERMISSIVE_DELETE = 5, 4
@@ -64,6 +66,8 @@ ENTITIES = {
     "pipelined": 10,
     "refund": 2,
     "order": 2,
+    "random-ids": 2,
+    "unknown-names": 2,
 }
 V19_TOPICS = (
     {"byid-0": 30, "byid-1": 30, "exists-40": 40, "order-a": 5}
@@ -244,6 +248,31 @@ def test_delete_topics_by_id_counts_partitions_found_by_id(proxy, broker):
     assert "byid-0" not in broker.topics and "byid-1" in broker.topics
 
 
+def test_random_topic_ids_in_a_loop_do_not_make_the_proxy_list_every_topic_each_time(proxy, broker):
+    """A hostile client deletes made-up topic ids in a loop: only an all-topics Metadata answer can name an
+    id, so the proxy starts one at most every ALL_TOPICS_INTERVAL_MS (5 s), not one per request."""
+    before = broker.metadata_requests
+    started = time.monotonic()
+    with client(proxy, "random-ids") as c:
+        for _ in range(20):
+            request = DeleteTopicsRequest(
+                topics=[DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=uuid.uuid4())],
+                timeout_ms=5000,
+            )
+            response = c.call(request, 6, DeleteTopicsResponse)
+            assert response.responses[0].error_code == UNKNOWN_TOPIC_ID  # forwarded: the broker says so
+    elapsed = time.monotonic() - started
+    assert broker.metadata_requests - before <= 1 + int(elapsed / 5)
+
+
+def test_an_unknown_topic_name_is_looked_up_once_within_the_cache_time(proxy, broker):
+    before = broker.metadata_requests
+    with client(proxy, "unknown-names") as c:
+        for _ in range(10):
+            assert errors(delete(["no-such-topic"], STRICT_DELETE, c)) == {"no-such-topic": UNKNOWN_TOPIC}
+    assert broker.metadata_requests - before == 1
+
+
 def test_v19_create_partitions_charges_the_increase(proxy):
     with client(proxy, "v19-partitions-strict") as c:
         strict = grow({"v19-grow-strict-0": 31, "v19-grow-strict-1": 31}, STRICT_PARTITIONS, c)
@@ -342,7 +371,7 @@ def test_pipelined_mutations_wait_behind_a_throttled_one(proxy, broker):
         second = c.receive_frame()
         waited = time.monotonic() - first_at
     assert [int.from_bytes(f[4:8], "big") for f in (first, second)] == [first_id, second_id]
-    body = first[4 + response_header_size(CREATE_TOPICS, PERMISSIVE_CREATE, first) :]
+    body = first[4 + response_header_size(ApiKey.CREATE_TOPICS, PERMISSIVE_CREATE, first) :]
     throttle = CreateTopicsResponse[PERMISSIVE_CREATE].decode(body).throttle_time_ms
     assert_near(throttle, 2000)
     assert waited >= 1.8, waited
@@ -362,7 +391,7 @@ def test_answers_keep_request_order_through_lookups_and_own_answers(proxy, broke
         ]
         frames = [c.receive_frame() for _ in ids]
     assert [int.from_bytes(f[4:8], "big") for f in frames] == ids
-    refused = frames[3][4 + response_header_size(CREATE_TOPICS, STRICT_CREATE, frames[3]) :]
+    refused = frames[3][4 + response_header_size(ApiKey.CREATE_TOPICS, STRICT_CREATE, frames[3]) :]
     assert CreateTopicsResponse[STRICT_CREATE].decode(refused).topics[0].error_code == QUOTA_EXCEEDED
     assert (
         "order-a" not in broker.topics and broker.topics["order-b"] == 30 and "order-c" not in broker.topics

@@ -66,6 +66,7 @@ def test_throttled_run_stays_at_the_target_rate(cluster: MockCluster) -> None:
     assert result.p999_latency_ms <= result.max_latency_ms
 
 
+@pytest.mark.slow
 def test_failed_deliveries_are_reported_and_not_counted() -> None:
     failures: list[str] = []
     with MockCluster(brokers=1, topics={TOPIC: 1}) as lonely:

@@ -16,6 +16,8 @@ from throttle_harness import metric_value
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 TOPIC = "pipeline"
 RECORDS_PER_BATCH = 5
 

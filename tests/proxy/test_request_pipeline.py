@@ -344,6 +344,13 @@ def test_a_close_effect_stops_the_pipeline() -> None:
     assert h.upstream() == []
 
 
+def test_answers_made_before_a_close_effect_leave_first() -> None:
+    h = Harness(Factory(AnswersApiVersions), Factory(ClosesOnMetadata))
+    with pytest.raises(CloseConnection):
+        h.client(request(API_VERSIONS, 1), request(METADATA, 2))
+    assert h.sink.correlation_ids() == [1]
+
+
 def test_a_response_effect_delays_or_mutes() -> None:
     delayed = Harness(Factory(RespondsLater, delay_ms=300))
     delayed.client(request(METADATA, 1))
@@ -415,3 +422,73 @@ def test_raw_tokens_are_relayed_in_order_until_the_exchange_ends() -> None:
     assert h.upstream() == [5]
     h.broker(response(METADATA, 5))
     assert read_correlation_id(h.sink.responses[-1][0]) == 5
+
+
+# ---- deferrals, mutes and drains together (each once had no test) -----------------------------------
+
+
+class DefersTheSecond(Filter):
+    """Defers the request with correlation id 2, once."""
+
+    request_api_keys = frozenset({METADATA})
+    calls: list[int]
+    ready: object
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Defer:
+        self.calls.append(header.correlation_id)
+        if header.correlation_id == 2 and self.calls.count(2) == 1:
+            return Defer(self.ready)  # type: ignore[arg-type]
+        return frame
+
+
+def test_a_resume_while_muted_forwards_nothing_until_the_mute_ends() -> None:
+    calls: list[int] = []
+    ready = object()
+    h = Harness(Factory(DefersTheSecond, calls=calls, ready=ready), Factory(RespondsLater, mute_ms=300))
+    h.client(request(METADATA, 1))
+    assert h.upstream() == [1]
+    assert h.client(request(METADATA, 2), request(METADATA, 3)) is ready
+    h.broker(response(METADATA, 1))  # its response mutes while request 2 is deferred
+    assert h.gate.muted and h.pipeline.state is Lifecycle.DEFERRED
+    assert h.pipeline.resume() is None
+    assert h.upstream() == []  # the deferral is over, but the mute is not
+    assert calls == [1, 2]  # and the deferring filter has not run again yet
+    h.loop.advance(0.299)
+    assert h.gate.muted and h.upstream() == []
+    h.loop.advance(0.001)
+    assert not h.gate.muted
+    assert h.upstream() == [2, 3]
+    assert calls == [1, 2, 2, 3]
+
+
+def test_a_throttled_acks0_produce_unmutes_at_its_deadline_with_nothing_in_flight() -> None:
+    h = Harness(Factory(ThrottlesProduce))
+    h.client(produce(1, acks=0), request(METADATA, 2))
+    assert h.upstream() == [1]
+    assert h.gate.muted and h.pipeline.in_flight == 0  # no response will come to wait for
+    h.loop.advance(0.199)
+    assert h.gate.muted and h.upstream() == []
+    h.loop.advance(0.001)
+    assert not h.gate.muted
+    assert h.upstream() == [2]
+
+
+def test_an_answer_with_nothing_in_flight_is_sent_at_once() -> None:
+    h = Harness(Factory(AnswersApiVersions))
+    h.client(request(API_VERSIONS, 1))
+    assert h.upstream() == []
+    assert h.sink.correlation_ids() == [1]
+    assert h.sink.responses[0][0].endswith(b"mine")
+    assert h.pipeline.in_flight == 0
+
+
+def test_draining_while_deferred_means_the_resume_forwards_nothing() -> None:
+    calls: list[int] = []
+    ready = object()
+    h = Harness(Factory(DefersMetadataOnce, calls=calls, ready=ready))
+    assert h.client(request(METADATA, 1), request(METADATA, 2)) is ready
+    assert h.pipeline.drain()  # nothing in flight: the connection may close now
+    assert h.pipeline.state is Lifecycle.DRAINING
+    assert h.pipeline.resume() is None
+    assert h.upstream() == []
+    assert calls == [1]

@@ -7,11 +7,10 @@ import pytest
 from sasl_tokens import oauthbearer_response, plain_token, unsecured_jwt
 from scramp import ScramClient, ScramMechanism
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import encode_request, encode_response, parse_request_header
 from sluice.protocol.sasl import (
-    SASL_AUTHENTICATE,
-    SASL_HANDSHAKE,
     encode_authenticate_request,
     encode_authenticate_response,
     encode_handshake_request,
@@ -56,7 +55,7 @@ class Session:
 
     def handshake(self, mechanism: str, version: int = 1, error_code: int = 0) -> None:
         self.exchange(
-            SASL_HANDSHAKE,
+            ApiKey.SASL_HANDSHAKE,
             version,
             encode_handshake_request(version, mechanism),
             encode_handshake_response(version, error_code, ["PLAIN", "SCRAM-SHA-256"]),
@@ -65,7 +64,7 @@ class Session:
     def authenticate(self, token: bytes, answer: bytes = b"", error_code: int = 0, version: int = 1) -> None:
         message = "Authentication failed: Invalid username or password" if error_code else None
         self.exchange(
-            SASL_AUTHENTICATE,
+            ApiKey.SASL_AUTHENTICATE,
             version,
             encode_authenticate_request(version, token),
             encode_authenticate_response(version, error_code, message, answer, 3_600_000 if version else 0),

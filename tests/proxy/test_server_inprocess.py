@@ -17,6 +17,8 @@ from sluice.proxy.server import SluiceServer
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.perf_test import run_perf_test
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 TOPIC = "backpressure"
 
 

@@ -12,10 +12,10 @@ import structlog
 from sluice.config.load import load_config
 from sluice.protocol.client_requests import BrokerInfo, MetadataAnswer
 from sluice.proxy.discovery import BrokerDiscovery
-from sluice.proxy.kafka_client import BrokerUnavailable
+from sluice.proxy.kafka_client import BrokerUnavailable, ClientClosed
 from sluice.proxy.ports import free_port_block
 from sluice.proxy.sensor_sweep import SensorSweep
-from sluice.proxy.server import SluiceServer
+from sluice.proxy.server import BOOTSTRAP, SluiceServer
 from sluice.proxy.services import Service, Services, ServiceStartError
 
 
@@ -67,7 +67,35 @@ async def test_a_failing_start_stops_the_started_ones_and_names_the_service() ->
         await services.start()
     assert caught.value.name == "b" and isinstance(caught.value.cause, OSError)
     assert "service b failed to start" in str(caught.value) and "Address already in use" in str(caught.value)
-    assert journal == ["start a", "start b", "stop a"]  # c never started; b, which failed, is not stopped
+    # c never started; b, which may have half started (a bound socket, a task), is stopped before a
+    assert journal == ["start a", "start b", "stop b", "stop a"]
+    assert services.running == []
+
+
+class SlowStart(FakeService):
+    def __init__(self, name: str, journal: list[str], release: asyncio.Event) -> None:
+        super().__init__(name, journal)
+        self.release = release
+
+    async def start(self) -> None:
+        await super().start()
+        await self.release.wait()
+
+
+async def test_a_service_that_finishes_starting_after_stop_began_is_stopped() -> None:
+    journal: list[str] = []
+    release = asyncio.Event()
+    services = Services(
+        [FakeService("a", journal), SlowStart("b", journal, release), FakeService("c", journal)]
+    )
+    starting = asyncio.create_task(services.start())
+    while journal != ["start a", "start b"]:
+        await asyncio.sleep(0)
+    await services.stop()  # b is still starting: only a can be stopped now
+    assert journal == ["start a", "start b", "stop a"]
+    release.set()
+    await starting
+    assert journal == ["start a", "start b", "stop a", "stop b"]  # c never starts
     assert services.running == []
 
 
@@ -230,5 +258,49 @@ async def test_the_server_stops_its_services_on_shutdown() -> None:
     server = SluiceServer(config)
     await server.start()
     assert server.services.running == ["kafka_client", "broker_discovery", "sensor_sweep"]
+    discovery = server.services.get("broker_discovery")
+    assert isinstance(discovery, BrokerDiscovery)
+    task = discovery._task
+    assert task is not None and not task.done()  # retrying: the bootstrap is unreachable
     await server.shutdown()
     assert server.services.running == []
+    assert task.done()
+    with pytest.raises(ClientClosed):
+        await server.kafka_client.metadata()
+
+
+async def test_a_failed_start_closes_the_connections_it_accepted_meanwhile() -> None:
+    # A broker that accepts and stays silent, so the client's connection stays up until the proxy closes it.
+    silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    base = free_port_block(4)
+    config = load_config(
+        None,
+        {
+            "listen": f"127.0.0.1:{base}",
+            "broker_port_base": base + 1,
+            "upstream.bootstrap": f"127.0.0.1:{silent.sockets[0].getsockname()[1]}",
+            "log.level": "error",
+        },
+    )
+    server = SluiceServer(config)
+    accepted = asyncio.Event()
+
+    class FailsOnceAClientIsIn(FakeService):
+        async def start(self) -> None:
+            await accepted.wait()
+            raise OSError("cannot start")
+
+    server.services = Services([FailsOnceAClientIsIn("late", [])])
+    starting = asyncio.create_task(server.start())
+    while BOOTSTRAP not in server.listen_ports:
+        await asyncio.sleep(0.01)
+    reader, writer = await asyncio.open_connection("127.0.0.1", base)
+    while not server.registry:
+        await asyncio.sleep(0.01)
+    accepted.set()
+    with pytest.raises(ServiceStartError):
+        await starting
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # the proxy closed it
+    assert len(server.registry) == 0
+    writer.close()
+    silent.close()

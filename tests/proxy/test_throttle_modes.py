@@ -19,6 +19,8 @@ from rawclient import RawClient
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 TOPIC = "modes"
 QUOTA = 100_000
 EXPECTED_THROTTLE_MS = 2_000

@@ -22,6 +22,8 @@ from throttle_harness import FlatOutProducer, TrafficSampler, metric_value, metr
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
+pytestmark = pytest.mark.slow  # end to end: real processes, real clients
+
 QUOTA = 100_000
 WARM_UP_S = 12
 MEASURE_S = 30

@@ -1,0 +1,1 @@
+"""The `sluice` subcommands that belong to the proxy itself (the tools live in `sluice.proxy.tools`)."""

@@ -1,0 +1,134 @@
+"""`sluice run`: the proxy, configured by a YAML file and flags on top of it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from sluice.config.address_checks import check_addresses
+from sluice.config.errors import ConfigError
+from sluice.config.load import load_config
+from sluice.config.model import DEFAULT_IDLE_TIMEOUT_S, ProxyConfig
+
+from ..listeners import raise_open_file_limit
+from ..log import configure_logging, get_logger
+from ..services import ServiceStartError
+
+EXIT_CONFIG_ERROR = 2
+
+EPILOG = f"""\
+Quotas come from the configuration file's `quota:` section; no flag sets them. Every key, with its
+default, is in docs/config-example.yaml; how quotas behave is in docs/quotas.md. A flag overrides the
+file's key named in its help. Nothing is required from the file if the flags give listen and upstream.
+
+Other defaults (file only): max_frame_bytes 100 MiB, idle_timeout_s {DEFAULT_IDLE_TIMEOUT_S:g},
+shutdown_timeout_s 30, log.level info, log.format json (JSON lines on stderr).
+
+Signals: SIGTERM or SIGINT drain and stop; SIGHUP asks for a configuration reload; SIGQUIT logs a status
+line; SIGUSR1, SIGUSR2 and the rest are logged and ignored. Only SIGKILL stops Sluice without a drain.
+
+Exit codes: 0 after SIGTERM or SIGINT (in-flight requests answered first), 2 when the configuration is
+refused (the message names the key, the value and what was expected; also a listen host that does not
+resolve, an upstream that is Sluice's own listener, or a broker port found at start-up to be impossible),
+1 when a listener cannot open at start-up (the address is named)."""
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that set configuration keys; `check-config` takes them too."""
+    parser.add_argument(
+        "--upstream",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="bootstrap servers of the Kafka cluster (upstream.bootstrap; required, here or in the file)",
+    )
+    parser.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="where clients bootstrap (listen; required, here or in the file)",
+    )
+    parser.add_argument(
+        "--advertised-host",
+        metavar="HOST",
+        help="host clients are told to connect to for each broker (advertised_host; default: listen's host)",
+    )
+    parser.add_argument(
+        "--broker-port-base",
+        metavar="N",
+        type=int,
+        help="broker node ID gets its own listener on N + ID (broker_port_base; default: listen port + 1)",
+    )
+    parser.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (metrics.listen; default: none)",
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML configuration file (every key: docs/config-example.yaml)"
+    )
+    add_config_flags(parser)
+
+
+def error_hint(message: str) -> str | None:
+    if "quota" in message.lower():
+        return "Quotas are set in the configuration file's quota: section (docs/config-example.yaml)."
+    return None
+
+
+def config_overrides(args: argparse.Namespace) -> dict[str, object]:
+    flags = {
+        "upstream.bootstrap": args.upstream,
+        "listen": args.listen,
+        "advertised_host": args.advertised_host,
+        "broker_port_base": args.broker_port_base,
+        "metrics.listen": args.metrics,
+    }
+    return {key: value for key, value in flags.items() if value is not None}
+
+
+def run_event_loop(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
+    """Run `main` on uvloop when it is installed, on plain asyncio otherwise: same code either way."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main())
+
+
+async def _serve(config: ProxyConfig) -> int:
+    from ..server import SluiceServer
+
+    server = SluiceServer(config)
+    await server.start()
+    return await server.run_until_stopped()
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, config_overrides(args))
+        check_addresses(config)  # listen hosts resolve; no upstream is Sluice itself
+    except ConfigError as exc:
+        print(f"sluice: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    configure_logging(config.log.level, config.log.format)
+    get_logger().info("open_files_limit", limit=raise_open_file_limit())
+    try:
+        return run_event_loop(lambda: _serve(config))
+    except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up
+        print(f"sluice: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    except ServiceStartError as exc:  # logged as service_start_failed; the cause decides the exit code
+        print(f"sluice: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR if isinstance(exc.cause, ConfigError) else 1
+    except OSError as exc:
+        get_logger().error("startup_failed", error=str(exc))
+        return 1

@@ -1,0 +1,299 @@
+"""A connection in this test's own event loop, between a real client socket and a fake broker on loopback:
+what it still sends when it closes on an error (a throttle delays, never drops), and the CPU time it counts
+on the paths that run outside a read (an unmute, a deferral's resume).
+
+The broker is a few lines of asyncio that answer as the test says (frames built by `protocol/`), so it can
+send what no real broker would: a response nobody asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Callable
+
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
+from sluice.proxy.connection import ClientSide
+from sluice.proxy.filters import (
+    Answer,
+    Close,
+    Defer,
+    Filter,
+    FilterChain,
+    FilterFactory,
+    Forward,
+    Frame,
+    InFlight,
+    Respond,
+)
+from sluice.proxy.metrics import ProxyMetrics
+from sluice.proxy.session import ConnectionRegistry, SessionSettings
+
+METADATA, PRODUCE, API_VERSIONS = ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.API_VERSIONS
+LONG_DELAY_MS = 60_000  # far longer than any test waits: a held response must leave by the flush
+WAIT_S = 10.0  # an honest bound for a loaded machine; the tests finish in milliseconds when all is well
+
+
+def produce(correlation_id: int) -> bytes:
+    # Produce v3 with acks=1 and no topics: all the proxy reads is acks.
+    return encode_request(PRODUCE, 3, correlation_id, "closing-test", struct.pack(">hhii", -1, 1, 1000, 0))
+
+
+def api_versions(correlation_id: int) -> bytes:
+    return encode_request(API_VERSIONS, 0, correlation_id, "closing-test", b"")
+
+
+def metadata(correlation_id: int) -> bytes:
+    return encode_request(METADATA, 1, correlation_id, "closing-test", b"")
+
+
+def response(key: int, correlation_id: int) -> bytes:
+    return encode_response(key, 1, correlation_id, b"ack")
+
+
+class Factory(FilterFactory):
+    def __init__(self, cls: type[Filter], cpu: bool = False, **shared: object) -> None:
+        self.filter_class = cls  # type: ignore[misc]
+        self._cpu = cpu
+        self._shared = shared
+
+    def create(self, conn):  # type: ignore[no-untyped-def]
+        made = self.filter_class(conn)
+        for name, value in self._shared.items():
+            setattr(made, name, value)
+        return made
+
+    def needs_cpu_time(self) -> bool:
+        return self._cpu
+
+
+class DelaysProduceAcks(Filter):
+    """Delay mode (pre-KIP-219): every Produce response is held back a long time."""
+
+    response_api_keys = frozenset({PRODUCE})
+
+    def on_response(self, request: InFlight, frame: Frame) -> Respond:
+        return Respond(frame, LONG_DELAY_MS)
+
+
+class FailsOnSecondMetadataResponse(Filter):
+    response_api_keys = frozenset({METADATA})
+
+    def on_response(self, request: InFlight, frame: Frame) -> Frame:
+        if request.header.correlation_id == 2:
+            raise RuntimeError("a filter bug")
+        return frame
+
+
+class AnswersApiVersions(Filter):
+    request_api_keys = frozenset({API_VERSIONS})
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Answer:
+        return Answer(encode_response(API_VERSIONS, 0, header.correlation_id, b"mine"))
+
+
+class ClosesOnMetadata(Filter):
+    request_api_keys = frozenset({METADATA})
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Close:
+        return Close("not allowed")
+
+
+class Broker:
+    """Reads requests (their correlation ids) and writes whatever bytes the test gives it."""
+
+    def __init__(self) -> None:
+        self.requests: asyncio.Queue[int] = asyncio.Queue()
+        self.writer: asyncio.StreamWriter | None = None
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._accepted, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        try:
+            while True:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                frame = await reader.readexactly(size)
+                self.requests.put_nowait(struct.unpack_from(">i", frame, 4)[0])
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+
+    async def received(self, count: int) -> list[int]:
+        return [await asyncio.wait_for(self.requests.get(), WAIT_S) for _ in range(count)]
+
+    async def send(self, *frames: bytes) -> None:
+        assert self.writer is not None
+        self.writer.write(b"".join(frames))  # one write: the proxy reads them together
+        await self.writer.drain()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        if self.server is not None:
+            self.server.close()
+
+
+class Proxy:
+    """One listener whose connections are ClientSides over `factories`, upstream to `broker_port`."""
+
+    def __init__(self, broker_port: int, *factories: FilterFactory) -> None:
+        metrics = ProxyMetrics()
+        self.registry = ConnectionRegistry(metrics)
+        self.settings = SessionSettings(FilterChain(factories), metrics, self.registry, 1 << 20, 300.0)
+        self._broker_port = broker_port
+        self.server: asyncio.Server | None = None
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(
+            lambda: ClientSide(self.settings, "test", lambda: [("127.0.0.1", self._broker_port)]),
+            "127.0.0.1",
+            0,
+        )
+        return await asyncio.open_connection("127.0.0.1", self.server.sockets[0].getsockname()[1])
+
+    def connection(self) -> ClientSide:
+        (conn,) = list(self.registry)
+        return conn  # type: ignore[return-value]
+
+    def close(self) -> None:
+        for conn in self.registry:
+            conn.close("test_over")
+        if self.server is not None:
+            self.server.close()
+
+
+async def responses_until_closed(reader: asyncio.StreamReader) -> list[int]:
+    """Correlation ids of every response the client gets until the proxy closes the connection."""
+    ids = []
+    while True:
+        prefix = await asyncio.wait_for(reader.read(4), WAIT_S)
+        if not prefix:
+            return ids
+        frame = await asyncio.wait_for(reader.readexactly(struct.unpack(">i", prefix)[0]), WAIT_S)
+        ids.append(read_correlation_id(prefix + frame))
+
+
+async def run(factories: list[FilterFactory], scenario: Callable) -> list[int]:
+    broker = Broker()
+    proxy = Proxy(await broker.start(), *factories)
+    try:
+        reader, writer = await proxy.connect()
+        await scenario(broker, writer)
+        received = await responses_until_closed(reader)
+        writer.close()
+        return received
+    finally:
+        proxy.close()
+        broker.close()
+
+
+# ---- an error close sends what the client is owed first -------------------------------------------
+
+
+async def test_acks_held_by_a_delay_reach_the_client_before_a_bad_broker_frame_closes_it() -> None:
+    async def scenario(broker: Broker, client: asyncio.StreamWriter) -> None:
+        client.write(produce(1) + produce(2))
+        assert await broker.received(2) == [1, 2]
+        await broker.send(response(PRODUCE, 1))  # held back by the delay
+        await asyncio.sleep(0.05)
+        await broker.send(response(PRODUCE, 2), response(PRODUCE, 99))  # 99: nobody asked for it
+
+    assert await run([Factory(DelaysProduceAcks)], scenario) == [1, 2]
+
+
+async def test_responses_read_before_a_filter_fails_reach_the_client() -> None:
+    async def scenario(broker: Broker, client: asyncio.StreamWriter) -> None:
+        client.write(metadata(1) + metadata(2))
+        assert await broker.received(2) == [1, 2]
+        await broker.send(response(METADATA, 1), response(METADATA, 2))  # the filter fails on 2
+
+    assert await run([Factory(FailsOnSecondMetadataResponse)], scenario) == [1]
+
+
+async def test_an_answer_made_before_a_filter_closes_the_connection_reaches_the_client() -> None:
+    async def scenario(broker: Broker, client: asyncio.StreamWriter) -> None:
+        client.write(api_versions(1) + metadata(2))  # answered by the proxy, then closed on
+
+    factories = [Factory(AnswersApiVersions), Factory(ClosesOnMetadata)]
+    assert await run(factories, scenario) == [1]
+
+
+# ---- CPU time spent outside a read is counted too ----------------------------------------------------
+
+BURN_NS = 30_000_000
+
+
+def burn_cpu() -> None:
+    started = time.thread_time_ns()
+    while time.thread_time_ns() - started < BURN_NS:
+        pass
+
+
+class ThrottlesFirstThenBurns(Filter):
+    """Throttles request 1 (so request 2 is held until the mute ends), burns CPU on every other."""
+
+    request_api_keys = frozenset({METADATA})
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+        if header.correlation_id == 1:
+            return Forward(frame, 50)
+        burn_cpu()
+        return frame
+
+
+class DefersThenBurns(Filter):
+    """Defers request 1 on `ready`; burns CPU when it runs again on the resume."""
+
+    request_api_keys = frozenset({METADATA})
+    ready: asyncio.Future[object]
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Defer:
+        if not self.ready.done():
+            return Defer(self.ready)
+        burn_cpu()
+        return frame
+
+
+async def cpu_counted_while(factory: FilterFactory, scenario: Callable) -> int:
+    """The connection's CPU time counted while `scenario` runs (after the connection is up)."""
+    broker = Broker()
+    proxy = Proxy(await broker.start(), factory)
+    try:
+        _reader, writer = await proxy.connect()
+        while broker.writer is None:  # the connection is up once the broker accepted it
+            await asyncio.sleep(0.01)
+        before = proxy.connection().cpu_ns
+        await scenario(broker, writer)
+        return proxy.connection().cpu_ns - before
+    finally:
+        proxy.close()
+        broker.close()
+
+
+async def test_cpu_time_of_requests_forwarded_when_a_mute_ends_is_counted() -> None:
+    async def scenario(broker: Broker, client: asyncio.StreamWriter) -> None:
+        client.write(metadata(1) + metadata(2))
+        assert await broker.received(1) == [1]
+        await broker.send(response(METADATA, 1))  # the mute ends 50 ms after request 1: 2 is forwarded
+        assert await broker.received(1) == [2]
+
+    assert await cpu_counted_while(Factory(ThrottlesFirstThenBurns, cpu=True), scenario) >= BURN_NS
+
+
+async def test_cpu_time_of_a_resumed_request_is_counted() -> None:
+    ready: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+
+    async def scenario(broker: Broker, client: asyncio.StreamWriter) -> None:
+        client.write(metadata(1))
+        await asyncio.sleep(0.05)
+        assert broker.requests.empty()
+        ready.set_result(None)
+        assert await broker.received(1) == [1]
+
+    assert await cpu_counted_while(Factory(DefersThenBurns, cpu=True, ready=ready), scenario) >= BURN_NS

@@ -1,0 +1,113 @@
+"""Tight quotas and librdkafka (docs/quotas.md): requests held by the mute outlive the client's timeout.
+
+A confluent-kafka producer sends 500 keyed 1 kB records flat out through Sluice under a 20 kB/s quota,
+with request and socket timeouts (1 s) shorter than the throttles its 64 kB requests earn (about 3 s).
+Its pipelined requests wait behind the mute, time out, and librdkafka sends their batches again on the
+same connection: the broker gets each such batch twice. The batches are then read straight from the
+brokers and replayed with a Kafka broker's duplicate rule (tests/batch_log.py: librdkafka's mock cluster
+only checks sequences for transactional producers):
+
+* with enable.idempotence=true a broker keeps every record exactly once: every key once, none missing;
+* without it the re-sent batches are new data to a broker: records appear twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from batch_log import as_a_broker_keeps, read_batches
+from confluent_kafka import Producer
+
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.proxy_process import ProxyProcess
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "tight"
+PARTITIONS = 6
+RECORDS = 500
+QUOTA = 20_000  # bytes/s: a 64 kB request earns a ~3 s throttle
+TIMEOUT_MS = 1000
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[MockCluster]:
+    with MockCluster(brokers=3, topics={TOPIC: PARTITIONS}) as running:
+        yield running
+
+
+def produce_through_a_tight_quota(cluster: MockCluster, client_id: str, idempotent: bool) -> int:
+    """Send RECORDS keyed records through Sluice; returns how many requests librdkafka timed out."""
+    quota = {"entities": [{"client_id": client_id, "producer_byte_rate": QUOTA}]}
+    timeouts: dict[str, int] = {}
+
+    def on_stats(text: str) -> None:
+        for broker in json.loads(text)["brokers"].values():
+            timeouts[broker["name"]] = broker.get("req_timeouts", 0)
+
+    with ProxyProcess(cluster.bootstrap, extra_config={"quota": quota}) as proxy:
+        producer = Producer(
+            {
+                "bootstrap.servers": proxy.bootstrap,
+                "client.id": client_id,
+                "enable.idempotence": idempotent,
+                "batch.size": 65536,
+                "linger.ms": 5,
+                "request.timeout.ms": TIMEOUT_MS,
+                "socket.timeout.ms": TIMEOUT_MS,
+                "statistics.interval.ms": 500,
+                "stats_cb": on_stats,
+            }
+        )
+        failed: list[str] = []
+
+        def on_delivery(error: object, _message: object) -> None:
+            if error is not None:
+                failed.append(str(error))
+
+        for i in range(RECORDS):
+            producer.produce(TOPIC, b"x" * 1000, key=f"{client_id}-{i:04d}".encode(), on_delivery=on_delivery)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        producer.poll(0.6)  # one more statistics report after the last delivery
+        assert failed == [], failed[:3]
+    return sum(timeouts.values())
+
+
+def keys_a_broker_keeps(cluster: MockCluster, client_id: str) -> tuple[Counter[bytes], int, int]:
+    """The keys a broker would hold, with the batches it would answer as duplicates or out of order."""
+    kept: Counter[bytes] = Counter()
+    duplicates = out_of_order = 0
+    for partition in range(PARTITIONS):
+        # With replication 1, partition p is led by broker p % 3 + 1.
+        host, port = cluster.addresses[partition % 3]
+        batches = [
+            b for b in read_batches(host, port, TOPIC, partition) if b.keys[0].startswith(client_id.encode())
+        ]
+        view = as_a_broker_keeps(batches)
+        kept.update(view.kept)
+        duplicates += view.duplicate_batches
+        out_of_order += view.out_of_order_batches
+    return kept, duplicates, out_of_order
+
+
+def test_an_idempotent_producer_gets_every_record_exactly_once(cluster: MockCluster) -> None:
+    timed_out = produce_through_a_tight_quota(cluster, "idempotent", idempotent=True)
+    assert timed_out > 0, "no request outlived its timeout: the test did not reach the case it is about"
+    kept, duplicates, out_of_order = keys_a_broker_keeps(cluster, "idempotent")
+    # The held requests and their retries both reached the broker; the sequence numbers made them one.
+    assert duplicates > 0
+    assert out_of_order == 0
+    assert set(kept) == {f"idempotent-{i:04d}".encode() for i in range(RECORDS)}, "records missing"
+    assert [key for key, count in kept.items() if count > 1] == []
+
+
+def test_without_idempotence_the_same_run_writes_records_twice(cluster: MockCluster) -> None:
+    timed_out = produce_through_a_tight_quota(cluster, "plain", idempotent=False)
+    assert timed_out > 0
+    kept, _, _ = keys_a_broker_keeps(cluster, "plain")
+    assert set(kept) == {f"plain-{i:04d}".encode() for i in range(RECORDS)}
+    assert sum(count - 1 for count in kept.values()) > 0, "no duplicates: the doc's warning would be moot"
