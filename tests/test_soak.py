@@ -30,7 +30,7 @@ from sluice.protocol.headers import encode_request
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
-pytestmark = [pytest.mark.soak, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.soak, pytest.mark.slow, pytest.mark.timeout(900)]
 
 RECORDS = 200_000
 TOPIC = "soak"

@@ -28,6 +28,8 @@ from sluice.proxy.tools.proxy_process import ProxyProcess
 
 REPO = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.slow  # starts processes (the test broker, the proxy)
+
 
 @contextlib.contextmanager
 def held_port(port: int) -> Iterator[socket.socket]:

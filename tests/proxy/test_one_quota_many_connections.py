@@ -28,6 +28,8 @@ PARTITIONS = 12
 WARM_UP_S = 4.0  # the full bucket (5 x 1 s x quota) is spent in the first second or two
 MEASURE_S = 12.0
 
+pytestmark = pytest.mark.slow  # starts processes (the test broker, the proxy)
+
 
 @pytest.fixture(scope="module")
 def quota_cluster() -> Iterator[MockCluster]:

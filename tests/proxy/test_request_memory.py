@@ -18,6 +18,8 @@ from sluice.proxy.tools.proxy_process import ProxyProcess
 
 MIB = 1 << 20
 
+pytestmark = pytest.mark.slow  # starts processes (the test broker, the proxy)
+
 
 def rss_mb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:

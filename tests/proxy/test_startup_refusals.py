@@ -13,6 +13,8 @@ from sluice.proxy.ports import free_port_block
 
 REPO = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.slow  # starts processes (the test broker, the proxy)
+
 
 def run_sluice(tmp_path: Path, config: dict, timeout_s: float = 20) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "sluice.yaml"
