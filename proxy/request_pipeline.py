@@ -152,6 +152,11 @@ class RequestPipeline:
     # ---- what the connection reads --------------------------------------------------------------
 
     @property
+    def waiting(self) -> bool:
+        """Requests are held (read, not forwarded yet): after a bad frame, the connection waits for them."""
+        return bool(self._held) or self._resume is not None
+
+    @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 

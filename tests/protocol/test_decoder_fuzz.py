@@ -52,6 +52,7 @@ from sluice.protocol import (
     message_codec,
     metadata_brokers,
     primitives,
+    produce,
     record_batches,
     sasl,
     sasl_client,
@@ -61,6 +62,7 @@ from sluice.protocol import (
     topic_metadata,
     topic_mutations,
 )
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 
 # Bounded: about 70 decoders x 60 examples run in a few seconds; the deadline catches a decoder that
@@ -113,7 +115,7 @@ def _response_frames(api_key: int, message_class) -> dict[int, list[bytes]]:
 
 
 def _produce_acks(version: int, frame: bytes) -> object:
-    return apis.produce_acks(frame, headers.parse_request_header(frame))
+    return produce.produce_acks(frame, headers.parse_request_header(frame))
 
 
 def _split(version: int, data: bytes) -> object:
@@ -228,7 +230,7 @@ def _targets() -> list[Target]:
             lambda v, d: headers.parse_request_header(d),
             {**_request_frames(0, ProduceRequest), 100: _request_frames(1, FetchRequest)[12]},
         ),
-        Target("apis.produce_acks", _produce_acks, _request_frames(0, ProduceRequest)),
+        Target("produce.produce_acks", _produce_acks, _request_frames(0, ProduceRequest)),
         Target(
             "headers.response_header_size",
             lambda v, d: headers.response_header_size(3, v, d),
@@ -346,9 +348,9 @@ def _targets() -> list[Target]:
             Target(f"primitives.{reader.__name__}", lambda v, d, r=reader: r(d, v), versions=range(4))
         )
     for key, cls in (
-        (broker_addresses.METADATA_KEY, MetadataResponse),
-        (broker_addresses.FIND_COORDINATOR_KEY, FindCoordinatorResponse),
-        (broker_addresses.DESCRIBE_CLUSTER_KEY, DescribeClusterResponse),
+        (ApiKey.METADATA, MetadataResponse),
+        (ApiKey.FIND_COORDINATOR, FindCoordinatorResponse),
+        (ApiKey.DESCRIBE_CLUSTER, DescribeClusterResponse),
     ):
         extra = [cls.max_version + 1]
         targets.append(
@@ -384,9 +386,9 @@ def _targets() -> list[Target]:
             )
         )
     for key in (
-        topic_mutations.CREATE_TOPICS,
-        topic_mutations.DELETE_TOPICS,
-        topic_mutations.CREATE_PARTITIONS,
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.CREATE_PARTITIONS,
     ):
         request_class = message_codec.REQUEST_CLASSES[key]
         response_class = message_codec.RESPONSE_CLASSES[key]
