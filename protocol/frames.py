@@ -2,6 +2,12 @@
 
 Sans-IO in the h11 style: bytes in (`feed`), complete frames out. Each frame is returned as a
 `memoryview` covering the length prefix and the payload, so a proxy can forward it unchanged.
+
+A large frame need not be assembled at all: once its start is in (`incomplete_head`), the caller may
+take it over (`pass_through`), get the bytes received so far, and from then on receive its remaining
+bytes from `feed` as `through` pieces, as they arrive, until the frame ends and framing resumes. A proxy
+that needs only a request's header and size forwards such a frame the way a plain relay forwards bytes:
+no join, no buffer as large as the frame.
 """
 
 from __future__ import annotations
@@ -9,7 +15,13 @@ from __future__ import annotations
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import INT32_UNPACK
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "MIN_FRAME_PAYLOAD_BYTES", "BadFramePrefix", "FrameSplitter"]
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "MIN_FRAME_PAYLOAD_BYTES",
+    "BadFramePrefix",
+    "FrameHead",
+    "FrameSplitter",
+]
 
 DEFAULT_MAX_FRAME_BYTES = 104857600
 # A response needs at least its 4-byte correlation id; a request needs more, but that is the
@@ -20,7 +32,8 @@ _PREFIX = 4
 
 class BadFramePrefix(ProtocolError):
     """A length prefix out of bounds. `frames` holds the complete frames read before it (from the same
-    `feed`): they are valid and are owed an answer, so the caller forwards them before closing."""
+    `feed`): they are valid and are owed an answer, so the caller forwards them before closing. Like any
+    frame `feed` returns, they may be views of the caller's read buffer."""
 
     __slots__ = ("frames",)
 
@@ -29,12 +42,27 @@ class BadFramePrefix(ProtocolError):
         self.frames = frames
 
 
+class FrameHead:
+    """Stands for a frame being passed through: its first bytes (`head`, length prefix included) and its
+    whole size, which `len()` gives, as for a complete frame."""
+
+    __slots__ = ("head", "size")
+
+    def __init__(self, head: memoryview, size: int) -> None:
+        self.head = head
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
 class FrameSplitter:
     """Incremental splitter over a receive stream of 4-byte big-endian length-prefixed frames.
 
-    Returned views stay valid forever: they are only ever sliced from immutable `bytes` objects (the
-    chunk passed to `feed`, or one bytes object joined from several chunks when a frame spans
-    chunks). A frame inside one chunk costs no copy; a frame spanning chunks costs exactly one join,
+    Returned views of bytes fed stay valid forever: they are only ever sliced from immutable `bytes`
+    objects (the chunk passed to `feed`, or one bytes object joined from several chunks when a frame
+    spans chunks); for a read-only memoryview fed, see `feed`. A frame inside one chunk costs no copy;
+    a frame spanning chunks costs exactly one join,
     because pending chunks are kept in a list rather than re-concatenated on every feed.
 
     A bad length prefix raises BadFramePrefix carrying the frames completed before it. After it the
@@ -42,7 +70,15 @@ class FrameSplitter:
     `max_frame_bytes` may change between feeds (lower before authentication, say).
     """
 
-    __slots__ = ("_max_frame_bytes", "_pending", "_pending_len", "_pending_need", "min_payload_bytes")
+    __slots__ = (
+        "_max_frame_bytes",
+        "_pending",
+        "_pending_len",
+        "_pending_need",
+        "_through_left",
+        "min_payload_bytes",
+        "through",
+    )
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._max_frame_bytes = max_frame_bytes
@@ -54,6 +90,10 @@ class FrameSplitter:
         # Kafka frames carry at least a correlation id; bare SASL tokens (SaslHandshake v0's legacy
         # framing) may be empty, so the connection lowers this to 0 while such an exchange runs.
         self.min_payload_bytes = MIN_FRAME_PAYLOAD_BYTES
+        # Bytes of a frame the caller took over (`pass_through`) still to come, and those the last
+        # `feed` received: they precede every frame that `feed` returned.
+        self._through_left = 0
+        self.through: list[memoryview] = []
 
     @property
     def buffered_bytes(self) -> int:
@@ -62,7 +102,8 @@ class FrameSplitter:
     @property
     def pending_frame_bytes(self) -> int:
         """The whole size (prefix included) of the frame being assembled; 0 if none or its size is not
-        known yet (fewer than 4 bytes of it read). What a memory budget must hold for it."""
+        known yet (fewer than 4 bytes of it read). What a memory budget must hold for it (a frame passed
+        through is never assembled, so it holds nothing)."""
         return self._pending_need if self._pending_need > 0 else 0
 
     @property
@@ -78,72 +119,140 @@ class FrameSplitter:
         self._pending = []
         self._pending_len = 0
         self._pending_need = -1
+        self._through_left = 0
+        self.through = []
 
-    def feed(self, data: bytes) -> list[memoryview]:
-        if type(data) is not bytes:
-            # Views over a mutable buffer could change under the caller's feet; pay one copy instead.
-            data = bytes(data)
+    @property
+    def passing_through(self) -> bool:
+        """A frame taken over with `pass_through` has not ended yet."""
+        return self._through_left > 0
+
+    def feed(self, data: bytes | memoryview) -> list[memoryview]:
+        """The frames `data` completes, in stream order. While a frame is passed through, its bytes in
+        `data` (which come before any of those frames) are put in `self.through` instead.
+
+        `data` is bytes, or a read-only memoryview over a buffer the caller reuses (a connection reading
+        into one buffer): the frames and `through` pieces returned are then views of that buffer, valid
+        until the caller changes it (which it must not do while any of them is alive), and what the
+        splitter keeps past this call is copied. Anything else is copied first."""
+        if type(data) is memoryview and data.readonly:
+            view = data
+            loaned = True
+        else:
+            if type(data) is not bytes:
+                # Views over a mutable buffer could change under the caller's feet; pay one copy instead.
+                data = bytes(data)
+            view = memoryview(data)
+            loaned = False
         frames: list[memoryview] = []
-        view = memoryview(data)
         pos = 0
+        size = len(view)
+        if self._through_left:
+            pos = min(self._through_left, size)
+            self._through_left -= pos
+            self.through = [view[:pos]]
+            if pos == size:
+                return frames
+        elif self.through:
+            self.through = []
         if self._pending_len:
-            pos = self._continue_pending(data, view, frames)
+            pos = self._continue_pending(view, pos, frames, loaned)
             if pos < 0:
                 return frames
-        size = len(data)
         max_frame = self._max_frame_bytes
         min_payload = self.min_payload_bytes
         while size - pos >= _PREFIX:
-            length = INT32_UNPACK(data, pos)[0]
+            length = INT32_UNPACK(view, pos)[0]
             if length < min_payload or length > max_frame:
                 self._raise_bad_length(length, frames)
             end = pos + _PREFIX + length
             if end > size:
-                self._pending.append(view[pos:])
+                self._pending.append(bytes(view[pos:]) if loaned else view[pos:])
                 self._pending_len = size - pos
                 self._pending_need = end - pos
                 return frames
             frames.append(view[pos:end])
             pos = end
         if pos < size:
-            self._pending.append(view[pos:])
+            self._pending.append(bytes(view[pos:]) if loaned else view[pos:])
             self._pending_len = size - pos
             self._pending_need = -1
         return frames
 
     def eof(self) -> None:
+        if self._through_left:
+            raise ProtocolError(
+                "truncated_frame", f"stream ended {self._through_left} bytes before the end of a frame"
+            )
         if self._pending_len:
             raise ProtocolError(
                 "truncated_frame", f"stream ended with {self._pending_len} bytes of an incomplete frame"
             )
 
-    def _continue_pending(self, data: bytes, view: memoryview, frames: list[memoryview]) -> int:
-        """Extend the pending frame with `data`. Return the offset in `data` where parsing resumes, or
-        -1 when all of `data` was absorbed into a still-incomplete frame."""
+    def incomplete_head(self, min_frame_bytes: int, head_bytes: int) -> tuple[memoryview, int] | None:
+        """The incomplete frame the stream ends with, if its size (prefix included) is at least
+        `min_frame_bytes` and `head_bytes` of it have arrived: its first bytes, contiguous (at least
+        `head_bytes` of them, prefix included), and its size. None otherwise."""
+        need = self._pending_need
+        if need < min_frame_bytes or need < 0 or self._pending_len < head_bytes:
+            return None
+        pending = self._pending
+        if len(pending[0]) < head_bytes:
+            # The start came in small reads: join its first `head_bytes` (a bounded copy, once).
+            parts: list[bytes | memoryview] = []
+            have = i = 0
+            while have < head_bytes:
+                piece = pending[i]
+                take = min(len(piece), head_bytes - have)
+                parts.append(piece[:take])
+                have += take
+                if take < len(piece):
+                    pending[i] = memoryview(piece)[take:]
+                else:
+                    i += 1
+            self._pending = [b"".join(parts), *pending[i:]]
+        return memoryview(self._pending[0]), need
+
+    def pass_through(self) -> list[memoryview]:
+        """Take over the incomplete frame `incomplete_head` offered: its bytes received so far, in order.
+        Its remaining bytes will come out of `feed` in `through`, never as a frame."""
+        if self._pending_need < 0:
+            raise ValueError("no incomplete frame of known size to pass through")
+        pieces = [memoryview(piece) for piece in self._pending]
+        self._through_left = self._pending_need - self._pending_len
+        self._pending = []
+        self._pending_len = 0
+        self._pending_need = -1
+        return pieces
+
+    def _continue_pending(self, view: memoryview, start: int, frames: list[memoryview], loaned: bool) -> int:
+        """Extend the pending frame with `view[start:]`. Return the offset in `view` where parsing resumes,
+        or -1 when all of it was absorbed into a still-incomplete frame."""
+        rest = view[start:] if start else view
         if self._pending_need < 0:
             have = self._pending_len
-            if have + len(data) < _PREFIX:
-                self._pending.append(view)
-                self._pending_len += len(data)
+            if have + len(rest) < _PREFIX:
+                self._pending.append(bytes(rest) if loaned else rest)
+                self._pending_len += len(rest)
                 return -1
             # At most 3 bytes are pending here, so this join is negligible.
-            prefix = b"".join(self._pending) + data[: _PREFIX - have]
+            prefix = b"".join(self._pending) + bytes(rest[: _PREFIX - have])
             length = INT32_UNPACK(prefix, 0)[0]
             if length < self.min_payload_bytes or length > self._max_frame_bytes:
                 self._raise_bad_length(length, frames)
             self._pending_need = _PREFIX + length
         missing = self._pending_need - self._pending_len
-        if len(data) < missing:
-            self._pending.append(view)
-            self._pending_len += len(data)
+        if len(rest) < missing:
+            self._pending.append(bytes(rest) if loaned else rest)
+            self._pending_len += len(rest)
             return -1
-        self._pending.append(view[:missing])
+        self._pending.append(rest[:missing])
         joined = b"".join(self._pending)
         frames.append(memoryview(joined))
         self._pending = []
         self._pending_len = 0
         self._pending_need = -1
-        return missing
+        return start + missing
 
     def _raise_bad_length(self, length: int, frames: list[memoryview]) -> None:
         if length < 0:

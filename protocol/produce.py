@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
@@ -9,6 +11,7 @@ from sluice.protocol.headers import RequestHeader
 from sluice.protocol.primitives import read_int16, skip_compact_nullable_string, skip_nullable_string
 
 _FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.PRODUCE]
+_NULL_ID_THEN_ACKS = struct.Struct(">hh").unpack_from
 
 
 def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
@@ -20,6 +23,11 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
     """
     pos = 4 + header.size
     version = header.api_version
+    if 3 <= version < _FIRST_FLEXIBLE and len(frame) >= pos + 4:
+        # The common case, read at once: a null transactional_id (length -1), then acks.
+        null, acks = _NULL_ID_THEN_ACKS(frame, pos)
+        if null == -1:
+            return acks
     try:
         if version >= 3:
             if version >= _FIRST_FLEXIBLE:

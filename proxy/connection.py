@@ -11,9 +11,9 @@ other side pauses until it drains. A throttle mutes the client through its `Thro
 and requests already read are held, not forwarded, until the mute ends.
 
 A bad request frame (a length prefix out of bounds, a header that does not parse) is logged at once,
-but the valid requests read before it are still forwarded and answered; then the connection closes
-(issue 14 item 9). What the connection may buffer of requests still arriving is its `RequestGuard`'s
-business (item 2).
+but the valid requests read before it are still forwarded and answered; then the connection closes.
+What the connection may buffer of requests still arriving is its `RequestGuard`'s business (a share of
+the proxy-wide request memory; with `sasl.required`, Kafka's limits before authentication).
 
 Why this module is long: it is the whole asyncio shell of a connection (two transports and their pauses,
 the throttle gate, the upstream connect, the idle timer, shutdown) plus the two small interfaces others
@@ -49,6 +49,16 @@ __all__ = ["ClientSide", "ConnectionRegistry", "SessionSettings", "UpstreamSide"
 
 _log = get_logger("sluice.connection")
 _thread_time_ns = time.thread_time_ns
+# A request at least this large that a read leaves incomplete is forwarded as it arrives, rather than
+# joined into one buffer first (when no filter reads its body): joining megabyte requests costs more in
+# page faults than in copying. Smaller ones are assembled, as their pieces are few and small.
+STREAM_MIN_FRAME_BYTES = 64 * 1024
+# How much of it must have arrived before deciding: its header and, for a Produce, the acks field.
+STREAM_HEAD_BYTES = 1024
+# uvloop reads at most 256 KiB at a time.
+READ_BUFFER_BYTES = 256 * 1024
+UPSTREAM_BACKLOG = "upstream_backlog"
+_PAUSE_MID_REQUEST = frozenset({UPSTREAM_BACKLOG})
 _DRAINING = Lifecycle.DRAINING
 # After a bad request frame, how long the requests read before it may take to be answered.
 _BAD_FRAME_GRACE_S = 30.0
@@ -60,7 +70,7 @@ def _format_peer(peername: object) -> str:
     return str(peername)
 
 
-class ClientSide(asyncio.Protocol):
+class ClientSide(asyncio.BufferedProtocol):
     """The client's connection to the proxy: transports, pauses and timers around its RequestPipeline."""
 
     def __init__(
@@ -98,6 +108,10 @@ class ClientSide(asyncio.Protocol):
         # Set by a bad request frame: close with this reason once the requests before it are answered.
         self._closing_after: str | None = None
         self._grace_timer: asyncio.TimerHandle | None = None
+        # The client's bytes are read into this buffer (asyncio.BufferedProtocol), reused from read to read
+        # while nothing holds a view of it; a request held or a write not yet flushed keeps its buffer,
+        # and reading goes on in a fresh one.
+        self._read_buffer = bytearray(READ_BUFFER_BYTES)
         self._loop = asyncio.get_running_loop()
 
     # ---- client transport callbacks -------------------------------------------------------------
@@ -146,25 +160,46 @@ class ClientSide(asyncio.Protocol):
             _log.info("tls_authenticated", peer=self.peer, user=user)
         return True
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # Reuse the read buffer unless something still holds a view of it (a bytearray cannot grow while a
+        # view of it lives): a request held, a write the transport has not flushed, a filter's reference.
+        buffer = self._read_buffer
+        try:
+            buffer.append(0)
+        except BufferError:
+            buffer = self._read_buffer = bytearray(READ_BUFFER_BYTES)
+        else:
+            del buffer[-1]
+        return memoryview(buffer)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(memoryview(self._read_buffer).toreadonly()[:nbytes])
+        self._requests.through = []  # written (or queued by the transport, which then holds the buffer)
+
+    def data_received(self, data: bytes | memoryview) -> None:
         self._last_activity = self._loop.time()
         started = _thread_time_ns() if self._cpu_time_needed() else 0
+        requests = self._requests
         try:
-            frames = self._requests.feed(data)
+            frames = requests.feed(data)
         except BadFramePrefix as exc:
-            self._bad_request_frame(exc)
-            frames = exc.frames
-            if not frames or self._closed:
+            self._bad_request_frame(exc)  # logged now; the requests before it still go on
+            if self._closed:
                 return
-        else:
-            if self._guard is not None:
-                self._guard.after_feed()
+            frames = exc.frames
         pipeline = self._pipeline
         assert pipeline is not None
+        if requests.through:
+            # More of a request already on its way upstream: it goes on first, as it came.
+            pipeline.outgoing.extend(requests.through)
+            if not requests.passing_through and self._pauses is not None:
+                self._pauses.frame_ended()
         try:  # _run's work, inline: this is the hot path
             ready = pipeline.client_frames(frames)
             if ready is not None:
                 self._wait_for(ready)
+            else:
+                self._stream_tail(requests, pipeline)
         except ProtocolError as exc:
             self._bad_request_frame(exc)
         except CloseConnection as exc:
@@ -175,8 +210,26 @@ class ClientSide(asyncio.Protocol):
             self._flush()
         if started:
             self.cpu_ns += _thread_time_ns() - started
+        guard = self._guard
+        if guard is not None and not self._closed:
+            guard.after_feed()  # after _stream_tail: a request passed through holds no memory
         if self._closing_after is not None:
             self._close_if_answered()
+
+    def _stream_tail(self, requests: FrameSplitter, pipeline: RequestPipeline) -> None:
+        """A large request this read began may go on as it arrives (RequestPipeline.stream_tail)."""
+        pauses = self._pauses
+        if pauses is None or requests.incomplete_head(STREAM_MIN_FRAME_BYTES, STREAM_HEAD_BYTES) is None:
+            return
+        # From before its filters run: a mute, deferral or shutdown must not cut it in half (the rest of it
+        # would wait in the client's socket); back-pressure still pauses at once, as in any relay.
+        pauses.hold_open(_PAUSE_MID_REQUEST)
+        streamed = False
+        try:
+            streamed = pipeline.stream_tail(requests, STREAM_MIN_FRAME_BYTES, STREAM_HEAD_BYTES)
+        finally:
+            if not streamed:
+                pauses.frame_ended()
 
     def eof_received(self) -> bool:
         try:
@@ -208,15 +261,17 @@ class ClientSide(asyncio.Protocol):
         started = _thread_time_ns() if self._cpu_time_needed() else 0
         try:
             ready = step(*args)
+            if ready is not None:
+                self._wait_for(ready)
+            elif self._pipeline is not None:
+                # A large request read while it had to wait (connecting, muted) may go on now.
+                self._stream_tail(self._requests, self._pipeline)
         except ProtocolError as exc:
             self._bad_request_frame(exc)
         except CloseConnection as exc:
             self._close_on_error("filter_closed", reason=exc.reason)
         except Exception as exc:
             self._filter_failed(exc)
-        else:
-            if ready is not None:
-                self._wait_for(ready)
         finally:
             self._flush()
             if started:
@@ -362,11 +417,11 @@ class ClientSide(asyncio.Protocol):
     def upstream_pause_writing(self) -> None:
         # The broker is slower than the client: stop reading requests until it catches up.
         if self._pauses is not None:
-            self._pauses.add("upstream_backlog")
+            self._pauses.add(UPSTREAM_BACKLOG)
 
     def upstream_resume_writing(self) -> None:
         if self._pauses is not None:
-            self._pauses.discard("upstream_backlog")
+            self._pauses.discard(UPSTREAM_BACKLOG)
 
     # ---- life cycle -----------------------------------------------------------------------------
 

@@ -59,13 +59,14 @@ class ProxyMetrics:
         self.protocol_errors: dict[str, int] = {}
         self.request_memory: Any = None  # the proxy's RequestMemory, read at scrape time
 
+    # _slot, inline: these two run for every request and response.
     def count_request(self, api_key: int, size: int) -> None:
-        slot = _slot(api_key)
+        slot = api_key if 0 <= api_key < _KEYS - 1 else _KEYS - 1
         self.requests[slot] += 1
         self.request_bytes[slot] += size
 
     def count_response(self, api_key: int, size: int) -> None:
-        slot = _slot(api_key)
+        slot = api_key if 0 <= api_key < _KEYS - 1 else _KEYS - 1
         self.responses[slot] += 1
         self.response_bytes[slot] += size
 

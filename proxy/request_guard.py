@@ -74,7 +74,7 @@ class RequestGuard:
         if need != self._reserved or self._waiting:
             self._account(need)
         if not self.authenticated:
-            if splitter.buffered_bytes:
+            if splitter.buffered_bytes or splitter.passing_through:
                 if self._slow_timer is None:
                     self._slow_timer = self._loop.call_later(self._timeout_s, self._on_slow, self._timeout_s)
             elif self._slow_timer is not None:

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
+from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameHead, FrameSplitter
 from sluice.protocol.headers import (
     RequestHeader,
     encode_request,
@@ -33,6 +33,7 @@ from sluice.protocol.headers import (
     read_correlation_id,
     response_header_size,
 )
+from sluice.protocol.primitives import INT32_UNPACK
 from sluice.protocol.produce import produce_acks
 
 from .filters.base import Answer, Close, EntryKind, Forward, Frame, InFlight, RawExchange, Respond
@@ -260,6 +261,57 @@ class RequestPipeline:
             self._answers()
         return ready
 
+    def stream_tail(self, requests: FrameSplitter, min_frame_bytes: int, head_bytes: int) -> bool:
+        """The incomplete request `requests` ends with, if at least `min_frame_bytes` and `head_bytes` of
+        it are in (FrameSplitter.incomplete_head): True when it goes on as it arrives, its bytes so far put
+        in `outgoing` now and the rest of them as the splitter's `through` pieces bring them (the
+        connection puts those first in `outgoing`); False when it must be read whole first."""
+        offered = requests.incomplete_head(min_frame_bytes, head_bytes)
+        if offered is None or not self._stream_head(*offered):
+            return False
+        self.outgoing.extend(requests.pass_through())
+        return True
+
+    def _stream_head(self, head: memoryview, size: int) -> bool:
+        """A large request has begun to arrive: its first bytes `head` (length prefix included) and its
+        size. True when it may be forwarded as it arrives.
+
+        It streams only when it could be forwarded now (open, not muted, nothing held or waiting, no raw
+        SASL exchange), its header (and a Produce's acks) is in `head`, and no filter reads its body
+        (`Filter.head_only_api_keys`). The filters then see a FrameHead and must pass it on as it is
+        (possibly with a throttle): anything else is a filter's bug, raised as such."""
+        if (
+            self.state is not _OPEN
+            or self._gate.muted
+            or self._held
+            or self._resume is not None
+            or self._raw_exchange is not None
+        ):
+            return False
+        try:
+            header = parse_request_header(head)
+            acks = produce_acks(head, header) if header.api_key == _PRODUCE else 1
+        except ProtocolError:
+            return False  # not all in the head (or malformed): read it whole, and judge it then
+        key = header.api_key
+        if not (0 <= key < len(self._filters.head_only) and self._filters.head_only[key]):
+            return False
+        stand_in = FrameHead(head, size)
+        out = self._filters.on_request(header, stand_in)
+        throttle = 0
+        if type(out) is Forward and out.frame is stand_in:
+            throttle = out.throttle_ms
+        elif out is not stand_in:
+            raise TypeError(f"a filter answered {type(out).__name__} for an API it declared head-only")
+        self._metrics.count_request(key, size - 4)
+        if key != _PRODUCE or acks != 0:
+            self._in_flight.append(InFlight(header, _FORWARDED, throttle))
+            if throttle > 0:
+                self._gate.expect_response()
+        else:
+            self._acks0_sent.append(header.correlation_id)
+        return True
+
     def _settle(self, header: RequestHeader, original: Frame, out: object) -> object | None:
         """Record a request the filters are done with; None when it was forwarded, the Answer when a
         filter answered it, the Deferred when it must wait."""
@@ -340,8 +392,20 @@ class RequestPipeline:
         """Match the broker's responses to the requests in flight and send them on, in request order, with
         the answers filters made in their turn."""
         in_flight = self._in_flight
+        respond = self._respond
         for frame in frames:
-            self._response(frame)
+            # The common case inline (the hot path): the answer to the oldest request, forwarded.
+            request = in_flight[0] if in_flight else None
+            if (
+                request is not None
+                and request.kind is _FORWARDED
+                and len(frame) >= 8
+                and INT32_UNPACK(frame, 4)[0] == request.header.correlation_id
+            ):
+                in_flight.popleft()
+                respond(request, frame, 0)
+            else:
+                self._response(frame)
             if in_flight and in_flight[0].kind is _ANSWERED:
                 self._answers()
 

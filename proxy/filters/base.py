@@ -164,6 +164,10 @@ class Filter:
     # The newest version of each API this filter can handle; the ApiVersions clamp keeps clients at or
     # below it. APIs it does not name are not limited by it.
     max_versions: ClassVar[Mapping[int, int]] = {}
+    # Request APIs whose on_request reads only the header and len(frame), and returns the frame itself or
+    # Forward(frame, throttle_ms): the proxy may then forward a large request while it arrives, handing
+    # the filter a protocol.frames.FrameHead (the first bytes and the size) instead of the whole frame.
+    head_only_api_keys: ClassVar[frozenset[int]] = frozenset()
 
     __slots__ = ("conn",)
 

@@ -40,13 +40,25 @@ def _never() -> bool:
 class FilterChain:
     """The factories of one proxy, in chain order, and what they declare together."""
 
-    __slots__ = ("_by_request_key", "_by_response_key", "_cpu_response_key", "factories", "max_versions")
+    __slots__ = (
+        "_by_request_key",
+        "_by_response_key",
+        "_cpu_response_key",
+        "factories",
+        "head_only",
+        "max_versions",
+    )
 
     def __init__(self, factories: Sequence[FilterFactory]) -> None:
         self.factories: tuple[FilterFactory, ...] = tuple(factories)
         classes = [f.filter_class for f in self.factories]
         self._by_request_key = _index([c.request_api_keys for c in classes])
         self._by_response_key = _index([c.response_api_keys for c in classes])
+        # Per API key: no filter that sees the request reads its body, so it may be passed through.
+        self.head_only: list[bool] = [
+            all(key in classes[i].head_only_api_keys for i in positions)
+            for key, positions in enumerate(self._by_request_key)
+        ]
         # While a filter needs CPU time it sees every response (CPU is charged whatever the API).
         self._cpu_response_key = _index(
             [
@@ -121,11 +133,13 @@ class ConnectionFilters:
         "_cpu_response_key",
         "_mute",
         "filters",
+        "head_only",
     )
 
     def __init__(self, chain: FilterChain, filters: list[Filter], mute: Callable[[int], None]) -> None:
         self._mute = mute
         self.filters = tuple(filters)
+        self.head_only = chain.head_only
         self._by_request_key = _instances(chain._by_request_key, filters)
         self._by_response_key = _instances(chain._by_response_key, filters)
         self._cpu_response_key = _instances(chain._cpu_response_key, filters)

@@ -69,6 +69,8 @@ class ClientQuotas(Filter):
     # quota is configured the factory needs CPU time, so the chain shows this filter every response.
     request_api_keys = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
     response_api_keys = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
+    # A Produce is charged its size, read from the header and len(frame): a large one may stream through.
+    head_only_api_keys = frozenset({ApiKey.PRODUCE})
     max_versions: ClassVar[Mapping[int, int]] = {
         **THROTTLE_PATCHABLE_MAX_VERSIONS,
         ApiKey.FETCH: FETCH_MAX_VERSION,

@@ -46,22 +46,22 @@ class QuietProxy(ProxyProcess):
         return 0.0
 
 
-class BareRelayProcess:
-    """tests/bench/bare_relay.py in front of one upstream address."""
+class ListeningProcess:
+    """A bench script that prints ``LISTENING <port>`` once it accepts connections, and stops on SIGTERM
+    or when its stdin (held here) closes."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, script: str, *args: str) -> None:
         self.process = subprocess.Popen(
-            [PYTHON, str(BENCH_DIR / "bare_relay.py"), "--upstream", upstream],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            [PYTHON, str(BENCH_DIR / script), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert self.process.stdout is not None
         ready, _, _ = select.select([self.process.stdout], [], [], 10)
         line = self.process.stdout.readline().decode().strip() if ready else ""
         if not line.startswith("LISTENING "):
             self.close()
-            raise RuntimeError(f"bare relay did not start (said {line!r})")
+            raise RuntimeError(f"{script} did not start (said {line!r})")
         self.port = int(line.split()[1])
+        self.address = f"127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -79,13 +79,27 @@ class BareRelayProcess:
             if pipe is not None:
                 pipe.close()
 
-    def __enter__(self) -> BareRelayProcess:
+    def __enter__(self) -> ListeningProcess:
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class BareRelayProcess(ListeningProcess):
+    """tests/bench/bare_relay.py in front of one upstream address."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__("bare_relay.py", "--upstream", upstream)
+
+
+class CannedBrokerProcess(ListeningProcess):
+    """tests/bench/canned_broker.py: answers Produce at memory speed (see its docstring)."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__("canned_broker.py", "--topic", topic)
 
 
 @dataclass(frozen=True)

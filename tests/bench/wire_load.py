@@ -9,16 +9,19 @@ decoded and its error code checked, so a broker refusing the load cannot pass fo
 
 Run: ``.venv/bin/python tests/bench/wire_load.py --port P --kind produce --record-bytes 104857 --records 10
 --requests 2048 --in-flight 4`` (bulk: a fixed number of requests) or ``... --kind apiversions
---connections 8 --in-flight 256 --batch 32 --warmup 1 --duration 5`` (rate: answers per second). Prints
-``{"event": "window_start"}`` and ``{"event": "window_end"}`` around the counted window, then the result
-as one JSON object, on stdout.
+--connections 8 --in-flight 256 --batch 32 --warmup 1 --duration 5`` (rate: answers per second; SIGTERM
+ends the window early). Prints ``{"event": "window_start"}`` and ``{"event": "window_end"}`` around the
+counted window, then the result as one JSON object, on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import signal
+import ssl
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -109,7 +112,13 @@ class Tally:
 
 class PipelinedConnection(asyncio.Protocol):
     def __init__(
-        self, kind: RequestKind, in_flight: int, batch: int, tally: Tally, budget: list[int] | None
+        self,
+        kind: RequestKind,
+        in_flight: int,
+        batch: int,
+        tally: Tally,
+        budget: list[int] | None,
+        client_id: str = CLIENT_ID,
     ) -> None:
         self._kind = kind
         self._batch = batch
@@ -118,7 +127,7 @@ class PipelinedConnection(asyncio.Protocol):
         self._budget = budget  # shared [requests still to send]; None = send until stopped
         # One write carries `batch` requests with consecutive correlation ids, reused from write to write.
         self._frames = [
-            frame(encode_request_header(kind.api_key, kind.version, i, CLIENT_ID) + kind.body)
+            frame(encode_request_header(kind.api_key, kind.version, i, client_id) + kind.body)
             for i in range(batch)
         ]
         self._blob = b"".join(self._frames)
@@ -223,14 +232,20 @@ class LoadResult:
 
 async def generate(args: argparse.Namespace) -> LoadResult:
     kind = request_kind(args.kind, args.topic, args.partition, args.record_bytes, args.records)
-    frame_bytes = len(frame(encode_request_header(kind.api_key, kind.version, 0, CLIENT_ID) + kind.body))
+    frame_bytes = len(frame(encode_request_header(kind.api_key, kind.version, 0, args.client_id) + kind.body))
     tally = Tally(args.check_every)
     budget = [args.requests] if args.requests else None
     loop = asyncio.get_running_loop()
     connections: list[PipelinedConnection] = []
+    tls: dict[str, Any] = {}
+    if args.tls_ca:
+        tls = {"ssl": ssl.create_default_context(cafile=args.tls_ca), "server_hostname": "localhost"}
     for _ in range(args.connections):
         _, conn = await loop.create_connection(
-            lambda: PipelinedConnection(kind, args.in_flight, args.batch, tally, budget), args.host, args.port
+            lambda: PipelinedConnection(kind, args.in_flight, args.batch, tally, budget, args.client_id),
+            args.host,
+            args.port,
+            **tls,
         )
         connections.append(conn)
     if budget is not None:
@@ -245,7 +260,11 @@ async def generate(args: argparse.Namespace) -> LoadResult:
         await asyncio.sleep(args.warmup)
         _mark("window_start")
         start, start_answers = time.perf_counter(), tally.answers
-        await asyncio.sleep(args.duration)
+        # SIGTERM ends the window early, with the result printed (a background load stopped by its harness).
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), args.duration)
     elapsed = time.perf_counter() - start
     _mark("window_end")
     answers = tally.answers - start_answers
@@ -275,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--tls-ca", help="connect with TLS, trusting this CA file (server name: localhost)")
+    p.add_argument("--client-id", default=CLIENT_ID, help="the requests' client_id (quota entity)")
     p.add_argument("--kind", choices=("produce", "apiversions", "metadata"), default="produce")
     p.add_argument("--topic", default="bench")
     p.add_argument("--partition", type=int, default=0)
