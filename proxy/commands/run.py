@@ -15,6 +15,7 @@ from sluice.config.model import DEFAULT_IDLE_TIMEOUT_S, ProxyConfig
 
 from ..listeners import raise_open_file_limit
 from ..log import configure_logging, get_logger
+from ..process_memory import return_large_buffers_to_os
 from ..services import ServiceStartError
 
 EXIT_CONFIG_ERROR = 2
@@ -120,7 +121,9 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     configure_logging(config.log.level, config.log.format)
-    get_logger().info("open_files_limit", limit=raise_open_file_limit())
+    get_logger().info(
+        "process_limits", open_files=raise_open_file_limit(), mmap_large_buffers=return_large_buffers_to_os()
+    )
     try:
         return run_event_loop(lambda: _serve(config))
     except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up

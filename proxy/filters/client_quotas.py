@@ -45,6 +45,7 @@ from sluice.protocol.fetch import (
     fetch_request_limits,
     fetch_response_session,
 )
+from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, response_header_size
 from sluice.protocol.throttle_field import (
     THROTTLE_PATCHABLE_MAX_VERSIONS,
@@ -136,6 +137,10 @@ class ClientQuotas(Filter):
             gate_key = (_PRODUCE, self._produce.resolve(user, client_id).tags)
             if self._turn is not None:
                 self._turn = None  # the gate let this request in: charge it now
+            elif type(frame) is FrameHead:
+                # A large Produce already on its way as it arrives cannot wait: it is charged now, and the
+                # throttle it earns (on the entity's shared sensor) shuts the gate that much longer.
+                pass
             else:
                 turn = gates.wait(gate_key, now)
                 if turn is not None:

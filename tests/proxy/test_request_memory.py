@@ -5,6 +5,7 @@ unauthenticated frame over 512 KiB, or one that arrives too slowly, is refused (
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from collections.abc import Iterator
 
@@ -29,10 +30,17 @@ def rss_mb(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+# A request header of an API no filter knows (key 1000): such a request is read whole before it is
+# forwarded (a large request of an API whose body no filter reads would be passed through as it arrives,
+# holding no memory), so its bytes are what the proxy must hold.
+UNKNOWN_API_HEADER = struct.pack(">hhih", 1000, 0, 1, -1)
+
+
 def start_frame(port: int, size: int, send: int) -> socket.socket:
     """A connection that announces a `size`-byte frame and sends only `send` bytes of it."""
     sock = socket.create_connection(("127.0.0.1", port))
-    sock.sendall(size.to_bytes(4, "big"))
+    sock.sendall(size.to_bytes(4, "big") + UNKNOWN_API_HEADER)
+    send -= len(UNKNOWN_API_HEADER)
     chunk = b"\0" * MIB
     sent = 0
     while sent < send:
@@ -81,7 +89,7 @@ def test_the_budget_pauses_reading_when_reached(cluster) -> None:
         waiting = []
         for _ in range(2):
             sock = socket.create_connection(("127.0.0.1", proxy.port))
-            sock.sendall(size.to_bytes(4, "big") + b"\0" * 1000)
+            sock.sendall(size.to_bytes(4, "big") + UNKNOWN_API_HEADER + b"\0" * 1000)
             waiting.append(sock)
         time.sleep(0.5)
         text = proxy.metrics_text()
