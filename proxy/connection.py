@@ -38,7 +38,7 @@ from .flow import ReadPauses
 from .log import get_logger
 from .request_guard import RequestGuard
 from .request_pipeline import CloseConnection, Lifecycle, RequestPipeline
-from .session import ConnectionRegistry, SessionSettings
+from .session import READ_BUFFER_BYTES, ConnectionRegistry, SessionSettings
 from .throttle_gate import ThrottleGate
 from .upstream import WRITE_HIGH_WATER, UpstreamSide, UpstreamUnreachable, connect_first
 
@@ -55,11 +55,10 @@ _thread_time_ns = time.thread_time_ns
 STREAM_MIN_FRAME_BYTES = 64 * 1024
 # How much of it must have arrived before deciding: its header and, for a Produce, the acks field.
 STREAM_HEAD_BYTES = 1024
-# uvloop reads at most 256 KiB at a time.
-READ_BUFFER_BYTES = 256 * 1024
 UPSTREAM_BACKLOG = "upstream_backlog"
 _PAUSE_MID_REQUEST = frozenset({UPSTREAM_BACKLOG})
 _DRAINING = Lifecycle.DRAINING
+_NO_BUFFER = bytearray()
 # After a bad request frame, how long the requests read before it may take to be answered.
 _BAD_FRAME_GRACE_S = 30.0
 
@@ -108,10 +107,12 @@ class ClientSide(asyncio.BufferedProtocol):
         # Set by a bad request frame: close with this reason once the requests before it are answered.
         self._closing_after: str | None = None
         self._grace_timer: asyncio.TimerHandle | None = None
-        # The client's bytes are read into this buffer (asyncio.BufferedProtocol), reused from read to read
-        # while nothing holds a view of it; a request held or a write not yet flushed keeps its buffer,
-        # and reading goes on in a fresh one.
-        self._read_buffer = bytearray(READ_BUFFER_BYTES)
+        # The client's bytes are read into a buffer (asyncio.BufferedProtocol) that every connection of the
+        # proxy shares: a read is handed over (get_buffer, then buffer_updated) before any other runs, so
+        # one buffer serves them all while nothing holds a view of it; a request held or a write not yet
+        # flushed keeps its buffer, and reading goes on in a fresh one. (One 256 KiB buffer for each
+        # connection took 2,000 connections to half a gigabyte.)
+        self._read_buffer = _NO_BUFFER
         self._loop = asyncio.get_running_loop()
 
     # ---- client transport callbacks -------------------------------------------------------------
@@ -163,17 +164,22 @@ class ClientSide(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         # Reuse the read buffer unless something still holds a view of it (a bytearray cannot grow while a
         # view of it lives): a request held, a write the transport has not flushed, a filter's reference.
-        buffer = self._read_buffer
+        settings = self._settings
+        buffer = settings.read_buffer
         try:
             buffer.append(0)
         except BufferError:
-            buffer = self._read_buffer = bytearray(READ_BUFFER_BYTES)
+            buffer = settings.read_buffer = bytearray(READ_BUFFER_BYTES)
         else:
             del buffer[-1]
+        self._read_buffer = buffer
         return memoryview(buffer)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(memoryview(self._read_buffer).toreadonly()[:nbytes])
+        # Only the views of it that something keeps (a held request, an unflushed write) keep the buffer
+        # alive after this: the connection does not, or every connection would pin a 256 KiB buffer.
+        buffer, self._read_buffer = self._read_buffer, _NO_BUFFER
+        self.data_received(memoryview(buffer).toreadonly()[:nbytes])
         self._requests.through = []  # written (or queued by the transport, which then holds the buffer)
 
     def data_received(self, data: bytes | memoryview) -> None:

@@ -6,6 +6,9 @@ import asyncio
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
+# uvloop reads at most 256 KiB at a time.
+READ_BUFFER_BYTES = 256 * 1024
+
 if TYPE_CHECKING:
     from sluice.config.identity_settings import SaslSettings
 
@@ -67,6 +70,7 @@ class SessionSettings:
         "idle_timeout_s",
         "max_frame_bytes",
         "metrics",
+        "read_buffer",
         "registry",
         "request_memory",
         "sasl_required",
@@ -97,6 +101,8 @@ class SessionSettings:
         self.upstream_tls = upstream_tls
         # The user a client certificate proves (mTLS listeners only); SASL, when used, overrides it.
         self.client_principal = client_principal
+        # The client connections' shared read buffer (ClientSide.get_buffer).
+        self.read_buffer = bytearray(READ_BUFFER_BYTES)
         if request_memory is None:
             from .request_memory import RequestMemory
 
