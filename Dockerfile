@@ -6,6 +6,7 @@ COPY protocol ./protocol
 COPY quota ./quota
 COPY config ./config
 COPY proxy ./proxy
+COPY pipeline ./pipeline
 RUN pip wheel --no-cache-dir --no-deps -w /dist .
 
 FROM python:3.11-slim

@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast soak bench bench-quick lint clean
+.PHONY: install demo test test-fast soak bench bench-quick bench-pipeline demo-pipeline lint clean
 
 install: $(STAMP)
 
@@ -41,6 +41,14 @@ bench: install
 # one misses its target.
 bench-quick: install
 	$(PY) tests/bench/run_all.py --quick
+
+# The pipeline's own bench (Spark, ~an hour on 2 cores): report and whatif on 30 days x 500 entities.
+bench-pipeline: install
+	$(PY) tests/bench/bench_pipeline.py --out docs/benchmarks-pipeline.md
+
+# The pipeline on the demo's records: report + whatif, one HTML page (docs/pipeline.md).
+demo-pipeline: install
+	$(PY) -m sluice.proxy pipeline demo --out demo-pipeline
 
 lint: install
 	$(VENV)/bin/ruff check .

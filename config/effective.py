@@ -15,6 +15,7 @@ from sluice.config.client_settings import ClientSettings, Secret
 from sluice.config.identity_settings import SaslSettings, TlsSettings
 from sluice.config.model import ProxyConfig
 from sluice.config.quota_settings import QuotaSettings
+from sluice.config.usage_settings import UsageSettings
 from sluice.quota import DEFAULT, QuotaKey, QuotaWindow
 
 HIDDEN = "[hidden]"
@@ -46,6 +47,8 @@ def effective_config(config: ProxyConfig, reveal: bool = False) -> dict[str, Any
         "tls": _tls(config.tls),
         "sasl": _sasl(config.sasl),
         "client": _client(config.client, reveal),
+        "usage": _usage(config.usage),
+        "fleet": {"enabled": config.fleet.enabled, "share": sorted(key.value for key in config.fleet.share)},
     }
 
 
@@ -89,6 +92,11 @@ def _quota(quota: QuotaSettings) -> dict[str, Any]:
         for key, value in rule.values.items():
             entry[key.value] = _quota_value(key, value)
         entities.append(entry)
+    for ip_rule in quota.ip_rules:
+        entities.append(
+            {"ip": _name(ip_rule.ip), "connection_creation_rate": int(ip_rule.connection_creation_rate)}
+        )
+    principals = quota.admin_principals
     return {
         "window": _window(engine.client_window),
         "controller_window": _window(engine.controller_window),
@@ -101,6 +109,24 @@ def _quota(quota: QuotaSettings) -> dict[str, Any]:
             "num_partitions": quota.mutations.num_partitions,
         },
         "entities": entities,
+        "topics": None
+        if quota.topics is None
+        else {
+            "total_bytes_per_s": int(quota.topics.total_bytes_per_s),
+            "thresholds": {topic: int(rate) for topic, rate in quota.topics.thresholds.items()},
+        },
+        "admin": quota.admin.value,
+        "admin_principals": None
+        if principals.open
+        else {
+            "alter": sorted(principals.alter or ()),
+            "describe": sorted(principals.describe or ()),
+        },
+        "store": {
+            "topic": quota.store.topic,
+            "replication_factor": quota.store.replication_factor,
+            "write_timeout_ms": quota.store.write_timeout_ms,
+        },
     }
 
 
@@ -120,6 +146,21 @@ def _tls(tls: TlsSettings) -> dict[str, Any]:
             "verify": upstream.verify,
         },
         "principal_mapping_rules": list(tls.principal_mapping_rules.rules),
+    }
+
+
+def _usage(usage: UsageSettings) -> dict[str, Any]:
+    return {
+        "enabled": usage.enabled,
+        "topic": usage.topic,
+        "interval_ms": usage.interval_ms,
+        "retention_ms": usage.retention_ms,
+        "partitions": usage.partitions,
+        "replication_factor": usage.replication_factor,
+        "max_entities": usage.max_entities,
+        "buffer_batches": usage.buffer_batches,
+        "instance_id": usage.instance_id,
+        "compression": usage.compression,
     }
 
 

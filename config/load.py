@@ -24,6 +24,7 @@ from sluice.config.model import (
 )
 from sluice.config.quota_section import parse_quota_section
 from sluice.config.sources import apply_overrides, read_yaml_file
+from sluice.config.usage_section import parse_fleet_section, parse_usage_section
 from sluice.config.values import (
     is_wildcard,
     parse_bootstrap,
@@ -54,6 +55,8 @@ TOP_LEVEL_KEYS = (
     "quota",
     "tls",
     "sasl",
+    "usage",
+    "fleet",
     "client",
 )
 # Sections whose keys we know here; broker_ports is keyed by node id, quota is checked by quota_section.
@@ -98,6 +101,8 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     quota = parse_quota_section(_get(tree, "quota"), "quota")
     tls = parse_tls_section(_get(tree, "tls"), "tls")
     sasl = parse_sasl_section(_get(tree, "sasl"), "sasl")
+    usage = parse_usage_section(_get(tree, "usage"), "usage")
+    fleet = parse_fleet_section(_get(tree, "fleet"), usage, "fleet")
     client = parse_client_section(_get(tree, "client"), "client")
 
     listen = parse_host_port(_required(tree, "listen"), "listen")
@@ -158,6 +163,8 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         quota=quota,
         tls=tls,
         sasl=sasl,
+        usage=usage,
+        fleet=fleet,
         client=client,
     )
 

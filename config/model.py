@@ -10,6 +10,7 @@ from sluice.config.client_settings import ClientSettings
 from sluice.config.errors import MISSING, ConfigError
 from sluice.config.identity_settings import SaslSettings, TlsSettings
 from sluice.config.quota_settings import QuotaSettings
+from sluice.config.usage_settings import FleetSettings, UsageSettings
 
 MAX_PORT = 65535
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
@@ -60,6 +61,8 @@ class ProxyConfig:
     quota: QuotaSettings = field(default_factory=QuotaSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     sasl: SaslSettings = field(default_factory=SaslSettings)
+    usage: UsageSettings = field(default_factory=UsageSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
     client: ClientSettings = field(default_factory=ClientSettings)  # the proxy's own Kafka client
 
     def __post_init__(self) -> None:

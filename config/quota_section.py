@@ -14,8 +14,16 @@ from functools import partial
 from typing import TypeVar
 
 from sluice.config.errors import MISSING, ConfigError
+from sluice.config.quota_admin_section import (
+    parse_admin_mode,
+    parse_admin_principals,
+    parse_ip_rule,
+    parse_store,
+    parse_topics,
+)
 from sluice.config.quota_settings import (
     FetchThrottle,
+    IpQuotaRule,
     MutationSettings,
     MuteScope,
     QuotaRule,
@@ -46,12 +54,15 @@ QUOTA_KEYS = (
     "mutations",
     "max_entities",
     "entities",
+    "topics",
+    "admin",
+    "admin_principals",
+    "store",
 )
 MUTATION_KEYS = ("validate_only", "num_partitions")
 WINDOW_KEYS = ("samples", "size_seconds")
 ENTITY_NAME_KEYS = ("user", "client_id")
 QUOTA_KEY_NAMES = tuple(key.value for key in QuotaKey)
-ENTITY_KEYS = ENTITY_NAME_KEYS + QUOTA_KEY_NAMES
 # The three quotas a scalar `quota.sensor` applies to; controller mutations are always a token bucket.
 CLIENT_QUOTA_KEYS = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE)
 
@@ -87,7 +98,11 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
         if max_entities_raw is MISSING
         else parse_int(max_entities_raw, f"{key}.max_entities", 1, INT_MAX)
     )
-    rules = _rules(value_at(raw, "entities"), f"{key}.entities")
+    rules, ip_rules = _rules(value_at(raw, "entities"), f"{key}.entities")
+    topics = parse_topics(value_at(raw, "topics"), f"{key}.topics")
+    admin = parse_admin_mode(value_at(raw, "admin"), f"{key}.admin")
+    principals = parse_admin_principals(value_at(raw, "admin_principals"), f"{key}.admin_principals")
+    store = parse_store(value_at(raw, "store"), f"{key}.store")
     engine = QuotaConfig(
         client_window=client_window,
         controller_window=controller_window,
@@ -102,6 +117,11 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
         fetch_throttle=fetch,
         mutations=mutations,
         mute_scope=mute_scope,
+        ip_rules=ip_rules,
+        topics=topics,
+        admin=admin,
+        admin_principals=principals,
+        store=store,
     )
 
 
@@ -166,17 +186,28 @@ def _sensor_kinds(raw: object, key: str) -> dict[QuotaKey, SensorKind]:
     return chosen
 
 
-def _rules(raw: object, key: str) -> tuple[QuotaRule, ...]:
+def _rules(raw: object, key: str) -> tuple[tuple[QuotaRule, ...], tuple[IpQuotaRule, ...]]:
     if raw is MISSING:
-        return ()
+        return (), ()
     if not isinstance(raw, list | tuple):
         raise ConfigError(key, raw, f"a list of entities, each a mapping such as {ENTITY_EXAMPLE}")
     rules: list[QuotaRule] = []
+    ip_rules: list[IpQuotaRule] = []
+    seen_ips: dict[object, int] = {}
     # Kafka keys users by their sanitised (URL-encoded) name, so two spellings that encode alike
     # would be one entity there; compare the same way so neither silently replaces the other.
     seen: dict[tuple[object, object], int] = {}
     for index, entry in enumerate(raw):
         entry_key = f"{key}[{index}]"
+        if isinstance(entry, Mapping) and "ip" in entry:
+            ip_rule = parse_ip_rule(entry, entry_key)
+            if ip_rule.ip in seen_ips:
+                raise ConfigError(
+                    entry_key, entry, f"an ip not configured before: {key}[{seen_ips[ip_rule.ip]}] sets it"
+                )
+            seen_ips[ip_rule.ip] = index
+            ip_rules.append(ip_rule)
+            continue
         rule = _rule(entry, entry_key)
         user = rule.entity.user
         identity = (sanitize_user(user) if isinstance(user, str) else user, rule.entity.client_id)
@@ -189,7 +220,7 @@ def _rules(raw: object, key: str) -> tuple[QuotaRule, ...]:
             )
         seen[identity] = index
         rules.append(rule)
-    return tuple(rules)
+    return tuple(rules), tuple(ip_rules)
 
 
 def _describe(entity: QuotaEntity) -> str:
@@ -202,7 +233,7 @@ def _rule(entry: object, key: str) -> QuotaRule:
     if not isinstance(entry, Mapping):
         expected = f"a mapping with user and/or client_id and at least one quota key, e.g. {ENTITY_EXAMPLE}"
         raise ConfigError(key, entry, expected)
-    reject_unknown_keys(entry, ENTITY_KEYS, prefix=f"{key}.")
+    reject_unknown_keys(entry, ENTITY_NAME_KEYS + QUOTA_KEY_NAMES, prefix=f"{key}.")
     user = _entity_name(value_at(entry, "user"), f"{key}.user", "user")
     client_id = _entity_name(value_at(entry, "client_id"), f"{key}.client_id", "client-id")
     if user is None and client_id is None:

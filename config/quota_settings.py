@@ -12,6 +12,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from sluice.quota import OverflowReport, QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
+from sluice.quota.entities import DefaultEntity
 
 
 class ThrottleMode(StrEnum):
@@ -78,6 +79,78 @@ class QuotaRule:
 
 
 @dataclass(frozen=True, slots=True)
+class IpQuotaRule:
+    """An `ip` entry of `quota.entities`: new connections per second from one address (KIP-612).
+
+    `ip` is an address in canonical form, or `quota.DEFAULT` (`<default>`: every address without one).
+    """
+
+    ip: str | DefaultEntity
+    connection_creation_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class TopicQuotaSettings:
+    """`quota.topics`: produce byte rates per topic under a total (quota/topic_quotas.py)."""
+
+    total_bytes_per_s: float
+    thresholds: Mapping[str, float] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "thresholds", MappingProxyType(dict(self.thresholds)))
+
+
+class AdminMode(StrEnum):
+    """Who answers DescribeClientQuotas and AlterClientQuotas (`quota.admin`)."""
+
+    # Sluice answers them from its own store: kafka-configs.sh manages the quotas Sluice enforces.
+    PROXY = "proxy"
+    # Forwarded to the brokers, which then enforce quotas of their own (for broker-side quotas).
+    BROKER = "broker"
+
+
+@dataclass(frozen=True, slots=True)
+class AdminPrincipals:
+    """`quota.admin_principals`: who may alter and who may describe quotas, as `User:<name>` strings.
+
+    None for a list means the section was not given at all: quota admin is open, as on a Kafka cluster
+    without an authorizer. Given, a list missing is empty. Alter implies describe, as Kafka's
+    ALTER_CONFIGS implies DESCRIBE_CONFIGS.
+    """
+
+    alter: frozenset[str] | None = None
+    describe: frozenset[str] | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.alter is None and self.describe is None
+
+    def may_alter(self, user: str) -> bool:
+        return self.open or _listed(self.alter, user)
+
+    def may_describe(self, user: str) -> bool:
+        return self.open or _listed(self.describe, user) or _listed(self.alter, user)
+
+
+def _listed(principals: frozenset[str] | None, user: str) -> bool:
+    return principals is not None and ("User:*" in principals or f"User:{user}" in principals)
+
+
+DEFAULT_STORE_TOPIC = "_sluice_quotas"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaStoreSettings:
+    """`quota.store`: the compacted topic on the fronted cluster that holds quotas set through the API."""
+
+    topic: str = DEFAULT_STORE_TOPIC
+    # Replication of the topic Sluice creates when it is missing; -1 takes the cluster's default.
+    replication_factor: int = -1
+    # How long an alter waits for the store to acknowledge its write before it fails (REQUEST_TIMED_OUT).
+    write_timeout_ms: int = 5000
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaSettings:
     """Everything under `quota:` in the configuration file."""
 
@@ -89,9 +162,15 @@ class QuotaSettings:
     fetch_throttle: FetchThrottle = FetchThrottle.EMPTY
     mutations: MutationSettings = MutationSettings()
     mute_scope: MuteScope = MuteScope.ENTITY
+    ip_rules: tuple[IpQuotaRule, ...] = ()
+    topics: TopicQuotaSettings | None = None
+    admin: AdminMode = AdminMode.PROXY
+    admin_principals: AdminPrincipals = AdminPrincipals()
+    store: QuotaStoreSettings = QuotaStoreSettings()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))
+        object.__setattr__(self, "ip_rules", tuple(self.ip_rules))
 
     def apply_to(self, managers: QuotaManagers) -> None:
         """Set every configured quota on `managers` (which should be built from `self.engine`).

@@ -1,18 +1,29 @@
-"""Lowering the versions a broker advertises in its ApiVersions response.
+"""Editing the versions a broker advertises in its ApiVersions response.
 
 The proxy must keep clients at versions it can rewrite, so each capped API's max_version is lowered
 in place: the entries are fixed-size int16 triples, so the patch is a few bytes in a copy of the body
 and everything else (tagged fields, features, throttle_time_ms) stays byte-for-byte as the broker
 wrote it.
+
+The proxy also answers some APIs itself (DescribeClientQuotas and AlterClientQuotas), whatever the
+brokers support: `advertise_apis` sets those entries to the proxy's own range, adding them when the
+broker lacks them.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.primitives import read_int16, read_int32, read_uvarint, skip_tagged_fields
+from sluice.protocol.primitives import (
+    INT32_PACK,
+    encode_uvarint,
+    read_array_count,
+    read_int16,
+    skip_tagged_fields,
+)
 
 _FIRST_FLEXIBLE = 3
 _ENTRY = struct.Struct(">hhh")  # api_key, min_version, max_version
@@ -47,41 +58,98 @@ def clamp_api_versions(
         raise ProtocolError("bad_api_versions_response", exc.detail or exc.reason) from None
 
 
+class _Entries(NamedTuple):
+    """Where the api_keys array of a successful ApiVersions body sits, and its entries."""
+
+    flexible: bool
+    count_at: int  # offset of the array's count
+    start: int  # offset of its first entry
+    end: int  # offset just after its last entry
+    entries: list[tuple[int, int, int, int]]  # (offset, api_key, min_version, max_version)
+
+
+def _api_keys(api_version: int, body: memoryview | bytes) -> _Entries | None:
+    """The api_keys array, or None when the answer carries an error (it then passes untouched)."""
+    error_code, pos = read_int16(body, 0)
+    if error_code != 0:
+        return None
+    flexible = api_version >= _FIRST_FLEXIBLE
+    count_at = pos
+    count, pos = read_array_count(body, pos, flexible, "api_keys")
+    start = pos
+    entries = []
+    size = len(body)
+    for _ in range(count):
+        if pos + _ENTRY.size > size:
+            raise ProtocolError("truncated", "api_keys entry")
+        entries.append((pos, *_ENTRY.unpack_from(body, pos)))
+        pos += _ENTRY.size
+        if flexible:
+            pos = skip_tagged_fields(body, pos)
+    return _Entries(flexible, count_at, start, pos, entries)
+
+
 def _clamp(
     api_version: int,
     body: memoryview | bytes,
     max_versions: Mapping[int, int],
     on_unclampable: UnclampableReport | None,
 ) -> bytes | None:
-    error_code, pos = read_int16(body, 0)
-    if error_code != 0:
+    found = _api_keys(api_version, body)
+    if found is None:
         return None
-    flexible = api_version >= _FIRST_FLEXIBLE
-    if flexible:
-        count_plus_one, pos = read_uvarint(body, pos)
-        count = count_plus_one - 1
-    else:
-        count, pos = read_int32(body, pos)
-    if count < 0:
-        raise ProtocolError("null_array", "api_keys")
     patches: list[tuple[int, int]] = []
-    size = len(body)
-    for _ in range(count):
-        if pos + _ENTRY.size > size:
-            raise ProtocolError("truncated", "api_keys entry")
-        api_key, min_version, max_version = _ENTRY.unpack_from(body, pos)
+    for pos, api_key, min_version, max_version in found.entries:
         cap = max_versions.get(api_key)
         if cap is not None and max_version > cap:
             if cap >= min_version:
                 patches.append((pos + _MAX_VERSION_OFFSET, cap))
             elif on_unclampable is not None:
                 on_unclampable(api_key, min_version, max_version, cap)
-        pos += _ENTRY.size
-        if flexible:
-            pos = skip_tagged_fields(body, pos)
     if not patches:
         return None
     patched = bytearray(body)
     for offset, cap in patches:
         _INT16.pack_into(patched, offset, cap)
     return bytes(patched)
+
+
+def advertise_apis(
+    api_version: int, body: memoryview | bytes, ranges: Mapping[int, tuple[int, int]]
+) -> bytes | None:
+    """Advertise each listed API with exactly its (min, max) range, adding entries the broker lacks.
+
+    Returns the new body, or None when nothing changed or the response carries an error. Entries the
+    broker sent keep their place and tagged fields; added ones go after them, with no tagged fields.
+    """
+    try:
+        return _advertise(api_version, body, ranges)
+    except ProtocolError as exc:
+        raise ProtocolError("bad_api_versions_response", exc.detail or exc.reason) from None
+
+
+def _advertise(
+    api_version: int, body: memoryview | bytes, ranges: Mapping[int, tuple[int, int]]
+) -> bytes | None:
+    found = _api_keys(api_version, body)
+    if found is None:
+        return None
+    missing = dict(ranges)
+    patches = []
+    for pos, api_key, min_version, max_version in found.entries:
+        wanted = missing.pop(api_key, None)
+        if wanted is not None and wanted != (min_version, max_version):
+            patches.append((pos, api_key, *wanted))
+    if not patches and not missing:
+        return None
+    entries = bytearray(body[found.start : found.end])
+    for pos, api_key, low, high in patches:
+        _ENTRY.pack_into(entries, pos - found.start, api_key, low, high)
+    for api_key in sorted(missing):
+        low, high = missing[api_key]
+        entries += _ENTRY.pack(api_key, low, high)
+        if found.flexible:
+            entries += b"\x00"  # no tagged fields
+    total = len(found.entries) + len(missing)
+    count = encode_uvarint(total + 1) if found.flexible else INT32_PACK(total)
+    return b"".join((bytes(body[: found.count_at]), count, bytes(entries), bytes(body[found.end :])))

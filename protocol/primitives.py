@@ -55,6 +55,19 @@ def read_uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
             raise ProtocolError("bad_varint", "unsigned varint longer than 5 bytes")
 
 
+def read_array_count(buf: Buffer, pos: int, flexible: bool, what: str = "array") -> tuple[int, int]:
+    """An array's element count: an unsigned varint of count + 1 in flexible versions, else an int32.
+    A null array (count -1) raises ProtocolError('null_array'): the callers' arrays are never nullable."""
+    if flexible:
+        count_plus_one, pos = read_uvarint(buf, pos)
+        count = count_plus_one - 1
+    else:
+        count, pos = read_int32(buf, pos)
+    if count < 0:
+        raise ProtocolError("null_array", what)
+    return count, pos
+
+
 def encode_uvarint(value: int) -> bytes:
     if value < 0:
         raise ValueError("unsigned varint cannot be negative")

@@ -1,9 +1,10 @@
 """Record batches for the proxy's own Kafka client: build one (magic 2) to produce, read what a Fetch got.
 
-Sans-IO over kafka-python's record codecs (`kafka.record`): `encode_record_batch` builds one uncompressed
-v2 batch, `decode_records` walks the record set of a fetched partition. A fetch answer may end inside a
-batch (the broker cuts at `max_bytes`); that tail is not an error, the caller fetches from the next
-offset again. Control batches (transaction markers) are skipped; their offsets still advance the position.
+Sans-IO over kafka-python's record codecs (`kafka.record`): `encode_record_batch` builds one v2 batch
+(uncompressed, or gzip: the standard library's, which every Kafka client reads), `decode_records` walks
+the record set of a fetched partition. A fetch answer may end inside a batch (the broker cuts at
+`max_bytes`); that tail is not an error, the caller fetches from the next offset again. Control batches
+(transaction markers) are skipped; their offsets still advance the position.
 
 Every malformed input is a ProtocolError('bad_record_batch'); no detail quotes record content.
 """
@@ -22,6 +23,7 @@ from sluice.protocol.errors import ProtocolError
 
 _MAGIC_V2 = 2
 _NO_COMPRESSION = 0
+GZIP = 1  # Kafka's compression type id for gzip
 _NO_PRODUCER = -1
 _CODEC_ERRORS = (
     CorruptRecordError,
@@ -68,9 +70,13 @@ class ProducerState(NamedTuple):
 
 
 def encode_record_batch(
-    records: Sequence[Record], now_ms: int, producer: ProducerState | None = None
+    records: Sequence[Record],
+    now_ms: int,
+    producer: ProducerState | None = None,
+    compression: int = _NO_COMPRESSION,
 ) -> bytes:
-    """One uncompressed magic-2 record batch holding `records` in order (offset deltas 0..n-1).
+    """One magic-2 record batch holding `records` in order (offset deltas 0..n-1), uncompressed or (with
+    `compression=GZIP`) gzip-compressed.
 
     Raises ValueError for an empty batch or a key, value or header that is not bytes.
     """
@@ -79,7 +85,7 @@ def encode_record_batch(
     pid, epoch, sequence = producer if producer is not None else (_NO_PRODUCER, -1, -1)
     builder = DefaultRecordBatchBuilder(
         magic=_MAGIC_V2,
-        compression_type=_NO_COMPRESSION,
+        compression_type=compression if compression == GZIP else _NO_COMPRESSION,
         is_transactional=False,
         producer_id=pid,
         producer_epoch=epoch,

@@ -54,6 +54,20 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "watch Sluice hold producers and a consumer to their quotas, with a chart",
         "sluice.proxy.tools.demo",
     ),
+    Subcommand(
+        "pipeline", "capacity planning on Spark: report, what-if, proposals, forecast", "sluice.pipeline.cli"
+    ),
+    Subcommand("usage", "the usage records: export the usage topic to files", "sluice.pipeline.usage_cli"),
+    Subcommand(
+        "reload",
+        "ask a running proxy to re-read its configuration file (SIGHUP)",
+        "sluice.proxy.tools.reload",
+    ),
+    Subcommand(
+        "quotas",
+        "manage Sluice's quota store: `quotas import` adopts the brokers' client quotas",
+        "sluice.proxy.tools.quotas",
+    ),
 )
 
 

@@ -122,7 +122,14 @@ class ClientSide(asyncio.BufferedProtocol):
         transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._transport = transport
-        self.peer = _format_peer(transport.get_extra_info("peername"))
+        peername = transport.get_extra_info("peername")
+        self.peer = _format_peer(peername)
+        admission = self._settings.admission
+        if admission is not None:
+            refused_ms = admission(peername)
+            if refused_ms > 0:
+                self._refuse(transport, refused_ms)
+                return
         self._pauses = ReadPauses(transport)
         # Nothing can be forwarded until the upstream connection exists.
         self._pauses.add("connecting")
@@ -147,6 +154,15 @@ class ClientSide(asyncio.BufferedProtocol):
         self._arm_idle_timer(self._settings.idle_timeout_s)
         self._connect_task = self._loop.create_task(self._connect_upstream())
         _log.info("connection_opened", peer=self.peer, listener=self.listener)
+
+    def _refuse(self, transport: asyncio.Transport, throttle_ms: int) -> None:
+        """KIP-612: a connection over its address's connection_creation_rate is not served and is closed
+        once the throttle has passed, so the client cannot reconnect at once (Kafka's delayed close).
+        Not logged one by one (a flood of connections must not flood the log); counted as a disconnect."""
+        self._closed = True
+        transport.pause_reading()
+        self._loop.call_later(throttle_ms / 1000, transport.close)
+        self._metrics.count_disconnect("connection_rate_throttled")
 
     def _take_certificate_user(self, transport: asyncio.Transport) -> bool:
         assert self._settings.client_principal is not None
@@ -183,6 +199,10 @@ class ClientSide(asyncio.BufferedProtocol):
         self._requests.through = []  # written (or queued by the transport, which then holds the buffer)
 
     def data_received(self, data: bytes | memoryview) -> None:
+        if self._pipeline is None:
+            # A connection refused at accept (KIP-612): uvloop may still hand over the bytes that arrived
+            # with it, although reading was paused at once. They are not served.
+            return
         self._last_activity = self._loop.time()
         started = _thread_time_ns() if self._cpu_time_needed() else 0
         requests = self._requests

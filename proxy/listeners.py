@@ -17,12 +17,14 @@ def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def bind_listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+def bind_listening_socket(host: str, port: int, backlog: int, reuse_port: bool = False) -> socket.socket:
     """A bound, listening, non-blocking socket; an OSError names the address it could not take."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # `sluice run --workers N`: every worker listens on the same ports
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(backlog)
         sock.setblocking(False)

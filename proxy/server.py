@@ -7,6 +7,10 @@ start-up Metadata request (the discovery service) or from an answer it rewrites 
 Background work runs as services (`proxy/services.py`), started in `_services()` order after the bootstrap
 listener opens and stopped in reverse after the client connections have drained: the metrics endpoint,
 the proxy's own Kafka client, broker discovery (which uses the client) and the idle-sensor sweep.
+
+Why this module is long: it wires every part of the proxy together (filters, services, listeners and
+their failures, signals); what has logic of its own lives beside it (proxy/listeners.py,
+proxy/listener_failures.py, proxy/signals.py, proxy/services.py).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from typing import Any
 
 from sluice.config.errors import ConfigError
 from sluice.config.model import ProxyConfig
-from sluice.quota import QuotaKey
+from sluice.config.quota_settings import AdminMode
+from sluice.config.quota_state import QuotaState
 
 from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
@@ -27,45 +32,59 @@ from .discovery import BrokerDiscovery
 from .filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, FilterFactory
 from .filters.client_quotas import ClientQuotasFactory
 from .filters.mutation_quotas import MutationQuotasFactory
+from .filters.quota_admin import QuotaAdminFactory
 from .filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from .filters.sasl_inspector import SaslInspectorFactory
 from .filters.topic_cache import TopicCache
+from .filters.topic_quotas import TopicQuotasFactory
 from .kafka_client import KafkaClient
+from .listener_failures import EntityOverflowLog, ListenerFailures
 from .listeners import PendingServer, bind_listening_socket, format_address
 from .log import get_logger
 from .metrics import ProxyCollector, ProxyMetrics
 from .metrics_http import MetricsEndpoint
+from .periodic import Periodic
+from .quota_admin import QuotaAdministration
+from .quota_reload import QuotaReloader
+from .quota_store_service import QuotaStoreService
 from .request_memory import RequestMemory
 from .sensor_sweep import SensorSweep
 from .services import Service, Services
-from .signals import ReloadHandlers, install_signal_handlers
+from .signals import install_signal_handlers
+from .throttle_episodes import ThrottleEpisodes
 from .tls import UpstreamTlsTarget, certificate_principal, listener_context, upstream_context
+from .usage_plane import UsagePlane
 
 _log = get_logger("sluice.server")
 
 BOOTSTRAP = "bootstrap"
-_OVERFLOW_LOG_INTERVAL_S = 60.0
-EXIT_LISTENER_FAILED = 1
-EXIT_CONFIG_ERROR = 2
 
 
 class SluiceServer:
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, *, reuse_port: bool = False) -> None:
         self.config = config
+        self._reuse_port = reuse_port
         self.metrics = ProxyMetrics()
         self.request_memory = self.metrics.request_memory = RequestMemory(config.max_buffered_request_bytes)
         self.registry = ConnectionRegistry(self.metrics)
+        failures = ListenerFailures(self.metrics, lambda: self.directory, self._fail)
         self.directory = BrokerDirectory(
             config.advertised_host,
             self._open_broker_listener,
-            on_unavailable=self._broker_unavailable,
-            on_recovered=self._broker_recovered,
+            on_unavailable=failures.unavailable,
+            on_recovered=failures.recovered,
         )
+        self._startup_listeners_failed = failures.at_start_up
         # Set when the proxy must stop with an error (a listener that cannot open at start-up).
         self.exit_code = 0
-        self.quota_managers = config.quota.new_managers(on_overflow=self._quota_overflow)
-        self._overflow_logged: dict[QuotaKey, float] = {}
-        self.throttle_stats = ThrottleStats()
+        # The quotas in force: the file's, with the store's on top; the engine follows them (quotas may
+        # appear, change and go at run time: the filters read the managers' live rules per request).
+        self.quota_state = QuotaState(config.quota)
+        self.quota_managers = self.quota_state.live.managers
+        self.quota_managers.report_overflows_to(
+            EntityOverflowLog(lambda: self.quota_managers, config.quota.engine.max_entities)
+        )
+        self.throttle_stats = ThrottleStats(ThrottleEpisodes())
         self.mutation_rates = MutationRates(config.quota.engine.controller_window)
         tls = config.tls
         # Built now, so an unreadable or mismatched file stops start-up naming it (a ConfigError).
@@ -76,6 +95,25 @@ class SluiceServer:
             else None
         )
         mtls = tls.listener is not None and tls.listener.client_ca is not None
+        self.kafka_client = KafkaClient(
+            [(hp.host, hp.port) for hp in config.upstream_bootstrap],
+            client_id=config.client.client_id,
+            tls=self.upstream_tls,
+            sasl=config.client.sasl,
+            request_timeout_s=config.client.request_timeout_s,
+        )
+        self.topic_cache = TopicCache(config.quota.mutations.num_partitions)
+        # Usage records and fleet quotas (docs/fleet.md): nothing at all unless usage.enabled.
+        self.usage = (
+            UsagePlane(config, self.quota_managers, self.kafka_client, self.topic_cache.name_of)
+            if config.usage.enabled
+            else None
+        )
+        if self.usage is not None:  # the quota filters add their throttles, CPU time and mutations
+            self.throttle_stats.usage = self.usage.recording
+        self.quota_store: QuotaStoreService | None = None
+        if config.quota.admin is AdminMode.PROXY:
+            self.quota_store = QuotaStoreService(self.kafka_client, self.quota_state, config.quota.store)
         self.settings = SessionSettings(
             FilterChain(self._filters()),
             self.metrics,
@@ -86,18 +124,14 @@ class SluiceServer:
             client_principal=certificate_principal(tls.principal_mapping_rules) if mtls else None,
             request_memory=self.request_memory,
             sasl_required=config.sasl if config.sasl.required else None,
+            admission=self._admit,
         )
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
-        self._reload = ReloadHandlers()
-        self.kafka_client = KafkaClient(
-            [(hp.host, hp.port) for hp in config.upstream_bootstrap],
-            client_id=config.client.client_id,
-            tls=self.upstream_tls,
-            sasl=config.client.sasl,
-            request_timeout_s=config.client.request_timeout_s,
-        )
+        self.reloader = QuotaReloader(self.quota_state, config)
+        # SIGHUP runs these (proxy/signals.py): quotas reload live.
+        self._reload_handlers: list[Callable[[], object]] = [self.reloader.reload]
         self.services = Services(self._services())
 
     def _services(self) -> list[Service]:
@@ -109,14 +143,21 @@ class SluiceServer:
                 ProxyCollector(self.metrics),
                 QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates),
             ]
+            if self.usage is not None:
+                collectors.append(self.usage.collector())
             services.append(MetricsEndpoint(collectors, metrics_listen.host, metrics_listen.port))
-        services += [
-            self.kafka_client,
-            BrokerDiscovery(
-                self.kafka_client, self.directory, on_startup_failure=self._startup_listeners_failed
-            ),
-            SensorSweep(self.quota_managers),
-        ]
+        discovery = BrokerDiscovery(
+            self.kafka_client, self.directory, on_startup_failure=self._startup_listeners_failed
+        )
+        services += [self.kafka_client, discovery]
+        if self.quota_store is not None:
+            # After discovery, whose start returns at once: the store's first read (start-up waits for it,
+            # briefly) then never delays the broker listeners.
+            services.append(self.quota_store)
+        services.append(SensorSweep(self.quota_state.live))
+        services.append(Periodic("throttle_episodes", 1.0, self.throttle_stats.sweep_episodes))
+        if self.usage is not None:
+            services += self.usage.services()
         return services
 
     def _filters(self) -> list[FilterFactory]:
@@ -124,17 +165,27 @@ class SluiceServer:
         ApiVersions clamp is computed from them. The quota filters are always in it: they ask the quota
         managers per request whether a quota applies, so quotas can come and go at run time."""
         quota = self.config.quota
+        admin: list[FilterFactory] = []
+        if quota.admin is AdminMode.PROXY:
+            # Answers DescribeClientQuotas/AlterClientQuotas itself; alters are written to the store first.
+            ready = self.quota_store.ready if self.quota_store is not None else None
+            admin.append(
+                QuotaAdminFactory(QuotaAdministration(self.quota_state), self._write_quota_store, ready)
+            )
         return [
             SaslInspectorFactory(self.config.sasl.oauthbearer_principal_claim),
             BrokerAddressRewriteFactory(self.directory),
             ApiVersionsClampFactory(),
+            *admin,
             MutationQuotasFactory(
                 self.quota_managers,
                 quota.mutations,
-                TopicCache(quota.mutations.num_partitions),
+                self.topic_cache,
                 self.throttle_stats,
                 self.mutation_rates,
             ),
+            # Before ClientQuotas: the larger of the two throttles is the request's, told by ClientQuotas.
+            TopicQuotasFactory(lambda: self.quota_state.live.topics, self.throttle_stats),
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
             ClientQuotasFactory(
                 self.quota_managers,
@@ -143,7 +194,20 @@ class SluiceServer:
                 self.throttle_stats,
                 mute_scope=quota.mute_scope,
             ),
+            # After the quota filters: it counts what was forwarded and what the client got.
+            *(self.usage.filters() if self.usage is not None else ()),
         ]
+
+    async def _write_quota_store(self, records) -> int:
+        assert self.quota_store is not None
+        return await self.quota_store.write(records)
+
+    def _admit(self, peername: object) -> int:
+        """KIP-612 at accept time: 0 to serve a new connection, else how long to hold it before closing."""
+        rates = self.quota_state.live.connections
+        if not rates.enabled or not isinstance(peername, tuple):
+            return 0
+        return rates.record_connection(peername[0], _loop_ms())
 
     # ---- listeners ------------------------------------------------------------------------------
 
@@ -188,7 +252,7 @@ class SluiceServer:
             derived = format_address(host, self.config.broker_port_base + node_id)
             raise ListenerUnavailable(node_id, derived, str(exc), config_error=True) from None
         try:
-            sock = bind_listening_socket(host, port, self.config.listen_backlog)
+            sock = bind_listening_socket(host, port, self.config.listen_backlog, self._reuse_port)
         except OSError as exc:
             where = format_address(host, port)
             raise ListenerUnavailable(node_id, where, str(exc), config_error=False) from None
@@ -203,49 +267,7 @@ class SluiceServer:
         _log.info("listener_opened", node_id=node_id, host=host, port=port)
         return port
 
-    def _broker_unavailable(self, failure: ListenerUnavailable) -> None:
-        self.metrics.broker_listener_failures += 1
-        self.metrics.brokers_not_advertised = len(self.directory.unavailable())
-        _log.error(
-            "broker_not_advertised",
-            node_id=failure.node_id,
-            address=failure.address,
-            error=failure.reason,
-            hint="clients see this broker's partitions as leaderless until its listener opens",
-        )
-
-    def _broker_recovered(self, node_id: int) -> None:
-        self.metrics.brokers_not_advertised = len(self.directory.unavailable())
-        _log.warning("broker_advertised_again", node_id=node_id)
-
-    def _startup_listeners_failed(self, failures: list[ListenerUnavailable]) -> None:
-        """Nodes found by the start-up discovery whose listeners cannot open: fatal, so the operator fixes
-        the ports before any client is told about them."""
-        config_error = any(failure.config_error for failure in failures)
-        self._fail(
-            EXIT_CONFIG_ERROR if config_error else EXIT_LISTENER_FAILED,
-            "startup_failed",
-            error="; ".join(str(failure) for failure in failures),
-            addresses=[failure.address for failure in failures],
-        )
-
-    def _quota_overflow(self, key: QuotaKey, user: str, client_id: str | None) -> None:
-        """An entity found quota.max_entities reached: said at once, then at most once a minute per key."""
-        now = asyncio.get_running_loop().time()
-        if now - self._overflow_logged.get(key, -_OVERFLOW_LOG_INTERVAL_S) < _OVERFLOW_LOG_INTERVAL_S:
-            return
-        self._overflow_logged[key] = now
-        manager = self.quota_managers.manager(key)
-        _log.warning(
-            "quota_entities_overflow",
-            quota=key.value,
-            max_entities=self.config.quota.engine.max_entities,
-            overflows=manager.overflows,
-            client_id=client_id,
-            outcome="new entities share one overflow sensor per quota rule until idle sensors expire",
-        )
-
-    def _fail(self, exit_code: int, event: str, **fields: Any) -> None:
+    def _fail(self, exit_code: int, event: str, fields: dict[str, Any]) -> None:
         """Stop the proxy (with a drain) and exit with `exit_code`."""
         _log.error(event, exit_code=exit_code, **fields)
         if not self.exit_code:
@@ -258,7 +280,7 @@ class SluiceServer:
         """Open the bootstrap listener, then start the services; a service that fails to start closes the
         listener again and raises ServiceStartError."""
         cfg = self.config
-        sock = bind_listening_socket(cfg.listen.host, cfg.listen.port, cfg.listen_backlog)
+        sock = bind_listening_socket(cfg.listen.host, cfg.listen.port, cfg.listen_backlog, self._reuse_port)
         await self._serve(BOOTSTRAP, sock, self._bootstrap_candidates)
         _log.info("listener_opened", node_id=None, host=cfg.listen.host, port=self.listen_ports[BOOTSTRAP])
         try:
@@ -271,15 +293,35 @@ class SluiceServer:
             raise
         if cfg.metrics_listen is not None:
             _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)
+        if cfg.quota.admin is AdminMode.PROXY and cfg.quota.admin_principals.open:
+            _log.warning(
+                "quota_admin_open",
+                detail="no quota.admin_principals: anyone who can connect may alter quotas, as on a Kafka "
+                "cluster without an authorizer",
+            )
 
     def request_stop(self) -> None:
         self._stop.set()
 
+    def enable_reload(self, path: str | None, overrides: dict[str, object]) -> None:
+        """Re-read `path` (with the start-up flags on top) on SIGHUP; without a file nothing is read."""
+        self.reloader.source = (path, dict(overrides)) if path is not None else None
+
     def add_reload_handler(self, handler: Callable[[], object]) -> None:
-        """Call `handler` on SIGHUP (the configuration reload); it may return an awaitable."""
-        self._reload.add(handler)
+        """Call `handler` on SIGHUP, after the quota reload."""
+        self._reload_handlers.append(handler)
+
+    def request_reload(self) -> None:
+        """SIGHUP: re-read the configuration file; a valid one applies its quotas live, an invalid one is
+        refused with the key named and the running configuration stays. No connection is touched."""
+        for handler in list(self._reload_handlers):
+            try:
+                handler()
+            except Exception as exc:  # a reload must never take the proxy down
+                _log.error("reload_failed", error_type=type(exc).__name__)
 
     def status(self) -> dict[str, object]:
+        """What SIGQUIT logs."""
         return {
             "connections": len(self.registry),
             "brokers": len(self.directory.known_nodes()),
@@ -289,9 +331,10 @@ class SluiceServer:
         }
 
     async def run_until_stopped(self) -> int:
-        """Serve until SIGTERM/SIGINT or a fatal error; return the exit code."""
+        """Serve until SIGTERM/SIGINT or a fatal error; return the exit code. Every other signal leaves
+        the proxy serving (proxy/signals.py); SIGHUP reloads."""
         remove_handlers = install_signal_handlers(
-            asyncio.get_running_loop(), self.request_stop, self._reload.run, self.status
+            asyncio.get_running_loop(), self.request_stop, self.request_reload, self.status
         )
         try:
             await self._stop.wait()

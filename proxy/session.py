@@ -64,6 +64,7 @@ class SessionSettings:
     """What every connection of one proxy shares."""
 
     __slots__ = (
+        "admission",
         "chain",
         "client_principal",
         "cpu_time_needed",
@@ -88,6 +89,7 @@ class SessionSettings:
         client_principal: Callable[[object], str | None] | None = None,
         request_memory: RequestMemory | None = None,
         sasl_required: SaslSettings | None = None,
+        admission: Callable[[object], int] | None = None,
     ) -> None:
         self.chain = chain
         self.metrics = metrics
@@ -111,3 +113,6 @@ class SessionSettings:
         self.request_memory = request_memory
         # The SASL settings when the brokers require SASL (sasl.required), else None.
         self.sasl_required = sasl_required
+        # Asked with a new connection's peer address: 0 to serve it, else the ms to hold it unserved before
+        # closing it (KIP-612's connection_creation_rate).
+        self.admission = admission

@@ -1,8 +1,8 @@
 """What each signal does to a running proxy: nothing but SIGKILL ends it without a drain (issue 14 item 5).
 
 * SIGTERM, SIGINT: stop — close the listeners, let forwarded requests get their answers, exit 0.
-* SIGHUP: reload the configuration, through the handlers registered on the server (issue 11's "Quotas
-  managed the Kafka way" adds one); with none registered it is logged as not implemented and ignored.
+* SIGHUP: reload the configuration (`SluiceServer.request_reload`: the quotas, and any handler added
+  with `add_reload_handler`).
 * SIGQUIT: a status line in the log, and carry on (the JVM prints a thread dump on `kill -3` and carries
   on, so a Kafka operator expects it to be harmless).
 * SIGUSR1, SIGUSR2 and the other signals whose default is to terminate (SIGALRM, SIGVTALRM, SIGPROF,
@@ -16,10 +16,8 @@ itself and keep their default: catching one would resume the faulting code.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import signal
 from collections.abc import Callable
-from typing import Any
 
 from .log import get_logger
 
@@ -82,44 +80,3 @@ def _logged(sig: signal.Signals, action: Callable[[], None]) -> Callable[[], Non
         action()
 
     return handler
-
-
-class ReloadHandlers:
-    """What SIGHUP runs. Each handler may return an awaitable; a failing one is logged, never fatal."""
-
-    def __init__(self) -> None:
-        self._handlers: list[Callable[[], object]] = []
-        self._running: set[asyncio.Future[Any]] = set()
-
-    def add(self, handler: Callable[[], object]) -> None:
-        self._handlers.append(handler)
-
-    def run(self) -> None:
-        if not self._handlers:
-            _log.warning(
-                "reload_requested",
-                signal=RELOAD_SIGNAL,
-                outcome="configuration reload is not implemented yet; the running configuration stays",
-            )
-            return
-        _log.info("reload_requested", signal=RELOAD_SIGNAL, handlers=len(self._handlers))
-        for handler in list(self._handlers):
-            try:
-                result = handler()
-            except Exception as exc:
-                _reload_failed(exc)
-                continue
-            if inspect.isawaitable(result):
-                task = asyncio.ensure_future(result)
-                self._running.add(task)
-                task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Future[Any]) -> None:
-        self._running.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            _reload_failed(task.exception())  # type: ignore[arg-type]
-
-
-def _reload_failed(exc: BaseException) -> None:
-    # The type and the key only: a reload error's text could quote a configured secret.
-    _log.error("reload_failed", error_type=type(exc).__name__, key=getattr(exc, "key", None))

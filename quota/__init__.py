@@ -11,6 +11,7 @@ Typical use by the proxy::
     throttle_ms = managers.produce.record_and_get_throttle_ms("alice", "pump", request_size, now_ms)
 """
 
+from sluice.quota.connection_rate import ConnectionRateQuotas, canonical_ip
 from sluice.quota.entities import (
     ANONYMOUS,
     DEFAULT,
@@ -62,6 +63,7 @@ __all__ = [
     "OVERFLOW_USER",
     "UNLIMITED",
     "ClientQuotaManager",
+    "ConnectionRateQuotas",
     "ControllerMutationQuota",
     "ControllerMutationQuotaManager",
     "OverflowReport",
@@ -87,6 +89,7 @@ __all__ = [
     "TopicQuotas",
     "WindowQuotaSensor",
     "bounded_throttle_time",
+    "canonical_ip",
     "charge_topics",
     "is_strict",
     "java_round",

@@ -19,6 +19,7 @@ sensor** with every other overflowed entity that matches the same quota rule (ta
 ``(<overflow>, <the rule>)``): memory stays bounded, and a flood of new client-ids shares one quota
 instead of escaping it (fail closed; entities already tracked keep their own sensors). Each overflow is
 counted and reported through ``on_overflow``; the entity gets its own sensor again once expiry makes room.
+In fleet mode (quota/fleet.py) a manager's ``fleet`` adds other instances' unreported usage to each check.
 
 Why this module is long: one manager per quota key, and the rules that combine their throttles.
 """
@@ -26,7 +27,7 @@ Why this module is long: one manager per quota key, and the rules that combine t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Final
+from typing import Final, Protocol
 
 from sluice.quota.entities import QuotaEntity, QuotaRules, QuotaTags, Resolution
 from sluice.quota.keys import QuotaKey, SensorKind, parse_quota_key, parse_sensor_kind
@@ -44,6 +45,14 @@ from sluice.quota.throttle import DOUBLE_MAX, LONG_MAX, UNLIMITED, to_int32, tok
 OVERFLOW_USER: Final = "<overflow>"
 # (quota key, the overflowed client's (user, client-id)): told once per entity sent to an overflow sensor.
 OverflowReport = Callable[[QuotaKey, str, "str | None"], None]
+
+class FleetHook(Protocol):
+    """What a manager asks in fleet mode (quota/fleet.py's FleetQuotas)."""
+
+    def on_local(self, sensor: QuotaSensor, value: float, now_ms: int) -> float:
+        """Account a local record; return the other instances' estimated unreported usage."""
+        ...
+
 
 # ClientQuotaManagerConfig.NanosToPercentagePerSecond: a recorded ns of thread time, in "% of a thread".
 NANOS_TO_PERCENTAGE_PER_SECOND: Final = 100.0 / 1_000_000_000
@@ -83,6 +92,7 @@ class ClientQuotaManager:
         "_sensors",
         "_window",
         "_window_ms",
+        "fleet",
         "key",
         "overflows",
     )
@@ -113,6 +123,8 @@ class ClientQuotaManager:
         self._max_entities = max_entities
         self._on_overflow = on_overflow
         self.overflows = 0  # entities sent to an overflow sensor, ever
+        # Fleet mode (quota/fleet.py): other instances' unreported usage, counted in every check.
+        self.fleet: FleetHook | None = None
 
     # -- configuration -------------------------------------------------------------------------------
 
@@ -180,7 +192,12 @@ class ClientQuotaManager:
         sensor = self._lookup.get((user, client_id))
         if sensor is None or now_ms - sensor.last_record_ms > INACTIVE_SENSOR_EXPIRATION_MS:
             sensor = self._sensor(user, client_id, now_ms)
-        throttle = sensor.record(value, now_ms)
+        fleet = self.fleet
+        if fleet is None:
+            throttle = sensor.record(value, now_ms)
+        else:
+            sensor.record(value, now_ms, False)
+            throttle = sensor.throttle_ms(now_ms, fleet.on_local(sensor, value, now_ms))
         if not throttle:
             return 0
         max_throttle = self._max_throttle_ms
@@ -189,12 +206,18 @@ class ClientQuotaManager:
     def record_no_throttle(self, user: str, client_id: str | None, value: float, now_ms: int) -> None:
         """Record without a check; the value weighs on the next checked record (spec §2.6)."""
         if self._rules.enabled_bits:
-            self.sensor_for(user, client_id, now_ms).record(value, now_ms, False)
+            sensor = self.sensor_for(user, client_id, now_ms)
+            sensor.record(value, now_ms, False)
+            if self.fleet is not None:
+                self.fleet.on_local(sensor, value, now_ms)
 
     def unrecord(self, user: str, client_id: str | None, value: float, now_ms: int) -> None:
         """Take a recorded value back (record ``-value`` without a check), as for a throttled fetch."""
         if self._rules.enabled_bits:
-            self.sensor_for(user, client_id, now_ms).unrecord(value, now_ms)
+            sensor = self.sensor_for(user, client_id, now_ms)
+            sensor.unrecord(value, now_ms)
+            if self.fleet is not None:
+                self.fleet.on_local(sensor, -value, now_ms)  # and its estimate of the peers
 
     def sensor_for(self, user: str, client_id: str | None, now_ms: int) -> QuotaSensor:
         """The sensor this client shares at ``now_ms`` (created, or renewed if expired). For inspection."""
@@ -394,6 +417,11 @@ class QuotaManagers:
         if key is QuotaKey.REQUEST_PERCENTAGE:
             return self.request
         return self.controller_mutation
+
+    def report_overflows_to(self, on_overflow: OverflowReport | None) -> None:
+        """Tell `on_overflow` of every entity sent to an overflow sensor, whichever manager it was."""
+        for manager in (self.produce, self.fetch, self.request, self.controller_mutation):
+            manager._on_overflow = on_overflow
 
     def set_quota(self, entity: QuotaEntity, key: QuotaKey, value: float | None) -> None:
         self.manager(key).update_quota(entity, value)

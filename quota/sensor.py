@@ -30,7 +30,7 @@ INACTIVE_SENSOR_EXPIRATION_MS = 3_600_000
 class QuotaSensor:
     """What every quota sensor offers; use :func:`new_quota_sensor` or a subclass to make one."""
 
-    __slots__ = ("_bound", "last_record_ms")
+    __slots__ = ("_bound", "last_record_ms", "peers")
 
     kind: SensorKind
 
@@ -38,6 +38,8 @@ class QuotaSensor:
         self._bound = require_bound("bound", bound)
         # Kafka stamps a new sensor with the creation time, so an unused sensor expires an hour later.
         self.last_record_ms = now_ms
+        # Fleet mode only (quota/fleet.py): this sensor's estimate of other instances' unreported usage.
+        self.peers: object = None
 
     @property
     def bound(self) -> float:
@@ -64,8 +66,12 @@ class QuotaSensor:
         """What the quota is checked against: the rate, or the tokens left."""
         raise NotImplementedError
 
-    def throttle_ms(self, now_ms: int) -> int:
-        """The throttle the bound demands at ``now_ms`` without recording anything; 0 if within quota."""
+    def throttle_ms(self, now_ms: int, pending: float = 0.0) -> int:
+        """The throttle the bound demands at ``now_ms`` without recording anything; 0 if within quota.
+
+        ``pending`` is usage known to exist but not recorded (fleet mode: other instances' usage not yet
+        reported), counted as if it were in the sensor.
+        """
         raise NotImplementedError
 
     def violated(self, now_ms: int) -> bool:
@@ -124,9 +130,9 @@ class WindowQuotaSensor(QuotaSensor):
     def window_size_ms(self, now_ms: int) -> int:
         return self._rate.window_size_ms(now_ms)
 
-    def throttle_ms(self, now_ms: int) -> int:
+    def throttle_ms(self, now_ms: int, pending: float = 0.0) -> int:
         rate = self._rate
-        total = rate.total(now_ms)
+        total = rate.total(now_ms) + pending
         window_ms = rate.window_size_ms(now_ms)
         observed = total / (window_ms / 1000.0)
         bound = self._bound
@@ -186,8 +192,8 @@ class TokenBucketQuotaSensor(QuotaSensor):
     def measure(self, now_ms: int) -> float:
         return self._bucket.measure(now_ms)
 
-    def throttle_ms(self, now_ms: int) -> int:
-        tokens = self._bucket.measure(now_ms)
+    def throttle_ms(self, now_ms: int, pending: float = 0.0) -> int:
+        tokens = self._bucket.measure(now_ms) - pending
         if tokens >= 0:
             return 0
         return java_round(-tokens / self._bound * 1000)

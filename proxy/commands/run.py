@@ -17,6 +17,7 @@ from ..listeners import raise_open_file_limit
 from ..log import configure_logging, get_logger
 from ..process_memory import return_large_buffers_to_os
 from ..services import ServiceStartError
+from ..workers import check_workers, run_workers
 
 EXIT_CONFIG_ERROR = 2
 
@@ -28,8 +29,10 @@ file's key named in its help. Nothing is required from the file if the flags giv
 Other defaults (file only): max_frame_bytes 100 MiB, idle_timeout_s {DEFAULT_IDLE_TIMEOUT_S:g},
 shutdown_timeout_s 30, log.level info, log.format json (JSON lines on stderr).
 
-Signals: SIGTERM or SIGINT drain and stop; SIGHUP asks for a configuration reload; SIGQUIT logs a status
-line; SIGUSR1, SIGUSR2 and the rest are logged and ignored. Only SIGKILL stops Sluice without a drain.
+With --workers N, N processes serve the same ports (docs/fleet.md).
+
+Signals: SIGTERM or SIGINT drain and stop; SIGHUP reloads the configuration; SIGQUIT logs a status line;
+SIGUSR1, SIGUSR2 and the rest are logged and ignored. Only SIGKILL stops Sluice without a drain.
 
 Exit codes: 0 after SIGTERM or SIGINT (in-flight requests answered first), 2 when the configuration is
 refused (the message names the key, the value and what was expected; also a listen host that does not
@@ -65,6 +68,12 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="serve Prometheus metrics on http://HOST:PORT/metrics (metrics.listen; default: none)",
     )
+    parser.add_argument(
+        "--instance-id",
+        metavar="NAME",
+        help="this process's name in usage records, unique in a fleet (usage.instance_id; "
+        "default: advertised host:listen port/pid)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +81,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", metavar="FILE", help="YAML configuration file (every key: docs/config-example.yaml)"
     )
     add_config_flags(parser)
+    parser.add_argument(
+        "--workers",
+        metavar="N",
+        type=int,
+        default=1,
+        help="run N proxy processes on the same listeners (SO_REUSEPORT), holding quotas together through "
+        "the usage topic (needs fleet.enabled when quotas are configured); worker i serves metrics on the "
+        "metrics port + i",
+    )
 
 
 def error_hint(message: str) -> str | None:
@@ -87,6 +105,7 @@ def config_overrides(args: argparse.Namespace) -> dict[str, object]:
         "advertised_host": args.advertised_host,
         "broker_port_base": args.broker_port_base,
         "metrics.listen": args.metrics,
+        "usage.instance_id": getattr(args, "instance_id", None),
     }
     return {key: value for key, value in flags.items() if value is not None}
 
@@ -101,10 +120,17 @@ def run_event_loop(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
         return runner.run(main())
 
 
-async def _serve(config: ProxyConfig) -> int:
+async def _serve(
+    config: ProxyConfig,
+    path: str | None = None,
+    overrides: dict[str, object] | None = None,
+    reuse_port: bool = False,
+) -> int:
     from ..server import SluiceServer
 
-    server = SluiceServer(config)
+    server = SluiceServer(config, reuse_port=reuse_port)
+    # SIGHUP (`sluice reload`) re-reads the same file with the same flags on top.
+    server.enable_reload(path, overrides or {})
     await server.start()
     return await server.run_until_stopped()
 
@@ -114,8 +140,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    workers = getattr(args, "workers", 1)
+    overrides = config_overrides(args)
     try:
-        config = load_config(args.config, config_overrides(args))
+        config = load_config(args.config, overrides)
+        check_workers(config, workers)
         check_addresses(config)  # listen hosts resolve; no upstream is Sluice itself
     except ConfigError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
@@ -124,8 +153,18 @@ def run_command(args: argparse.Namespace) -> int:
     get_logger().info(
         "process_limits", open_files=raise_open_file_limit(), mmap_large_buffers=return_large_buffers_to_os()
     )
+    if workers > 1:
+        return run_workers(
+            config, workers, lambda worker: _serve_one(worker, args.config, overrides, reuse_port=True)
+        )
+    return _serve_one(config, args.config, overrides)
+
+
+def _serve_one(
+    config: ProxyConfig, path: str | None, overrides: dict[str, object], reuse_port: bool = False
+) -> int:
     try:
-        return run_event_loop(lambda: _serve(config))
+        return run_event_loop(lambda: _serve(config, path, overrides, reuse_port))
     except ConfigError as exc:  # a TLS file that cannot be read or does not match, found at start-up
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR

@@ -52,7 +52,7 @@ from sluice.protocol.throttle_field import (
     read_throttle_ms,
     throttle_field_offset,
 )
-from sluice.quota import QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
+from sluice.quota import ClientQuotaManager, QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
 from .base import ConnectionInfo, Defer, Filter, FilterFactory, Forward, Frame, InFlight, Respond
 from .entity_gate import EntityGates
@@ -63,6 +63,7 @@ _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
 _UNCHARGED_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.API_VERSIONS})
 _INT32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
+_TOUCHED_LIMIT = 64
 
 
 class ClientQuotas(Filter):
@@ -89,6 +90,7 @@ class ClientQuotas(Filter):
         "_request",
         "_request_rules",
         "_stats",
+        "_touched",
         "_turn",
     )
 
@@ -116,6 +118,8 @@ class ClientQuotas(Filter):
         self._gates = shared.gates  # gives None for Kafka's per-connection mute only
         # This connection's place in its entity's queue, while its Produce waits for the gate.
         self._turn: object = None
+        # (quota type, user, client-id) -> the rules version its throttle series were made for.
+        self._touched: dict[tuple[str, str, str | None], int] = {}
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -128,10 +132,22 @@ class ClientQuotas(Filter):
             return self._cap_fetch(header, frame)
         return frame
 
+    def _touch(self, kind: str, manager: ClientQuotaManager, user: str, client_id: str | None) -> None:
+        """The entity's throttle series exist from its first charge on, not only once it is throttled."""
+        key = (kind, user, client_id)
+        version = manager.rules.version
+        touched = self._touched
+        if touched.get(key) != version:
+            if len(touched) >= _TOUCHED_LIMIT:
+                touched.clear()  # a connection that changes client-id per request: bounded, re-touched
+            touched[key] = version
+            self._stats.touch(kind, manager.resolve(user, client_id).tags)
+
     def _charge_produce(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Defer:
         conn = self.conn
         user, client_id = conn.user, header.client_id
         now = conn.now_ms()
+        self._touch("Produce", self._produce, user, client_id)
         gates = self._gates()
         if gates is not None:
             gate_key = (_PRODUCE, self._produce.resolve(user, client_id).tags)
@@ -151,7 +167,9 @@ class ClientQuotas(Filter):
             gates.admitted(gate_key, throttle, now)
         if throttle <= 0:
             return frame
-        self._stats.record_quota("Produce", self._produce.resolve(user, client_id).tags, throttle)
+        self._stats.record_quota(
+            "Produce", self._produce.resolve(user, client_id).tags, throttle, now, (user, client_id)
+        )
         # This request is forwarded; the ones behind it wait. acks=0 has no response: the mute is all.
         return Forward(frame, throttle)
 
@@ -204,10 +222,19 @@ class ClientQuotas(Filter):
         now = conn.now_ms()
         request_throttle = 0
         if charges_request:
-            request_throttle = self._request.record_request_time_ns(user, client_id, conn.take_cpu_ns(), now)
+            self._touch("Request", self._request, user, client_id)
+            cpu_ns = conn.take_cpu_ns()
+            request_throttle = self._request.record_request_time_ns(user, client_id, cpu_ns, now)
+            usage = self._stats.usage
+            if usage is not None:
+                usage.usage(user, client_id).cpu_time_ns += cpu_ns
             if request_throttle > 0:
                 self._stats.record_quota(
-                    "Request", self._request.resolve(user, client_id).tags, request_throttle
+                    "Request",
+                    self._request.resolve(user, client_id).tags,
+                    request_throttle,
+                    now,
+                    (user, client_id),
                 )
         fetch_throttle = fetch_size = 0
         header_size = -1
@@ -215,9 +242,12 @@ class ClientQuotas(Filter):
             header_size = response_header_size(key, header.api_version, frame)
             # FetchResponse.sizeOf: the body as serialised, + 4 (spec 2.7).
             fetch_size = len(frame) - 4 - header_size + 4
+            self._touch("Fetch", self._fetch, user, client_id)
             fetch_throttle = self._fetch.record_and_get_throttle_ms(user, client_id, fetch_size, now)
             if fetch_throttle > 0:
-                self._stats.record_quota("Fetch", self._fetch.resolve(user, client_id).tags, fetch_throttle)
+                self._stats.record_quota(
+                    "Fetch", self._fetch.resolve(user, client_id).tags, fetch_throttle, now, (user, client_id)
+                )
 
         # A Produce was charged as it was forwarded: its response carries that throttle (as a broker's
         # would), or what is left of the connection's mute if that is longer.

@@ -134,6 +134,7 @@ class MutationQuotas(Filter):
             return lookup
         permits = [self._permits(request.api_key, topic) for topic in request.topics]
         quota = self._manager.new_quota_for_request(user, client_id, key, version, now)
+        self._stats.touch(QUOTA_KIND, self._manager.resolve(user, client_id).tags)
         plan = _Plan(request, quota, permits)
         if is_strict(key, version):
             for index, accepted in enumerate(charge_topics(quota, permits, now)):
@@ -145,7 +146,8 @@ class MutationQuotas(Filter):
         if not plan.forwarded:
             return self._answer_alone(header, plan)
         self._plans[header.correlation_id] = plan
-        throttle = self._throttle(header, plan)  # the requests behind this one wait, as on a broker
+        # The requests behind this one wait, as on a broker; its response tells the throttle (and counts it).
+        throttle = self._throttle(header, plan, told=False)
         if plan.refused:
             frame = with_body(frame, header.size, mutation_request_subset(key, version, body, plan.forwarded))
         return Forward(frame, throttle) if throttle > 0 else frame
@@ -266,14 +268,20 @@ class MutationQuotas(Filter):
         if plan.quota is not UNBOUNDED_CONTROLLER_MUTATION_QUOTA:
             tags = self._manager.resolve(conn.user, header.client_id).tags
             self._rates.record(tags, mutated, now)
+            usage = self._stats.usage
+            if usage is not None:  # what was charged and kept, for the usage records and the fleet
+                usage.usage(conn.user, header.client_id).partition_mutations += mutated
         return refunded
 
-    def _throttle(self, header: RequestHeader, plan: _Plan) -> int:
-        """The throttle this request earned, as of now (it shrinks while the request waits)."""
-        throttle = plan.quota.throttle_time_ms(self.conn.now_ms())
+    def _throttle(self, header: RequestHeader, plan: _Plan, told: bool = True) -> int:
+        """The throttle this request earned, as of now (it shrinks while the request waits). `told`: it goes
+        into the response, and so into the usage records."""
+        now = self.conn.now_ms()
+        throttle = plan.quota.throttle_time_ms(now)
         if throttle > 0:
-            tags = self._manager.resolve(self.conn.user, header.client_id).tags
-            self._stats.record_quota(QUOTA_KIND, tags, throttle)
+            user, client_id = self.conn.user, header.client_id
+            tags = self._manager.resolve(user, client_id).tags
+            self._stats.record_quota(QUOTA_KIND, tags, throttle, now, (user, client_id) if told else None)
             self._stats.record_response(header.api_key, throttle)
         return throttle
 

@@ -12,12 +12,16 @@ from prometheus_client.registry import Collector
 
 from sluice.quota import QuotaManagers, QuotaTags, QuotaWindow, SampledRate, WindowQuotaSensor
 
+from ..log import get_logger
 from ..metrics import api_name
+from ..throttle_episodes import ThrottleEpisodes
+from .usage_recorder import UsageRecording
 
 _MAX_ENTITIES = 10_000
 # Sensors measured between two returns to the event loop during a scrape (~0.5 ms of work).
 SCRAPE_CHUNK = 256
 _KINDS = ("Produce", "Fetch", "Request", "ControllerMutation")
+_log = get_logger("sluice.throttle")
 
 
 def _labels(kind: str, user: str, client_id: str | None) -> list[str]:
@@ -28,21 +32,58 @@ class ThrottleStats:
     """Throttles handed out.
 
     * per quota type (Produce, Fetch, Request) and entity: Kafka's `throttle-time`, the throttle each quota
-      computed, as count, sum and max;
-    * per API: the `throttle_time_ms` values Sluice wrote into responses (what clients were told).
+      computed, as count, sum and max; from an entity's first charged request on (`touch`), so a series
+      exists at 0 before the quota first binds;
+    * per API: the `throttle_time_ms` values Sluice wrote into responses (what clients were told);
+    * with `episodes`, a `throttle_started` log event when an entity starts being throttled (and the sweep
+      logs `throttle_stopped`), never one per request;
+    * with `usage` (usage records on), the quota filters also add what they charge to the usage ledger:
+      throttles here, CPU time and partition mutations through `usage` directly.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, episodes: ThrottleEpisodes | None = None) -> None:
         self.by_quota: dict[tuple[str, QuotaTags], list[int]] = {}
         self.by_response: dict[int, list[int]] = {}
+        self.episodes = episodes
+        self.usage: UsageRecording | None = None
 
-    def record_quota(self, kind: str, tags: QuotaTags, throttle_ms: int) -> None:
-        """Keyed by the sensor's tags, as Kafka's throttle-time is, so label sets match sluice_byte_rate."""
-        if len(self.by_quota) >= _MAX_ENTITIES and (kind, tags) not in self.by_quota:
+    def touch(self, kind: str, tags: QuotaTags) -> None:
+        """An entity was charged: its throttle series exist (at 0) from now on."""
+        key = (kind, tags)
+        if key not in self.by_quota:
+            self._make_room(key)
+            self.by_quota[key] = [0, 0, 0]
+
+    def record_quota(
+        self,
+        kind: str,
+        tags: QuotaTags,
+        throttle_ms: int,
+        now_ms: int | None = None,
+        entity: tuple[str, str | None] | None = None,
+    ) -> None:
+        """Keyed by the sensor's tags, as Kafka's throttle-time is, so label sets match sluice_byte_rate.
+        `entity` (user, client-id) is who it was given to, for the usage records."""
+        key = (kind, tags)
+        self._make_room(key)
+        _add(self.by_quota, key, throttle_ms)
+        if self.usage is not None and entity is not None:
+            self.usage.usage(*entity).add_throttle(kind, throttle_ms)
+        if self.episodes is not None and now_ms is not None:
+            for event in self.episodes.throttled(kind, tags, throttle_ms, now_ms):
+                _log.info(event.event, **event.fields)
+
+    def sweep_episodes(self, now_ms: int) -> None:
+        """Log the episodes that ended (call about once a second)."""
+        if self.episodes is not None:
+            for event in self.episodes.sweep(now_ms):
+                _log.info(event.event, **event.fields)
+
+    def _make_room(self, key: tuple[str, QuotaTags]) -> None:
+        if len(self.by_quota) >= _MAX_ENTITIES and key not in self.by_quota:
             # Per-instance client-ids (producer-1, producer-2, ...) must not grow memory without bound;
             # a counter that restarts is something Prometheus handles.
             self.by_quota.clear()
-        _add(self.by_quota, (kind, tags), throttle_ms)
 
     def record_response(self, api_key: int, throttle_ms: int) -> None:
         _add(self.by_response, api_key, throttle_ms)

@@ -142,10 +142,17 @@ class KafkaClient:
     # ---- produce ----------------------------------------------------------------------------------
 
     async def produce(
-        self, topic: str, partition: int, records: Sequence[Record], *, timeout_s: float | None = None
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        timeout_s: float | None = None,
+        compression: int = 0,
     ) -> int:
-        """Write `records` as one batch to the partition's leader, acks=all; returns the base offset."""
-        batch = encode_record_batch(records, int(time.time() * 1000))
+        """Write `records` as one batch to the partition's leader, acks=all; returns the base offset.
+        `compression`: 0 (none) or `record_batches.GZIP`."""
+        batch = encode_record_batch(records, int(time.time() * 1000), compression=compression)
         where = f"Produce to {topic}-{partition}"
         timeout_ms = int(self.request_timeout_s * 1000)
 
@@ -222,6 +229,18 @@ class KafkaClient:
     ) -> dict[int, int]:
         """{partition: the offset the next record will get} (the high watermark)."""
         return await self._list_offsets(topic, partitions, LATEST_TIMESTAMP, timeout_s)
+
+    async def offsets_for_time(
+        self,
+        topic: str,
+        timestamp_ms: int,
+        partitions: Sequence[int] | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> dict[int, int]:
+        """{partition: the first offset whose timestamp is at or after `timestamp_ms`} (Kafka's
+        offsetsForTimes); -1 where there is none, or where the broker cannot look offsets up by time."""
+        return await self._list_offsets(topic, partitions, timestamp_ms, timeout_s)
 
     async def _list_offsets(
         self, topic: str, partitions: Sequence[int] | None, timestamp: int, timeout_s: float | None

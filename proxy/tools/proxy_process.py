@@ -30,10 +30,13 @@ class ProxyProcess:
         log_level: str = "info",
         wait_for_brokers: bool = True,
         command: list[str] | None = None,
+        run_args: list[str] | None = None,
     ) -> None:
         """`wait_for_brokers=False` for an upstream that refuses the proxy's own unauthenticated Metadata
         request (SASL): the proxy then learns brokers from its clients' answers. `command` starts the proxy
-        (default: this interpreter's `-m sluice.proxy`; the wheel smoke test uses the `sluice` script)."""
+        (default: this interpreter's `-m sluice.proxy`; the wheel smoke test uses the `sluice` script);
+        `run_args` are more flags for `sluice run` (`--workers 2`)."""
+        self._run_args = list(run_args or [])
         # A port can still be taken between choosing the block and the proxy's bind (parallel tests):
         # then the proxy exits at once naming the address, and a new block is tried.
         for attempt in range(_START_ATTEMPTS):
@@ -82,7 +85,13 @@ class ProxyProcess:
         self._log_file = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
-            [*(command or [sys.executable, "-m", "sluice.proxy"]), "run", "--config", str(self.config_path)],
+            [
+                *(command or [sys.executable, "-m", "sluice.proxy"]),
+                "run",
+                "--config",
+                str(self.config_path),
+                *self._run_args,
+            ],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=env,

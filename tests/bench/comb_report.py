@@ -12,7 +12,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from sluice.quota.simulation import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the quota simulation
+
+from quota_simulation import (
     BOOK_PRODUCER_BYTE_RATE,
     BOOK_REQUEST_BYTES,
     BOOK_SEND_INTERVAL_MS,

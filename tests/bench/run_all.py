@@ -157,6 +157,20 @@ def sections() -> list[Section]:
             "targets: the regression guard `make bench-quick` runs this section alone",
             bench_quick.run,
         ),
+        Section(
+            "quota_admin",
+            "12. Quota admin: alter to enforced on 3 instances, describe of a large store",
+            "an alter enforced on every one of 3 instances with p99 < 1 s; DescribeClientQuotas of "
+            "10,000 stored entities answered in < 50 ms",
+            _optional_run("bench_quota_admin"),
+        ),
+        Section(
+            "usage",
+            "13. Usage records and one quota for a fleet",
+            "throughput with usage records on >= 0.98 x off; three processes sharing one quota within "
+            "+/-5 % of it (sampled window and token bucket); the usage topic's size with 1,000 entities",
+            _optional_run("bench_usage"),
+        ),
     ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from sluice.protocol.api_versions_clamp import clamp_api_versions
+from sluice.protocol.api_versions_clamp import advertise_apis, clamp_api_versions
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
 from sluice.protocol.codec_quirks import decode_body, encode_body
 from sluice.protocol.errors import ProtocolError
@@ -116,3 +117,47 @@ def test_any_bytes_give_bytes_none_or_protocol_error(data: bytes, version: int) 
         assert exc.reason == "bad_api_versions_response"
     else:
         assert result is None or len(result) == len(data)
+
+
+# -- advertise_apis: the APIs the proxy answers itself -------------------------------------------------
+
+QUOTA_ADMIN_RANGES = {48: (0, 1), 49: (0, 1)}
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_advertise_adds_apis_the_broker_lacks_and_keeps_everything_else(version: int) -> None:
+    body = encode_body(_response(version), version)
+    advertised = advertise_apis(version, body, QUOTA_ADMIN_RANGES)
+    assert advertised is not None
+    assert _ranges(advertised, version) == {**BROKER_RANGES, **QUOTA_ADMIN_RANGES}
+    original = decode_body(ApiVersionsResponse, version, body).to_dict()
+    rewritten = decode_body(ApiVersionsResponse, version, advertised).to_dict()
+    original.pop("api_keys")
+    rewritten.pop("api_keys")
+    assert rewritten == original
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_advertise_replaces_the_broker_range_of_an_api_it_has(version: int) -> None:
+    body = encode_body(_response(version, {**BROKER_RANGES, 48: (0, 0), 49: (0, 1)}), version)
+    advertised = advertise_apis(version, body, QUOTA_ADMIN_RANGES)
+    assert advertised is not None
+    assert _ranges(advertised, version) == {**BROKER_RANGES, **QUOTA_ADMIN_RANGES}
+    assert len(advertised) == len(body)
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_advertise_gives_none_when_the_broker_already_says_so(version: int) -> None:
+    body = encode_body(_response(version, {**BROKER_RANGES, **QUOTA_ADMIN_RANGES}), version)
+    assert advertise_apis(version, body, QUOTA_ADMIN_RANGES) is None
+
+
+def test_advertise_leaves_error_answers_alone() -> None:
+    body = encode_body(ApiVersionsResponse(version=0, error_code=35, api_keys=[]), 0)
+    assert advertise_apis(3, body, QUOTA_ADMIN_RANGES) is None
+
+
+@given(st.binary(max_size=64), st.integers(0, 4))
+def test_advertise_any_bytes_give_bytes_none_or_protocol_error(data: bytes, version: int) -> None:
+    with contextlib.suppress(ProtocolError):
+        advertise_apis(version, data, QUOTA_ADMIN_RANGES)

@@ -60,3 +60,15 @@ def test_an_empty_batch_or_a_str_value_is_refused() -> None:
         encode_record_batch([], NOW)
     with pytest.raises(ValueError, match="record 0"):
         encode_record_batch([Record(b"k", "text")], NOW)  # type: ignore[arg-type]
+
+
+def test_a_gzip_batch_round_trips_and_is_smaller() -> None:
+    from sluice.protocol.record_batches import GZIP
+
+    records = [Record(b"edge-a", b'{"client_id":"service-%04d","produce_bytes":170}' % i) for i in range(200)]
+    plain = encode_record_batch(records, NOW)
+    packed = encode_record_batch(records, NOW, compression=GZIP)
+    assert len(packed) < len(plain) / 5
+    decoded = decode_records(with_base_offset(packed, 7), 7)
+    assert [(r.key, r.value) for r in decoded.records] == [(r.key, r.value) for r in records]
+    assert decoded.next_offset == 207

@@ -230,7 +230,9 @@ async def test_a_service_that_cannot_start_closes_the_proxy_listener_again() -> 
             "metrics_endpoint",
             "kafka_client",
             "broker_discovery",
+            "quota_store",
             "sensor_sweep",
+            "throttle_episodes",
         ]
         with structlog.testing.capture_logs() as logs, pytest.raises(ServiceStartError) as caught:
             await server.start()
@@ -257,7 +259,13 @@ async def test_the_server_stops_its_services_on_shutdown() -> None:
     )
     server = SluiceServer(config)
     await server.start()
-    assert server.services.running == ["kafka_client", "broker_discovery", "sensor_sweep"]
+    assert server.services.running == [
+        "kafka_client",
+        "broker_discovery",
+        "quota_store",
+        "sensor_sweep",
+        "throttle_episodes",
+    ]
     discovery = server.services.get("broker_discovery")
     assert isinstance(discovery, BrokerDiscovery)
     task = discovery._task

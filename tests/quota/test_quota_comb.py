@@ -13,8 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-from sluice.quota.simulation import Enforcement, SimulationResult, coefficient_of_variation
+from quota_simulation import Enforcement, SimulationResult, coefficient_of_variation
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,12 +13,12 @@ from fractions import Fraction
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from quota_simulation import Enforcement, FlatOutProducer, SimulationResult, simulate_produce_quota
 
 from sluice.quota.entities import QuotaEntity
 from sluice.quota.keys import QuotaKey, SensorKind
 from sluice.quota.managers import ClientQuotaManager, RequestQuotaManager, kip219_throttle_ms
 from sluice.quota.sensor import TokenBucketQuotaSensor, WindowQuotaSensor
-from sluice.quota.simulation import Enforcement, FlatOutProducer, SimulationResult, simulate_produce_quota
 from sluice.quota.throttle import LONG_MAX, java_round, to_int32
 from sluice.quota.token_bucket import TokenBucket
 from sluice.quota.window import SampledRate

@@ -1,0 +1,98 @@
+"""The quota entity as Kafka's admin APIs see it: a user, a client-id, both, or an IP address.
+
+Kafka's `ClientQuotaEntity` is a map from entity type (`user`, `client-id`, `ip`) to a name, where a null
+name is the default entity. Here each type is a field; `None` means the type is not part of the entity,
+`DEFAULT` is the default entity. Names are raw (users are not sanitised), exactly as AlterClientQuotas
+carried them, so a client-id literally called `<default>` is an ordinary name (spec §7.5). IP names are
+kept in canonical form (quota/connection_rate.py).
+
+The engine only knows (user, client-id) entities (`quota.QuotaEntity`); `engine_entity` converts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from sluice.quota import DEFAULT, QuotaEntity
+from sluice.quota.entities import DefaultEntity, EntityName
+
+USER: Final = "user"
+CLIENT_ID: Final = "client-id"
+IP: Final = "ip"
+ENTITY_TYPES: Final = (USER, CLIENT_ID, IP)
+
+# A wire entity part: (entity type, name or None for the default).
+WirePart = tuple[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaEntity:
+    """One quota entity; at least one field is set, and `ip` is never combined with the others."""
+
+    user: EntityName | None = None
+    client_id: EntityName | None = None
+    ip: str | DefaultEntity | None = None
+
+    @property
+    def is_ip(self) -> bool:
+        return self.ip is not None
+
+    def types(self) -> dict[str, EntityName]:
+        """Kafka's entries map: type -> name (DEFAULT for the default), only the types present."""
+        found: dict[str, EntityName] = {}
+        for kind, name in ((USER, self.user), (CLIENT_ID, self.client_id), (IP, self.ip)):
+            if name is not None:
+                found[kind] = name
+        return found
+
+    def wire_parts(self) -> tuple[WirePart, ...]:
+        """The entity as the APIs carry it: (type, name) pairs, None for the default, users first."""
+        # Spelled out: a describe of a large store calls this for every entity.
+        parts: list[WirePart] = []
+        user, client_id, ip = self.user, self.client_id, self.ip
+        if user is not None:
+            parts.append((USER, None if user is DEFAULT else user))  # type: ignore[arg-type]
+        if client_id is not None:
+            parts.append((CLIENT_ID, None if client_id is DEFAULT else client_id))  # type: ignore[arg-type]
+        if ip is not None:
+            parts.append((IP, None if ip is DEFAULT else ip))  # type: ignore[arg-type]
+        return tuple(parts)
+
+    def engine_entity(self) -> QuotaEntity:
+        """The (user, client-id) entity the quota managers key on; ValueError for an IP entity."""
+        if self.is_ip:
+            raise ValueError(f"{self} is an IP entity")
+        return QuotaEntity(user=self.user, client_id=self.client_id)
+
+    @classmethod
+    def from_engine(cls, entity: QuotaEntity) -> ClientQuotaEntity:
+        return cls(user=entity.user, client_id=entity.client_id)
+
+    @classmethod
+    def from_wire(cls, parts: dict[str, str | None]) -> ClientQuotaEntity:
+        """From a validated type -> name map (None = default); unknown types are the caller's problem."""
+        values: dict[str, EntityName] = {
+            kind: DEFAULT if name is None else name for kind, name in parts.items()
+        }
+        return cls(user=values.get(USER), client_id=values.get(CLIENT_ID), ip=values.get(IP))  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        """Kafka's `ClientQuotaEntity.toString`, which its error messages embed."""
+        entries = ", ".join(f"{kind}={'null' if name is None else name}" for kind, name in self.wire_parts())
+        return f"ClientQuotaEntity(entries={{{entries}}})"
+
+    def describe(self) -> str:
+        """In kafka-configs.sh's words: "user-principal 'alice', client-id 'pump'", "the default ip"."""
+        words = {USER: "user-principal", CLIENT_ID: "client-id", IP: "ip"}
+        return ", ".join(
+            f"the default {words[kind]}" if name is None else f"{words[kind]} '{name}'"
+            for kind, name in self.wire_parts()
+        )
+
+    def sort_key(self) -> tuple[tuple[int, str], ...]:
+        """A stable order for answers and plans: type by type, absent first, then the default, then names."""
+        return tuple(
+            (-1, "") if name is None else (0, "") if name is DEFAULT else (1, str(name))
+            for name in (self.user, self.client_id, self.ip)
+        )

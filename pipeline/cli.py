@@ -1,0 +1,173 @@
+"""`sluice pipeline <job>`: the capacity-planning jobs from the command line.
+
+    sluice pipeline synth    --out DIR [--days 7 --entities 20 --interval-s 60 --format parquet]
+    sluice pipeline report   --input SRC --out DIR
+    sluice pipeline whatif   --input SRC --out DIR --quotas FILE
+    sluice pipeline propose  --input SRC --out DIR [--percentile 0.99 --headroom 1.2 --produce-capacity B/s]
+    sluice pipeline forecast --input SRC --out DIR --capacity B/s
+    sluice pipeline all      --input SRC --out DIR [--quotas FILE] [--capacity B/s]
+    sluice pipeline demo     --out DIR
+
+SRC is a Parquet table, JSON lines, or kafka://HOST:PORT/TOPIC (`inputs.py`). Every job (re)writes
+DIR/report.html. Exit codes: 0 done, 1 the input could not be read as usage records, 2 bad arguments or
+a bad quotas file (the message names the key), 3 the machine cannot run Spark (Java, or the pipeline
+extra not installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+
+EXIT_INPUT, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
+DESCRIPTION = "Capacity planning on Spark from Sluice's usage records (docs/pipeline.md)."
+JOB_HELP = {
+    "synth": "generate usage records with known answers",
+    "report": "who uses what and when, who is throttled and how much",
+    "whatif": "replay candidate quotas against the recorded demand",
+    "propose": "quotas from percentiles x headroom, within a capacity budget",
+    "forecast": "the trend of the daily peak and when it crosses a capacity",
+    "all": "report, whatif (with --quotas), propose and forecast in one Spark session",
+    "demo": "synthetic records through report and whatif: one HTML page",
+}
+JOBS = tuple(JOB_HELP)
+# Our own error types, as they appear inside an error Spark relays from an executor.
+_OUR_ERRORS = re.compile(r"(?:UsageSourceError|UsageRecordError|UsageTableError): (.+)")
+
+
+def _spark_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Spark")
+    g.add_argument("--master", help="Spark master (default local[*]; ignored under spark-submit)")
+    g.add_argument("--driver-memory", metavar="SIZE", help="driver heap, e.g. 4g (local mode: all of Spark)")
+    g.add_argument("--shuffle-partitions", type=int, metavar="N", help="spark.sql.shuffle.partitions")
+    g.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _input_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--input", required=True, metavar="SRC", help="Parquet, JSON lines or kafka://HOST:PORT/TOPIC"
+    )
+    p.add_argument("--input-format", choices=("parquet", "jsonl", "kafka"), help="default: from the name")
+    p.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a sluice-usage source option, e.g. kafka.security.protocol=SSL (repeatable)",
+    )
+
+
+def _job_options(p: argparse.ArgumentParser, job: str) -> None:
+    if job in ("whatif", "all"):
+        p.add_argument(
+            "--quotas",
+            required=job == "whatif",
+            metavar="FILE",
+            help="candidate quotas: a sluice.yaml or its quota: section",
+        )
+        p.add_argument("--events", action="store_true", help="also write every throttle (events.parquet)")
+        p.add_argument("--request-bytes", type=int, default=1_048_576, help="largest produce request")
+        p.add_argument(
+            "--no-fast-forward", action="store_true", help="step every second (slower, same result)"
+        )
+    if job in ("propose", "all"):
+        p.add_argument("--percentile", type=float, default=0.99)
+        p.add_argument("--headroom", type=float, default=1.2)
+        p.add_argument("--produce-capacity", type=float, metavar="B/S", help="budget for all produce quotas")
+        p.add_argument("--fetch-capacity", type=float, metavar="B/S", help="budget for all fetch quotas")
+        p.add_argument("--by", choices=("auto", "user", "client-id", "user-client-id"), default="auto")
+        p.add_argument("--bootstrap", default="SLUICE_HOST:9092", help="for the kafka-configs.sh commands")
+    if job in ("forecast", "all"):
+        p.add_argument(
+            "--capacity", type=float, metavar="B/S", help="cluster capacity the peak grows towards"
+        )
+        p.add_argument("--metric", choices=("total", "produce", "fetch"), default="total")
+        p.add_argument("--horizon-days", type=int, default=3 * 365)
+
+
+def _synth_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--entities", type=int, default=20)
+    p.add_argument("--days", type=float, default=7.0)
+    p.add_argument("--interval-s", type=int, default=60)
+    p.add_argument("--growth", type=float, default=1.0, help="%% of day 0's demand added per day")
+    p.add_argument("--jitter", type=float, default=5.0, help="%% noise")
+    p.add_argument("--topics", type=int, default=5)
+    p.add_argument("--instances", type=int, default=1)
+    p.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
+
+
+def add_arguments(top: argparse.ArgumentParser) -> None:
+    """`sluice pipeline`'s arguments (proxy/cli.py's contract): one sub-parser per job."""
+    sub = top.add_subparsers(dest="job", required=True, metavar="JOB")
+    for job in JOBS:
+        p = sub.add_parser(job, help=JOB_HELP[job], description=JOB_HELP[job])
+        p.add_argument("--out", required=True, metavar="DIR", help="output directory (local to the driver)")
+        _spark_options(p)
+        if job == "synth":
+            _synth_options(p)
+        elif job != "demo":
+            _input_options(p)
+            _job_options(p, job)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="sluice pipeline", description=DESCRIPTION)
+    add_arguments(top)
+    return top
+
+
+def _kafka_options(pairs: list[str]) -> dict[str, str]:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"sluice pipeline: --kafka-option {pair!r}: expected KEY=VALUE")
+        options[key] = value
+    return options
+
+
+def explain(exc: BaseException) -> str:
+    """Our own message, when Spark wrapped it in a long executor traceback; else the exception's text."""
+    text = str(exc)
+    found = _OUR_ERRORS.findall(text)
+    return found[-1].strip() if found else text.strip().splitlines()[0] if text.strip() else repr(exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone (`python -m sluice.pipeline.cli`, spark-submit's `submit.py`)."""
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print("sluice pipeline: needs the pipeline extra: pip install 'sluice[pipeline]'", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    from sluice.config.errors import ConfigError
+
+    from .java_check import JavaError
+    from .runner import run_job
+
+    try:
+        return run_job(args)
+    except JavaError as exc:
+        print(f"sluice pipeline: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    except ConfigError as exc:
+        print(f"sluice pipeline: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ValueError as exc:
+        print(f"sluice pipeline: {explain(exc)}", file=sys.stderr)
+        return EXIT_INPUT
+    except Exception as exc:  # Spark relays executor failures as its own exception types
+        if _OUR_ERRORS.search(str(exc)):
+            print(f"sluice pipeline: {explain(exc)}", file=sys.stderr)
+            return EXIT_INPUT
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

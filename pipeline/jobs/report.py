@@ -1,0 +1,189 @@
+"""`sluice pipeline report`: who uses what and when, who is throttled, how often and for how long.
+
+Rates are per interval bucket (`intervals.py`): the distribution of an entity's per-second rate (mean,
+p50, p95, p99, max) is taken over the buckets in which it was active (had a usage row), by hour and by
+UTC day; `active_s` says how much time that was. Throttled share = throttle time given / active time
+(docs/usage-records.md), by quota type and in all. Percentiles are Spark's `percentile_approx` with
+accuracy 10,000 (rank error at most 1/10,000 of the rows).
+
+Tables (under `<out>/report/`): entity_hourly, entity_daily, topic_hourly, topic_daily (Parquet);
+entity_summary, topic_summary, top_talkers, daily_profile, cluster_hourly, cluster_daily,
+throttle_heatmap, top_entities_hourly (CSV, small).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from ..output.tables import job_dir, write_csv_df, write_parquet
+from ..progress import Progress
+from .intervals import ENTITY, QUOTA_TYPES, bucket_ms, cluster_intervals, entity_intervals, topic_intervals
+
+PERCENTILES = (0.5, 0.95, 0.99)
+ACCURACY = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ReportOptions:
+    top: int = 20  # top talkers listed
+    chart_entities: int = 8  # entities drawn in the rates-over-time chart
+    heatmap_entities: int = 20  # rows of the throttle heat map
+
+
+def _distribution(rate: str) -> list[Column]:
+    name = rate.removesuffix("_rate")
+    quantiles = F.percentile_approx(rate, list(PERCENTILES), ACCURACY)
+    return [
+        F.avg(rate).alias(f"{name}_mean"),
+        quantiles[0].alias(f"{name}_p50"),
+        quantiles[1].alias(f"{name}_p95"),
+        quantiles[2].alias(f"{name}_p99"),
+        F.max(rate).alias(f"{name}_max"),
+    ]
+
+
+def _usage_stats(bucket: int, throttles: bool = True) -> list[Column]:
+    stats = [
+        F.count(F.lit(1)).alias("intervals"),
+        (F.count(F.lit(1)) * (bucket / 1000.0)).alias("active_s"),
+        F.sum("produce_bytes").alias("produce_bytes"),
+        F.sum("fetch_bytes").alias("fetch_bytes"),
+        *_distribution("produce_rate"),
+        *_distribution("fetch_rate"),
+    ]
+    if throttles:
+        stats += [F.sum(f"{k.lower()}_throttle_ms").alias(f"{k.lower()}_throttle_ms") for k in QUOTA_TYPES]
+        stats += [
+            F.sum("throttle_ms").alias("throttle_ms"),
+            (F.sum("throttle_ms") / (F.count(F.lit(1)) * float(bucket))).alias("throttled_share"),
+            F.sum(F.when(F.col("throttle_ms") > 0, 1).otherwise(0)).alias("throttled_intervals"),
+        ]
+    return stats
+
+
+def run_report(
+    spark, usage: DataFrame, out: str, options: ReportOptions | None = None, progress: Progress | None = None
+) -> dict[str, str]:
+    """Write the report's tables under `<out>/report/`; returns table name -> path."""
+    options = options or ReportOptions()
+    progress = progress or Progress(quiet=True)
+    directory = job_dir(out, "report")
+    written: dict[str, str] = {}
+    with progress.step("report: reading the usage records"):
+        bucket = bucket_ms(usage)
+        entities = entity_intervals(usage, bucket).persist()
+        entities.count()
+    topics = topic_intervals(usage, bucket)
+    cluster = cluster_intervals(entities, bucket).persist()
+    hour = F.date_trunc("hour", "ts").alias("hour")
+    day = F.to_date("ts").alias("day")
+
+    with progress.step("report: per entity and topic, by hour and day"):
+        for name, frame, keys, throttles in (
+            ("entity_hourly", entities, [*ENTITY, hour], True),
+            ("entity_daily", entities, [*ENTITY, day], True),
+            ("topic_hourly", topics, ["topic", hour], False),
+            ("topic_daily", topics, ["topic", day], False),
+        ):
+            table = frame.groupBy(*keys).agg(*_usage_stats(bucket, throttles))
+            written[name] = write_parquet(table, directory, name)
+
+    with progress.step("report: summaries, top talkers, cluster totals"):
+        totals = entities.agg(F.sum("produce_bytes"), F.sum("fetch_bytes")).first()
+        produce_total, fetch_total = (float(v or 0) for v in totals)
+        summary = (
+            entities.groupBy(*ENTITY)
+            .agg(
+                *_usage_stats(bucket),
+                F.max("recorded_producer_byte_rate").alias("recorded_producer_byte_rate"),
+                F.max("recorded_consumer_byte_rate").alias("recorded_consumer_byte_rate"),
+            )
+            .withColumn("produce_share", F.col("produce_bytes") / F.lit(produce_total or 1.0))
+            .withColumn("fetch_share", F.col("fetch_bytes") / F.lit(fetch_total or 1.0))
+            .withColumn("total_bytes", F.col("produce_bytes") + F.col("fetch_bytes"))
+            .withColumn("share", F.col("total_bytes") / F.lit((produce_total + fetch_total) or 1.0))
+            .orderBy(F.desc("total_bytes"), *ENTITY)
+        ).persist()
+        written["entity_summary"] = write_csv_df(summary, directory, "entity_summary")
+        top = summary.limit(options.top)
+        written["top_talkers"] = write_csv_df(
+            top.select(
+                *ENTITY,
+                "total_bytes",
+                "share",
+                "produce_bytes",
+                "fetch_bytes",
+                "produce_p99",
+                "fetch_p99",
+                "throttled_share",
+            ),
+            directory,
+            "top_talkers",
+        )
+        topic_summary = (
+            topics.groupBy("topic")
+            .agg(*_usage_stats(bucket, throttles=False))
+            .withColumn("produce_share", F.col("produce_bytes") / F.lit(produce_total or 1.0))
+            .withColumn("fetch_share", F.col("fetch_bytes") / F.lit(fetch_total or 1.0))
+            .orderBy(F.desc(F.col("produce_bytes") + F.col("fetch_bytes")), "topic")
+        )
+        written["topic_summary"] = write_csv_df(topic_summary, directory, "topic_summary")
+
+        cluster_stats = [
+            *_distribution("produce_rate"),
+            *_distribution("fetch_rate"),
+            F.max("total_rate").alias("total_max"),
+            F.avg("total_rate").alias("total_mean"),
+            F.sum("produce_bytes").alias("produce_bytes"),
+            F.sum("fetch_bytes").alias("fetch_bytes"),
+            F.max("active_entities").alias("active_entities"),
+            F.sum("throttle_ms").alias("throttle_ms"),
+        ]
+        written["cluster_hourly"] = write_csv_df(
+            cluster.groupBy(hour).agg(*cluster_stats).orderBy("hour"), directory, "cluster_hourly"
+        )
+        written["cluster_daily"] = write_csv_df(
+            cluster.groupBy(day).agg(*cluster_stats).orderBy("day"), directory, "cluster_daily"
+        )
+        written["daily_profile"] = write_csv_df(
+            cluster.groupBy(F.hour("ts").alias("hour_of_day"))
+            .agg(*_distribution("produce_rate"), *_distribution("fetch_rate"))
+            .orderBy("hour_of_day"),
+            directory,
+            "daily_profile",
+        )
+
+    with progress.step("report: chart data"):
+        chart = summary.limit(options.chart_entities).select(*ENTITY)
+        written["top_entities_hourly"] = write_csv_df(
+            entities.join(chart, on=[*ENTITY], how="left_semi")
+            .groupBy(*ENTITY, hour)
+            .agg(F.avg("produce_rate").alias("produce_mean"), F.avg("fetch_rate").alias("fetch_mean"))
+            .orderBy(*ENTITY, "hour"),
+            directory,
+            "top_entities_hourly",
+        )
+        throttled = (
+            summary.where(F.col("throttle_ms") > 0)
+            .orderBy(F.desc("throttle_ms"), *ENTITY)
+            .limit(options.heatmap_entities)
+            .select(*ENTITY)
+        )
+        written["throttle_heatmap"] = write_csv_df(
+            entities.join(throttled, on=[*ENTITY], how="left_semi")
+            .groupBy(*ENTITY, hour)
+            .agg(
+                F.sum("throttle_ms").alias("throttle_ms"),
+                (F.sum("throttle_ms") / (F.count(F.lit(1)) * float(bucket))).alias("throttled_share"),
+            )
+            .orderBy(*ENTITY, "hour"),
+            directory,
+            "throttle_heatmap",
+        )
+    summary.unpersist()
+    cluster.unpersist()
+    entities.unpersist()
+    return written

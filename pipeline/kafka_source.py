@@ -1,0 +1,258 @@
+"""`spark.read.format("sluice-usage")`: the usage topic read by Spark's executors with librdkafka.
+
+Nothing here needs Spark's JVM Kafka connector. The driver lists each partition's offsets and plans offset
+slices (`kafka_offsets.plan_ranges`); each slice becomes one Spark partition, read on an executor by a
+confluent-kafka consumer that is assigned the slice (no consumer group, nothing committed) and stops at
+the slice's end. Messages are decoded with the proxy's own codec; one that is not a usage record of a
+version this reader knows fails the read naming its partition and offset (`badRecords=skip` skips it
+with a warning on the executor's stderr instead).
+
+Options (Spark's Kafka-source names where there is one):
+
+* `kafka.bootstrap.servers` (required) and any other `kafka.<librdkafka setting>` (security.protocol,
+  sasl.*, ssl.*), passed to the client as they are;
+* `topic` (default `_sluice_usage`);
+* `startingOffsets` / `endingOffsets`: `earliest` / `latest` (the defaults) or JSON `{"0": 42}`;
+* `startingTimestamp` / `endingTimestamp`: epoch ms, resolved with ListOffsets by time (they win over
+  the offsets options);
+* `maxRecordsPerPartition` (default 50000 messages) and `minPartitions` (default 1);
+* `timeoutMs` (default 30000): metadata calls, and how long a read may see no progress before failing.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator, Mapping
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from sluice.quota.usage_records import UsageRecordError
+
+from .kafka_offsets import OffsetRange, OffsetSpecError, parse_offsets, plan_ranges, resolve_offset
+from .usage_table import USAGE_DDL, message_rows
+
+SOURCE_NAME = "sluice-usage"
+DEFAULT_TOPIC = "_sluice_usage"
+DEFAULT_MAX_RECORDS = 50_000
+_BATCH = 2_000
+
+
+class UsageSourceError(RuntimeError):
+    """The topic cannot be read as asked; never carries a client setting's value (credentials)."""
+
+
+class OffsetSlice(InputPartition):
+    """One Spark partition: offsets [start, end) of one topic partition."""
+
+    def __init__(self, offsets: OffsetRange) -> None:
+        super().__init__(offsets)
+        self.offsets = offsets
+
+    def __repr__(self) -> str:
+        o = self.offsets
+        return f"OffsetSlice({o.topic}[{o.partition}] {o.start}..{o.end})"
+
+
+def client_config(options: Mapping[str, str]) -> dict[str, str]:
+    """The `kafka.*` options without their prefix; bootstrap servers required."""
+    config = {
+        key[len("kafka.") :]: value for key, value in options.items() if key.lower().startswith("kafka.")
+    }
+    if not config.get("bootstrap.servers"):
+        raise UsageSourceError(f"{SOURCE_NAME}: option kafka.bootstrap.servers is required")
+    return config
+
+
+def _consumer(config: Mapping[str, str]):  # -> confluent_kafka.Consumer
+    from confluent_kafka import Consumer
+
+    settings = {
+        **config,
+        # A throwaway group id: librdkafka wants one, and nothing is ever committed under it.
+        "group.id": config.get("group.id", f"sluice-pipeline-{uuid.uuid4().hex}"),
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+    }
+    return Consumer(settings)
+
+
+class _Options:
+    """Spark's option names are case-insensitive (and may reach us lower-cased): look them up that way."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._values = {key.lower(): value for key, value in options.items()}
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._values.get(name.lower(), default)
+
+
+def _int_option(options: _Options, name: str, default: int, low: int) -> int:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageSourceError(f"{SOURCE_NAME}: option {name}={raw!r} must be an integer") from None
+    if value < low:
+        raise UsageSourceError(f"{SOURCE_NAME}: option {name}={value} must be at least {low}")
+    return value
+
+
+class UsageReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.config = client_config(options)
+        options = self.options = _Options(options)
+        self.topic = options.get("topic", DEFAULT_TOPIC)
+        self.timeout_s = _int_option(options, "timeoutMs", 30_000, 1) / 1000
+        self.max_records = _int_option(options, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS, 1)
+        self.min_partitions = _int_option(options, "minPartitions", 1, 1)
+        self.skip_bad = options.get("badRecords", "fail").lower() == "skip"
+        if options.get("badRecords", "fail").lower() not in ("fail", "skip"):
+            raise UsageSourceError(f"{SOURCE_NAME}: option badRecords must be fail or skip")
+
+    # -- on the driver -----------------------------------------------------------------------------
+
+    def partitions(self) -> list[OffsetSlice]:
+        bounds = self.bounds()
+        return [
+            OffsetSlice(r) for r in plan_ranges(bounds, self.topic, self.max_records, self.min_partitions)
+        ]
+
+    def bounds(self) -> dict[int, tuple[int, int]]:
+        """[start, end) per partition, as the options ask, from the cluster's offsets now."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        consumer = _consumer(self.config)
+        try:
+            try:
+                metadata = consumer.list_topics(self.topic, timeout=self.timeout_s)
+            except KafkaException as exc:
+                raise UsageSourceError(
+                    f"{SOURCE_NAME}: cannot reach {self.config['bootstrap.servers']} for topic "
+                    f"{self.topic!r} within {self.timeout_s:g} s: {exc.args[0].str()}"
+                ) from None
+            topic = metadata.topics.get(self.topic)
+            if topic is None or topic.error is not None or not topic.partitions:
+                reason = "no such topic" if topic is None or topic.error is None else topic.error.str()
+                raise UsageSourceError(f"{SOURCE_NAME}: topic {self.topic!r}: {reason}")
+            partitions = sorted(topic.partitions)
+            marks = {
+                p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=self.timeout_s)
+                for p in partitions
+            }
+            starts = self._by_time("startingTimestamp", partitions, marks, consumer)
+            ends = self._by_time("endingTimestamp", partitions, marks, consumer)
+        finally:
+            consumer.close()
+        try:
+            start_spec = parse_offsets(self.options.get("startingOffsets"), "earliest", "startingOffsets")
+            end_spec = parse_offsets(self.options.get("endingOffsets"), "latest", "endingOffsets")
+            bounds = {}
+            for p in partitions:
+                low, high = marks[p]
+                start = starts[p] if starts else resolve_offset(start_spec, p, low, high, "startingOffsets")
+                end = ends[p] if ends else resolve_offset(end_spec, p, low, high, "endingOffsets")
+                bounds[p] = (start, max(start, end))
+        except OffsetSpecError as exc:
+            raise UsageSourceError(f"{SOURCE_NAME}: {exc}") from None
+        return bounds
+
+    def _by_time(self, option: str, partitions: list[int], marks: dict, consumer) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+
+        raw = self.options.get(option)
+        if raw is None:
+            return {}
+        stamp = _int_option(self.options, option, 0, 0)
+        asked = [TopicPartition(self.topic, p, stamp) for p in partitions]
+        found = consumer.offsets_for_times(asked, timeout=self.timeout_s)
+        # -1: no record at or after the time: the partition's end.
+        return {tp.partition: tp.offset if tp.offset >= 0 else marks[tp.partition][1] for tp in found}
+
+    # -- on the executors --------------------------------------------------------------------------
+
+    def read(self, partition: OffsetSlice) -> Iterator[tuple]:
+        if not isinstance(partition, OffsetSlice):
+            return  # nothing to read: Spark gives one empty partition when partitions() planned none
+        yield from read_slice(partition.offsets, self.config, self.timeout_s, self.skip_bad)
+
+
+def read_slice(
+    offsets: OffsetRange, config: Mapping[str, str], timeout_s: float, skip_bad: bool = False
+) -> Iterator[tuple]:
+    """Every record of `offsets`, once, as usage-table rows; stops at the slice's end."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    if offsets.size == 0:
+        return
+    topic, partition, start, end = offsets.topic, offsets.partition, offsets.start, offsets.end
+    consumer = _consumer(config)
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        idle_polls = 0
+        max_idle_polls = max(1, int(timeout_s / 0.5))
+        done = False
+        while not done:
+            messages = consumer.consume(_BATCH, 0.5)
+            if not messages:
+                idle_polls += 1
+                if idle_polls >= max_idle_polls:
+                    raise UsageSourceError(
+                        f"{SOURCE_NAME}: {topic}[{partition}] gave nothing for {timeout_s:g} s while "
+                        f"reading offsets {start}..{end}"
+                    )
+                continue
+            idle_polls = 0
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        # The log ends at or before the slice's end (e.g. control records close it).
+                        if message.offset() >= end:
+                            done = True
+                            break
+                        continue
+                    raise UsageSourceError(f"{SOURCE_NAME}: {topic}[{partition}]: {error.str()}")
+                offset = message.offset()
+                if offset >= end:
+                    done = True
+                    break
+                if offset < start:
+                    continue
+                where = f"topic {topic} partition {partition} offset {offset}"
+                try:
+                    yield from message_rows(
+                        message.value(), where, kafka_partition=partition, kafka_offset=offset
+                    )
+                except UsageRecordError as exc:
+                    if not skip_bad:
+                        raise UsageSourceError(f"{SOURCE_NAME}: {exc}") from None
+                    print(f"sluice-usage: skipped {exc}", file=sys.stderr)
+                if offset + 1 >= end:
+                    done = True
+                    break
+    finally:
+        consumer.close()
+
+
+class UsageSource(DataSource):
+    """The data source Spark finds under the name `sluice-usage` (see `register`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return USAGE_DDL
+
+    def reader(self, schema: StructType) -> UsageReader:
+        return UsageReader(self.options)
+
+
+def register(spark) -> None:  # spark: SparkSession
+    spark.dataSource.register(UsageSource)

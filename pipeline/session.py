@@ -1,0 +1,62 @@
+"""The SparkSession the jobs run on: local[*] unless told otherwise, Java checked first, UTC throughout.
+
+Under `spark-submit` the session (and its master) already exists in the JVM that started us; we then add
+nothing but the data source. In plain Python we start Spark ourselves, after checking Java, with the
+interpreter running us as the executors' Python too (else they would pick whatever `python3` is on PATH,
+without our packages).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .java_check import require_java
+
+DEFAULT_MASTER = "local[*]"
+
+
+def under_spark_submit() -> bool:
+    """spark-submit starts the JVM first and hands Python the gateway's port."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_session(
+    master: str | None = None,
+    app_name: str = "sluice-pipeline",
+    driver_memory: str | None = None,
+    shuffle_partitions: int | None = None,
+    ui: bool = False,
+    extra: dict[str, str] | None = None,
+):
+    """A SparkSession with the `sluice-usage` data source registered. Raises JavaError before Spark starts."""
+    from pyspark.sql import SparkSession
+
+    from .kafka_source import register
+
+    builder = SparkSession.builder.appName(app_name)
+    if not under_spark_submit():
+        require_java()
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.master(master or DEFAULT_MASTER)
+        # The driver's heap is fixed when its JVM starts, which we do here: the only time it can be set.
+        if driver_memory:
+            builder = builder.config("spark.driver.memory", driver_memory)
+        builder = builder.config("spark.ui.enabled", "true" if ui else "false")
+    elif master:
+        builder = builder.master(master)
+    # Hours and days are UTC days: the same report whatever the machine's time zone.
+    builder = builder.config("spark.sql.session.timeZone", "UTC")
+    # Whole-line progress comes from Progress; Spark's carriage-return bar would interleave with it.
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    if not shuffle_partitions and not under_spark_submit() and (master or DEFAULT_MASTER).startswith("local"):
+        # Spark's 200 suits a cluster; on one machine every extra task is pure overhead.
+        shuffle_partitions = 4 * (os.cpu_count() or 1)
+    if shuffle_partitions:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark

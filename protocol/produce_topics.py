@@ -1,0 +1,106 @@
+"""What a Produce request writes where: (topic, record bytes) per partition, read without decoding records.
+
+Topic quotas charge a Produce per partition batch to the topic it writes (quota/topic_quotas.py), so the
+proxy needs each partition's topic and the size of its record set, on the hot path. This walks the
+request's structure with bounds-checked readers and skips over the record sets; nothing is copied.
+
+Versions 0-12 carry topic names. Version 13 names topics by id (KIP-516); it is refused here with
+ProtocolError('unsupported_version'), and the filter that needs topic names keeps clients below it
+through the ApiVersions clamp.
+"""
+
+from __future__ import annotations
+
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import RequestHeader
+from sluice.protocol.primitives import (
+    Buffer,
+    read_array_count,
+    read_int16,
+    read_int32,
+    read_uvarint,
+    skip_compact_nullable_string,
+    skip_nullable_string,
+    skip_tagged_fields,
+)
+
+PRODUCE = 0
+FIRST_FLEXIBLE = 9
+FIRST_TRANSACTIONAL = 3
+LAST_WITH_TOPIC_NAMES = 12
+
+
+def produce_partition_sizes(frame: Buffer, header: RequestHeader) -> list[tuple[str, int]]:
+    """(topic, size of the partition's record set) for every partition of a framed Produce request.
+
+    `frame` includes the 4-byte length; the body starts after the request header. A null record set
+    counts as 0 bytes. ProtocolError('bad_produce_request') for a malformed body.
+    """
+    version = header.api_version
+    if version > LAST_WITH_TOPIC_NAMES:
+        raise ProtocolError("unsupported_version", f"Produce v{version} names topics by id")
+    try:
+        return _walk(frame, 4 + header.size, version)
+    except ProtocolError as exc:
+        raise ProtocolError("bad_produce_request", exc.detail or exc.reason) from None
+
+
+def topic_sizes(partition_sizes: list[tuple[str, int]]) -> dict[str, int]:
+    """The same, summed per topic (in first-seen order)."""
+    totals: dict[str, int] = {}
+    for topic, size in partition_sizes:
+        totals[topic] = totals.get(topic, 0) + size
+    return totals
+
+
+def _walk(buf: Buffer, pos: int, version: int) -> list[tuple[str, int]]:
+    flexible = version >= FIRST_FLEXIBLE
+    if version >= FIRST_TRANSACTIONAL:
+        pos = skip_compact_nullable_string(buf, pos) if flexible else skip_nullable_string(buf, pos)
+    pos += 6  # acks (int16), timeout_ms (int32)
+    topics, pos = read_array_count(buf, pos, flexible, "topics")
+    found: list[tuple[str, int]] = []
+    for _ in range(topics):
+        name, pos = _name(buf, pos, flexible)
+        partitions, pos = read_array_count(buf, pos, flexible, "partitions")
+        for _ in range(partitions):
+            _index, pos = read_int32(buf, pos)
+            size, pos = _records_size(buf, pos, flexible)
+            found.append((name, size))
+            pos += size
+            if pos > len(buf):
+                raise ProtocolError("truncated", "records")
+            if flexible:
+                pos = skip_tagged_fields(buf, pos)
+        if flexible:
+            pos = skip_tagged_fields(buf, pos)
+    if flexible:
+        pos = skip_tagged_fields(buf, pos)
+    if pos != len(buf):
+        raise ProtocolError("trailing_bytes", f"{len(buf) - pos} bytes after the request")
+    return found
+
+
+def _name(buf: Buffer, pos: int, flexible: bool) -> tuple[str, int]:
+    if flexible:
+        length_plus_one, pos = read_uvarint(buf, pos)
+        length = length_plus_one - 1
+    else:
+        length, pos = read_int16(buf, pos)
+    end = pos + length
+    if length < 0 or end > len(buf):
+        raise ProtocolError("bad_topic_name", "null or truncated")
+    try:
+        return bytes(buf[pos:end]).decode(), end
+    except UnicodeDecodeError:
+        raise ProtocolError("bad_topic_name", "not UTF-8") from None
+
+
+def _records_size(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
+    if flexible:
+        size_plus_one, pos = read_uvarint(buf, pos)
+        return max(size_plus_one - 1, 0), pos
+    size, pos = read_int32(buf, pos)
+    if size < -1:
+        raise ProtocolError("bad_records_length", str(size))
+    return max(size, 0), pos

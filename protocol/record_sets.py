@@ -1,0 +1,311 @@
+"""Per-topic record bytes of a Produce request or a Fetch response, without decoding a single record.
+
+Usage records report each entity's traffic per topic. The data path never decodes Produce or Fetch
+bodies, so this module walks only their topic/partition structure with struct offsets and adds up the
+length of each partition's record set (the `records` field: its byte length, 0 when null). Every version
+Kafka knows is covered:
+
+Produce request body (after the request header)
+    v3+  transactional_id   nullable string (compact from v9)
+         acks int16, timeout_ms int32
+         topics [ name string (v0-12) | topic_id uuid (v13+),
+                  partitions [ index int32, records nullable bytes, tagged fields (v9+) ],
+                  tagged fields (v9+) ]
+         tagged fields (v9+)
+Fetch response body (after the response header)
+    v1+  throttle_time_ms int32;  v7+ error_code int16, session_id int32
+         topics [ topic string (v0-12) | topic_id uuid (v13+),
+                  partitions [ index int32, error_code int16, high_watermark int64,
+                               last_stable_offset int64 (v4+), log_start_offset int64 (v5+),
+                               aborted_transactions nullable [ producer_id int64, first_offset int64,
+                                                               tagged fields (v12+) ] (v4+),
+                               preferred_read_replica int32 (v11+), records nullable bytes,
+                               tagged fields (v12+) ],
+                  tagged fields (v12+) ]
+         tagged fields (v12+)
+
+The walk must end exactly at the end of the body, so a walk that went wrong cannot report wrong sizes
+unnoticed. Anything malformed raises ProtocolError ('bad_produce_request' / 'bad_fetch_response'), a
+version beyond the API table's ProtocolError('unsupported_version'); nothing else escapes. Topics are
+returned as names, or (v13+, which name topics by id) as the 16-byte topic id.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from sluice.protocol.apis import API_SPECS
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import Buffer
+
+__all__ = ["TopicBytes", "fetch_topic_bytes", "produce_topic_bytes"]
+
+TopicKey = str | bytes
+TopicBytes = list[tuple[TopicKey, int]]
+
+_PRODUCE, _FETCH = 0, 1
+_PRODUCE_MAX = API_SPECS[_PRODUCE].max_version
+_FETCH_MAX = API_SPECS[_FETCH].max_version
+_FLEXIBLE_FROM = 9, 12  # Produce, Fetch
+_TOPIC_ID_FROM = 13  # both
+_UUID = 16
+
+_I16 = struct.Struct(">h").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+
+
+def _uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
+    """(value, next position) of an unsigned varint; the one-byte case is inlined by the callers."""
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise IndexError("unsigned varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("unsigned varint longer than 5 bytes")
+
+
+def _skip_tagged(buf: Buffer, pos: int, end: int) -> int:
+    count = buf[pos] if pos < end else -1
+    if count == 0:
+        return pos + 1
+    count, pos = _uvarint(buf, pos, end)
+    for _ in range(count):
+        _tag, pos = _uvarint(buf, pos, end)
+        size, pos = _uvarint(buf, pos, end)
+        pos += size
+        if pos > end:
+            raise IndexError("tagged field")
+    return pos
+
+
+def _length(buf: Buffer, pos: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
+    """A length or count: compact (uvarint N+1, so null is -1) or classic (int32 when `wide`, else int16)."""
+    if flexible:
+        if pos < end and buf[pos] < 0x80:
+            return buf[pos] - 1, pos + 1
+        value, pos = _uvarint(buf, pos, end)
+        return value - 1, pos
+    if wide:
+        if pos + 4 > end:
+            raise IndexError("int32")
+        return _I32(buf, pos)[0], pos + 4
+    if pos + 2 > end:
+        raise IndexError("int16")
+    return _I16(buf, pos)[0], pos + 2
+
+
+def _count(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]:
+    count, pos = _length(buf, pos, end, flexible, True)
+    if count < -1:
+        raise ValueError(f"array length {count}")
+    return count, pos
+
+
+def _topic(buf: Buffer, pos: int, end: int, flexible: bool, by_id: bool) -> tuple[TopicKey, int]:
+    if by_id:
+        stop = pos + _UUID
+        if stop > end:
+            raise IndexError("topic id")
+        return bytes(buf[pos:stop]), stop
+    length, pos = _length(buf, pos, end, flexible, False)
+    stop = pos + length
+    if length < 0 or stop > end:
+        raise ValueError(f"topic name length {length}")
+    return str(buf[pos:stop], "utf-8"), stop
+
+
+def _records(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]:
+    """(record set length, position after it) of a nullable `records` field; null counts 0 bytes."""
+    length, pos = _length(buf, pos, end, flexible, True)
+    if length < 0:
+        if length == -1:
+            return 0, pos
+        raise ValueError(f"records length {length}")
+    pos += length
+    if pos > end:
+        raise IndexError("records")
+    return length, pos
+
+
+def _finish(reason: str, walk, buf: Buffer) -> TopicBytes:
+    end = len(buf)
+    try:
+        found, pos = walk(buf, end)
+    except (IndexError, struct.error) as exc:
+        raise ProtocolError(reason, f"truncated: {exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(reason, str(exc)) from None
+    if pos != end:
+        raise ProtocolError(reason, f"{end - pos} bytes after the topics")
+    return found
+
+
+def _classic_name(buf: Buffer, pos: int) -> tuple[str, int]:
+    length = _I16(buf, pos)[0]
+    pos += 2
+    stop = pos + length
+    if length < 0 or stop > len(buf):
+        raise ValueError(f"topic name length {length}")
+    return str(buf[pos:stop], "utf-8"), stop
+
+
+def _classic_partitions(
+    buf: Buffer, pos: int, end: int, fixed: int, aborted: bool, replica: int = 0
+) -> tuple[int, int]:
+    """(record bytes, position after) of a classic partitions array: `fixed` bytes, then (Fetch v4+) the
+    aborted transactions and `replica` bytes (Fetch v11+), then a nullable int32-sized record set. Reads
+    past the end raise struct.error."""
+    count = _I32(buf, pos)[0]
+    pos += 4
+    if count < -1:
+        raise ValueError(f"array length {count}")
+    total = 0
+    for _ in range(count):
+        pos += fixed
+        if aborted:
+            transactions = _I32(buf, pos)[0]
+            pos += 4
+            if transactions > 0:
+                pos += 16 * transactions
+            elif transactions < -1:
+                raise ValueError(f"array length {transactions}")
+            pos += replica
+        size = _I32(buf, pos)[0]
+        pos += 4
+        if size > 0:
+            pos += size
+            if pos > end:
+                raise IndexError("records")
+            total += size
+        elif size < -1:
+            raise ValueError(f"records length {size}")
+    return total, pos
+
+
+def _classic_topics(
+    buf: Buffer, pos: int, end: int, fixed: int, aborted: bool, replica: int = 0
+) -> tuple[TopicBytes, int]:
+    """The hot path for the non-flexible versions most clients speak: no helper call per field."""
+    count = _I32(buf, pos)[0]
+    pos += 4
+    if count < -1:
+        raise ValueError(f"array length {count}")
+    found: TopicBytes = []
+    for _ in range(count):
+        topic, pos = _classic_name(buf, pos)
+        total, pos = _classic_partitions(buf, pos, end, fixed, aborted, replica)
+        found.append((topic, total))
+    return found, pos
+
+
+def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
+    """[(topic, record bytes)] of a Produce request body, one entry per topic in the request."""
+    if not 0 <= api_version <= _PRODUCE_MAX:
+        raise ProtocolError("unsupported_version", f"Produce v{api_version}")
+    if api_version < _FLEXIBLE_FROM[0]:
+
+        def classic(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
+            pos = 0
+            if api_version >= 3:  # transactional_id
+                length = _I16(buf, 0)[0]
+                pos = 2 + (length if length > 0 else 0)
+                if length < -1:
+                    raise ValueError(f"transactional_id length {length}")
+            return _classic_topics(buf, pos + 6, end, 4, False)  # after acks, timeout_ms; partition index
+
+        return _finish("bad_produce_request", classic, body)
+    flexible = api_version >= _FLEXIBLE_FROM[0]
+    by_id = api_version >= _TOPIC_ID_FROM
+    has_transactional_id = api_version >= 3
+
+    def walk(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
+        pos = 0
+        if has_transactional_id:
+            length, pos = _length(buf, pos, end, flexible, False)
+            if length < -1:
+                raise ValueError(f"transactional_id length {length}")
+            if length > 0:
+                pos += length
+        pos += 6  # acks, timeout_ms
+        found: TopicBytes = []
+        topics, pos = _count(buf, pos, end, flexible)
+        for _ in range(topics):
+            topic, pos = _topic(buf, pos, end, flexible, by_id)
+            partitions, pos = _count(buf, pos, end, flexible)
+            total = 0
+            for _ in range(partitions):
+                size, pos = _records(buf, pos + 4, end, flexible)  # after the partition index
+                total += size
+                if flexible:
+                    pos = _skip_tagged(buf, pos, end)
+            if flexible:
+                pos = _skip_tagged(buf, pos, end)
+            found.append((topic, total))
+        if flexible:
+            pos = _skip_tagged(buf, pos, end)
+        return found, pos
+
+    return _finish("bad_produce_request", walk, body)
+
+
+def _fetch_partition_fixed(api_version: int) -> int:
+    """Bytes from a partition's index to its aborted transactions (or records, before v4)."""
+    size = 4 + 2 + 8  # index, error_code, high_watermark
+    if api_version >= 4:
+        size += 8  # last_stable_offset
+    if api_version >= 5:
+        size += 8  # log_start_offset
+    return size
+
+
+def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
+    """[(topic, record bytes)] of a Fetch response body, one entry per topic in the response."""
+    if not 0 <= api_version <= _FETCH_MAX:
+        raise ProtocolError("unsupported_version", f"Fetch v{api_version}")
+    flexible = api_version >= _FLEXIBLE_FROM[1]
+    by_id = api_version >= _TOPIC_ID_FROM
+    fixed = _fetch_partition_fixed(api_version)
+    has_aborted = api_version >= 4
+    replica = 4 if api_version >= 11 else 0
+    head = (4 if api_version >= 1 else 0) + (6 if api_version >= 7 else 0)
+    if not flexible:
+
+        def classic(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
+            return _classic_topics(buf, head, end, fixed, has_aborted, replica)
+
+        return _finish("bad_fetch_response", classic, body)
+
+    def walk(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
+        found: TopicBytes = []
+        topics, pos = _count(buf, head, end, flexible)
+        for _ in range(topics):
+            topic, pos = _topic(buf, pos, end, flexible, by_id)
+            partitions, pos = _count(buf, pos, end, flexible)
+            total = 0
+            for _ in range(partitions):
+                pos += fixed
+                if has_aborted:
+                    aborted, pos = _count(buf, pos, end, flexible)
+                    if flexible:
+                        for _ in range(aborted):
+                            pos = _skip_tagged(buf, pos + 16, end)  # producer_id, first_offset
+                    elif aborted > 0:
+                        pos += 16 * aborted
+                size, pos = _records(buf, pos + replica, end, flexible)
+                total += size
+                if flexible:
+                    pos = _skip_tagged(buf, pos, end)
+            if flexible:
+                pos = _skip_tagged(buf, pos, end)
+            found.append((topic, total))
+        if flexible:
+            pos = _skip_tagged(buf, pos, end)
+        return found, pos
+
+    return _finish("bad_fetch_response", walk, body)

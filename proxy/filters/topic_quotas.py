@@ -1,0 +1,68 @@
+"""TopicQuotas: produce byte rates per topic (`quota.topics`, quota/topic_quotas.py), charged as forwarded.
+
+Each partition batch of a Produce is charged to its topic (its record set's size), the request's topics
+together to the total; the throttle is the longest any of its topics earned (a topic is over only while
+the total is over too). Nothing is dropped: the request is forwarded and the producer is throttled
+exactly like a client quota throttle, with `Forward(frame, throttle)`. The chain keeps the larger of this
+throttle and the client quota's for the same request, and ClientQuotas (after this filter) tells it in
+the response and holds the client, in whichever throttle mode is configured.
+
+The topic quotas are read per request (`quota.topics` can appear, change and go with a reload). Produce
+v13 names topics by id; the filter keeps clients at v12, where they are named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import ClassVar
+
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import RequestHeader
+from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, produce_partition_sizes, topic_sizes
+from sluice.quota import QuotaTags, TopicQuotas
+
+from .base import ConnectionInfo, Filter, FilterFactory, Forward, Frame
+from .quota_metrics import ThrottleStats
+
+_TOPIC_TAGS = QuotaTags("", "")
+
+
+class TopicQuotaFilter(Filter):
+    request_api_keys = frozenset({ApiKey.PRODUCE})
+    max_versions: ClassVar[Mapping[int, int]] = {ApiKey.PRODUCE: LAST_WITH_TOPIC_NAMES}
+
+    __slots__ = ("_shared",)
+
+    def __init__(self, conn: ConnectionInfo, shared: TopicQuotasFactory) -> None:
+        super().__init__(conn)
+        self._shared = shared
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+        quotas = self._shared.topics()
+        if quotas is None:
+            return frame
+        try:
+            sizes = produce_partition_sizes(frame, header)
+        except ProtocolError as exc:
+            if exc.reason != "unsupported_version":
+                raise
+            return frame  # a version naming topics by id: the clamp keeps clients from it
+        throttle = quotas.record_request(topic_sizes(sizes).items(), self.conn.now_ms())
+        if throttle <= 0:
+            return frame
+        self._shared.stats.record_quota("TopicProduce", _TOPIC_TAGS, throttle)
+        return Forward(frame, throttle)
+
+
+class TopicQuotasFactory(FilterFactory):
+    """`topics()` gives the topic quotas in force now (None: none configured)."""
+
+    filter_class = TopicQuotaFilter
+
+    def __init__(self, topics: Callable[[], TopicQuotas | None], stats: ThrottleStats) -> None:
+        self.topics = topics
+        self.stats = stats
+
+    def create(self, conn: ConnectionInfo) -> TopicQuotaFilter:
+        return TopicQuotaFilter(conn, self)

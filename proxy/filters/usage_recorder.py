@@ -1,0 +1,129 @@
+"""UsageRecorder: what each entity sends and receives, into the usage ledger (while usage records are on).
+
+Per request: one count by API. Per Produce: the request's size (header + body without the 4-byte length,
+what `producer_byte_rate` is charged) and the record-set bytes per topic. Per Fetch response as sent to the
+client: its size (body + 4, what `consumer_byte_rate` is charged) and the record-set bytes per topic. The
+topic breakdown walks the topic/partition structure without decoding a record
+(`protocol/record_sets.py`); a body it cannot walk is left to the broker (or the client) to refuse, and
+only the breakdown is lost. Throttles, CPU time and partition mutations come from the quota filters, which
+charge them.
+
+It runs after the quota filters, so it counts what was forwarded and what the client got.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import RequestHeader, response_header_size
+from sluice.protocol.record_sets import fetch_topic_bytes, produce_topic_bytes
+from sluice.quota.usage_ledger import EntityUsage, UsageLedger
+
+from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
+
+PRODUCE, FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+_ALL_API_KEYS = frozenset(range(128))
+# A topic id (Produce and Fetch v13+ name topics by id) -> its name, when the proxy knows it.
+TopicNames = Callable[[bytes], str | None]
+
+
+def _no_names(_topic_id: bytes) -> str | None:
+    return None
+
+
+class UsageRecording:
+    """The recording itself, shared by every connection: the ledger and how topic ids get names."""
+
+    __slots__ = ("_cache", "_ledger", "_topic_names")
+
+    def __init__(self, ledger: UsageLedger, topic_names: TopicNames = _no_names) -> None:
+        self._ledger = ledger
+        self._topic_names = topic_names
+        # (user, client_id) -> its counters, for the ledger's current generation only.
+        self._cache: tuple[int, str, str | None, EntityUsage] | None = None
+
+    def usage(self, user: str, client_id: str | None) -> EntityUsage:
+        cached = self._cache
+        ledger = self._ledger
+        if (
+            cached is not None
+            and cached[0] == ledger.generation
+            and cached[1] == user
+            and cached[2] == client_id
+        ):
+            return cached[3]
+        usage = ledger.entity(user, client_id)
+        self._cache = (ledger.generation, user, client_id, usage)
+        return usage
+
+    def request(self, user: str, header: RequestHeader, frame: Frame) -> None:
+        usage = self.usage(user, header.client_id)
+        key = header.api_key
+        usage.add_request(key)
+        if key != PRODUCE:
+            return
+        usage.produce_bytes += len(frame) - 4
+        try:
+            found = produce_topic_bytes(header.api_version, memoryview(frame)[4 + header.size :])
+        except ProtocolError:
+            return
+        usage.add_topics(self._named(found), fetched=False)
+
+    def fetch_response(self, user: str, header: RequestHeader, frame: Frame) -> None:
+        usage = self.usage(user, header.client_id)
+        try:
+            header_size = response_header_size(FETCH, header.api_version, frame)
+        except ProtocolError:
+            return
+        usage.fetch_bytes += len(frame) - 4 - header_size + 4
+        try:
+            found = fetch_topic_bytes(header.api_version, memoryview(frame)[4 + header_size :])
+        except ProtocolError:
+            return
+        usage.add_topics(self._named(found), fetched=True)
+
+    def _named(self, found: list[tuple[str | bytes, int]]) -> list[tuple[str, int]]:
+        named: list[tuple[str, int]] = []
+        for topic, size in found:
+            if not isinstance(topic, str):
+                # A topic id the proxy has no name for is reported as the id, in the UUID's text form.
+                topic = self._topic_names(topic) or str(uuid.UUID(bytes=topic))
+            named.append((topic, size))
+        return named
+
+
+class UsageRecorder(Filter):
+    request_api_keys = _ALL_API_KEYS
+    # Counting a request needs only its header; a Produce's topic breakdown walks its whole body, so with
+    # usage records on a large Produce is read whole before it is forwarded (no pass-through).
+    head_only_api_keys = _ALL_API_KEYS - {PRODUCE}
+    response_api_keys = frozenset({FETCH})
+
+    __slots__ = ("_recording",)
+
+    def __init__(self, conn: ConnectionInfo, shared: UsageRecorderFactory) -> None:
+        super().__init__(conn)
+        self._recording = shared.recording
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+        self._recording.request(self.conn.user, header, frame)
+        return frame
+
+    def on_response(self, request: InFlight, frame: Frame) -> Frame:
+        self._recording.fetch_response(self.conn.user, request.header, frame)
+        return frame
+
+
+class UsageRecorderFactory(FilterFactory):
+    """The usage recording every connection's UsageRecorder adds to."""
+
+    filter_class = UsageRecorder
+
+    def __init__(self, recording: UsageRecording) -> None:
+        self.recording = recording
+
+    def create(self, conn: ConnectionInfo) -> UsageRecorder:
+        return UsageRecorder(conn, self)

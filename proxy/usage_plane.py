@@ -1,0 +1,74 @@
+"""The usage plane of one process, built from the `usage` and `fleet` sections: the ledger the filters
+record into, the publisher, and (in a fleet) the follower that charges the other instances' usage.
+
+Nothing is built while `usage.enabled` is false: no filter, no service, no cost on the data path.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+from sluice.config.model import ProxyConfig
+from sluice.quota import QuotaManagers
+from sluice.quota.fleet import FleetQuotas
+from sluice.quota.usage_ledger import UsageLedger, bounds_in_force
+
+from .filters.base import FilterFactory
+from .filters.usage_recorder import TopicNames, UsageRecorderFactory, UsageRecording
+from .fleet_follower import FleetFollower, UsageConsumer
+from .services import Service
+from .usage_metrics import UsageCollector
+from .usage_publisher import UsageProducer, UsagePublisher
+
+
+class UsageClient(UsageProducer, UsageConsumer, Protocol):
+    """The proxy's own Kafka client, as the usage plane uses it."""
+
+
+def default_instance_id(config: ProxyConfig) -> str:
+    """<advertised host>:<listen port>/<pid>: unique per process, also among `--workers` on one port."""
+    return f"{config.advertised_host}:{config.listen.port}/{os.getpid()}"
+
+
+class UsagePlane:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        managers: QuotaManagers,
+        client: UsageClient,
+        topic_names: TopicNames | None = None,
+    ) -> None:
+        usage, fleet = config.usage, config.fleet
+        self.instance = usage.instance_id or default_instance_id(config)
+        self.ledger = UsageLedger(self.instance, max_entities=usage.max_entities)
+        self.recording = (
+            UsageRecording(self.ledger, topic_names) if topic_names else UsageRecording(self.ledger)
+        )
+        self.publisher = UsagePublisher(client, self.ledger, usage, bounds=bounds_in_force(managers))
+        self.fleet: FleetQuotas | None = None
+        self.follower: FleetFollower | None = None
+        if fleet.enabled:
+            self.fleet = FleetQuotas(managers, self.instance, fleet.share, interval_ms=usage.interval_ms)
+            self.fleet.install()
+            windows = (config.quota.engine.client_window, config.quota.engine.controller_window)
+            catch_up_ms = max(w.num_samples * w.window_ms for w in windows)
+            self.follower = FleetFollower(client, self.fleet, usage.topic, catch_up_ms=catch_up_ms)
+
+    def filters(self) -> list[FilterFactory]:
+        return [UsageRecorderFactory(self.recording)]
+
+    def services(self) -> list[Service]:
+        """After the Kafka client; the follower last, so it stops first."""
+        services: list[Service] = [self.publisher]
+        if self.follower is not None:
+            services.append(self.follower)
+        return services
+
+    def collector(self) -> UsageCollector:
+        return UsageCollector(
+            self.ledger,
+            self.publisher.stats,
+            self.fleet,
+            self.follower.stats if self.follower is not None else None,
+        )

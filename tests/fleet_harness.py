@@ -1,0 +1,107 @@
+"""Fleets of real proxies in tests: their configuration, and the usage topic read back with a real client.
+
+What the fleet admitted is read from the usage records themselves (read with confluent-kafka, decoded
+with `decode_batch`), not from metrics scrapes: a scrape measures every quota sensor, and measuring a
+sampled window moves it (docs/quotas.md), which would disturb the very thing under test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from sluice.config.usage_settings import DEFAULT_TOPIC
+from sluice.quota.usage_records import UsageBatch, decode_batch
+
+QUOTA = 100_000
+CLIENT_ID = "pump"
+
+
+def fleet_config(
+    sensor: str, *, sharing: bool = True, quota: int = QUOTA, client_id: str = CLIENT_ID, **usage: Any
+) -> dict[str, Any]:
+    return {
+        "quota": {
+            "sensor": sensor,
+            "throttle_mode": "kip219",
+            "entities": [{"client_id": client_id, "producer_byte_rate": quota}],
+        },
+        "usage": {"enabled": True, "interval_ms": 1000, **usage},
+        "fleet": {"enabled": sharing},
+    }
+
+
+def read_usage(bootstrap: str, topic: str = DEFAULT_TOPIC, settle_s: float = 3.0) -> list[UsageBatch]:
+    """Every batch on the usage topic, read from the start with a real Kafka client until `settle_s` pass
+    without a new one."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"usage-reader-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    batches: list[UsageBatch] = []
+    quiet_until = time.monotonic() + max(settle_s, 10.0)  # the first assignment takes a moment
+    try:
+        while time.monotonic() < quiet_until:
+            message = consumer.poll(0.2)
+            if message is None or message.error():
+                continue
+            batches.append(decode_batch(message.value()))
+            quiet_until = time.monotonic() + settle_s
+    finally:
+        consumer.close()
+    return batches
+
+
+def admitted_per_interval(
+    batches: Iterable[UsageBatch], client_id: str = CLIENT_ID, instances: set[str] | None = None
+) -> dict[int, int]:
+    """{interval end, wall ms: produce bytes admitted for `client_id`}, summed over the instances."""
+    series: dict[int, int] = {}
+    for batch in batches:
+        if instances is not None and batch.instance not in instances:
+            continue
+        for row in batch.rows:
+            if row.topic is None and row.client_id == client_id and row.produce_bytes:
+                end = batch.interval_start_ms + batch.interval_ms
+                series[end] = series.get(end, 0) + row.produce_bytes
+    return series
+
+
+def slope(series: dict[int, int], start_ms: int, end_ms: int) -> float:
+    """Least-squares slope, bytes per second, of the cumulative bytes at each second in [start, end].
+
+    A sampled window admits in bursts every N x W seconds; a plain sum over a span holds one burst more or
+    less depending on where the span starts, the slope of the cumulative curve does not.
+    """
+    points = sorted(series.items())
+    xs, ys = [], []
+    total = 0
+    j = 0
+    for x in range(start_ms, end_ms + 1, 1000):
+        while j < len(points) and points[j][0] <= x:
+            if points[j][0] > start_ms:
+                total += points[j][1]
+            j += 1
+        xs.append(x / 1000)
+        ys.append(total)
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs
+    )
+
+
+def instances_with_traffic(batches: Iterable[UsageBatch], client_id: str = CLIENT_ID) -> set[str]:
+    return {
+        batch.instance
+        for batch in batches
+        for row in batch.rows
+        if row.topic is None and row.client_id == client_id and row.produce_bytes
+    }
