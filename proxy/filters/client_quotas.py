@@ -26,6 +26,10 @@ How the client is held (`quota.throttle_mode`):
 Who is held (`quota.mute_scope`): `entity` (default) shuts the throttled entity's gate
 (`entity_gate.py`), so a Produce of the same entity on any connection waits for it and is charged only
 when let in: one quota however many connections. `connection` mutes only the connection, as Kafka does.
+
+Why this module is long: the three client quotas (bytes in, bytes out, CPU time) meet in one response
+path, with Kafka's two ways to hold a client and its empty answer to a throttled Fetch; the entity gate's
+own logic is in entity_gate.py.
 """
 
 from __future__ import annotations

@@ -24,6 +24,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import DescribeClusterResponse
+from kafka.protocol.admin.client_quotas import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
 from kafka.protocol.admin.configs import DescribeConfigsResponse
 from kafka.protocol.admin.topics import CreateTopicsResponse
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
@@ -44,6 +50,7 @@ from sluice.protocol import (
     api_versions_clamp,
     apis,
     broker_addresses,
+    client_quotas,
     client_requests,
     codec_quirks,
     fetch,
@@ -53,7 +60,9 @@ from sluice.protocol import (
     metadata_brokers,
     primitives,
     produce,
+    produce_topics,
     record_batches,
+    record_sets,
     sasl,
     sasl_client,
     sasl_exchange,
@@ -218,6 +227,10 @@ def _codec_target(name: str, message_class) -> Target:
     )
 
 
+def _codec_decoder(name: str, decode: Callable[[int, bytes], object], message_class) -> Target:
+    return Target(name, decode, _samples(message_class), versions=[message_class.max_version + 1])
+
+
 def _keyed(fn: Callable[..., object], api_key: int) -> Callable[[int, bytes], object]:
     return lambda v, d: fn(api_key, v, d)
 
@@ -334,6 +347,43 @@ def _targets() -> list[Target]:
         _client_answer(client_requests.decode_create_topics, CreateTopicsResponse),
         _client_answer(client_requests.decode_init_producer_id, InitProducerIdResponse),
         Target("record_batches.decode_records", record_batches.decode_records, _record_seeds()),
+        Target(
+            "api_versions_clamp.advertise_apis",
+            lambda v, d: api_versions_clamp.advertise_apis(v, d, {48: (0, 1), 49: (0, 1), 3: (0, 9)}),
+            _samples(ApiVersionsResponse),
+        ),
+        Target(
+            "produce_topics.produce_partition_sizes",
+            lambda v, d: produce_topics.topic_sizes(
+                produce_topics.produce_partition_sizes(d, headers.parse_request_header(d))
+            ),
+            _request_frames(0, ProduceRequest),
+        ),
+        Target("record_sets.produce_topic_bytes", record_sets.produce_topic_bytes, _samples(ProduceRequest)),
+        Target("record_sets.fetch_topic_bytes", record_sets.fetch_topic_bytes, _samples(FetchResponse)),
+        Target(
+            "primitives.read_array_count",
+            lambda v, d: primitives.read_array_count(d, v // 2, bool(v % 2)),
+            versions=range(8),
+        ),
+        _codec_decoder(
+            "client_quotas.decode_describe_request",
+            client_quotas.decode_describe_request,
+            DescribeClientQuotasRequest,
+        ),
+        _codec_decoder(
+            "client_quotas.decode_describe_response",
+            client_quotas.decode_describe_response,
+            DescribeClientQuotasResponse,
+        ),
+        _codec_decoder(
+            "client_quotas.decode_alter_request", client_quotas.decode_alter_request, AlterClientQuotasRequest
+        ),
+        _codec_decoder(
+            "client_quotas.decode_alter_response",
+            client_quotas.decode_alter_response,
+            AlterClientQuotasResponse,
+        ),
     ]
     for reader in (
         primitives.read_int16,
@@ -486,6 +536,8 @@ def test_only_protocol_error_escapes(target: Target) -> None:
 
 # Public functions of protocol/ that read no untrusted bytes, and why.
 NOT_DECODERS = {
+    # Sums what produce_partition_sizes decoded (fuzzed with it).
+    "topic_sizes",
     # Encoders and builders: their input is the proxy's own values.
     "encode_",
     "empty_fetch_response",
