@@ -129,6 +129,7 @@ class SluiceServer:
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self._remove_signal_handlers: Callable[[], None] = lambda: None
         self.reloader = QuotaReloader(self.quota_state, config)
         # SIGHUP runs these (proxy/signals.py): quotas reload live.
         self._reload_handlers: list[Callable[[], object]] = [self.reloader.reload]
@@ -280,7 +281,18 @@ class SluiceServer:
         """Open the bootstrap listener, then start the services; a service that fails to start closes the
         listener again and raises ServiceStartError."""
         cfg = self.config
-        sock = bind_listening_socket(cfg.listen.host, cfg.listen.port, cfg.listen_backlog, self._reuse_port)
+        # First, so that no signal finds the default action (most of which end the process) while the
+        # services start: the quota store's first read may take a moment.
+        self._remove_signal_handlers = install_signal_handlers(
+            asyncio.get_running_loop(), self.request_stop, self.request_reload, self.status
+        )
+        try:
+            sock = bind_listening_socket(
+                cfg.listen.host, cfg.listen.port, cfg.listen_backlog, self._reuse_port
+            )
+        except OSError:
+            self._remove_signal_handlers()
+            raise
         await self._serve(BOOTSTRAP, sock, self._bootstrap_candidates)
         _log.info("listener_opened", node_id=None, host=cfg.listen.host, port=self.listen_ports[BOOTSTRAP])
         try:
@@ -290,6 +302,7 @@ class SluiceServer:
             self._close_listeners()
             for conn in self.registry:  # clients accepted while the services started
                 conn.close("start_failed")
+            self._remove_signal_handlers()
             raise
         if cfg.metrics_listen is not None:
             _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)
@@ -332,14 +345,8 @@ class SluiceServer:
 
     async def run_until_stopped(self) -> int:
         """Serve until SIGTERM/SIGINT or a fatal error; return the exit code. Every other signal leaves
-        the proxy serving (proxy/signals.py); SIGHUP reloads."""
-        remove_handlers = install_signal_handlers(
-            asyncio.get_running_loop(), self.request_stop, self.request_reload, self.status
-        )
-        try:
-            await self._stop.wait()
-        finally:
-            remove_handlers()
+        the proxy serving (proxy/signals.py, installed by start()); SIGHUP reloads."""
+        await self._stop.wait()
         await self.shutdown()
         return self.exit_code
 
@@ -357,6 +364,7 @@ class SluiceServer:
                 conn.close("shutdown_timeout", in_flight=conn.in_flight)
         # After the drain: a service (the usage publisher) may still record what the last requests did.
         await self.services.stop()
+        self._remove_signal_handlers()
         _log.info("shutdown_complete")
 
     def _close_listeners(self) -> None:

@@ -46,6 +46,7 @@ OVERFLOW_USER: Final = "<overflow>"
 # (quota key, the overflowed client's (user, client-id)): told once per entity sent to an overflow sensor.
 OverflowReport = Callable[[QuotaKey, str, "str | None"], None]
 
+
 class FleetHook(Protocol):
     """What a manager asks in fleet mode (quota/fleet.py's FleetQuotas)."""
 
@@ -70,6 +71,10 @@ def pre_kip219_throttle_ms(*throttles_ms: int) -> int:
     delays them further (spec §2.9, V23). Non-positive throttles delay nothing.
     """
     return sum(t for t in throttles_ms if t > 0)
+
+
+def _overflow_tags(resolution: Resolution) -> QuotaTags:
+    return QuotaTags(OVERFLOW_USER, "unlimited" if resolution.rule is None else str(resolution.rule))
 
 
 class ClientQuotaManager:
@@ -167,6 +172,14 @@ class ClientQuotaManager:
         """The tags (who shares), bound and matching rule for this client."""
         return self._rules.resolve(user, client_id)
 
+    def tags_for(self, user: str, client_id: str | None) -> QuotaTags:
+        """The tags of the sensor this client is charged to: its own, or its rule's overflow sensor's once
+        max_entities is reached (what its metrics are labelled with, so they stay bounded too)."""
+        resolution = self._rules.resolve(user, client_id)
+        if resolution.tags in self._sensors or len(self._sensors) < self._max_entities:
+            return resolution.tags
+        return _overflow_tags(resolution)
+
     def quota(self, user: str, client_id: str | None) -> float:
         """The bound that applies to this client; ``Long.MAX_VALUE`` as a float when unlimited."""
         return self._rules.resolve(user, client_id).bound
@@ -253,7 +266,7 @@ class ClientQuotaManager:
         tags = resolution.tags
         sensor = self._sensors.get(tags)
         if sensor is None and len(self._sensors) >= self._max_entities:
-            tags = QuotaTags(OVERFLOW_USER, "unlimited" if resolution.rule is None else str(resolution.rule))
+            tags = _overflow_tags(resolution)
             sensor = self._sensors.get(tags)
             self.overflows += 1
             if self._on_overflow is not None:

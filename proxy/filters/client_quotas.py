@@ -145,7 +145,7 @@ class ClientQuotas(Filter):
             if len(touched) >= _TOUCHED_LIMIT:
                 touched.clear()  # a connection that changes client-id per request: bounded, re-touched
             touched[key] = version
-            self._stats.touch(kind, manager.resolve(user, client_id).tags)
+            self._stats.touch(kind, manager.tags_for(user, client_id))
 
     def _charge_produce(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Defer:
         conn = self.conn
@@ -154,7 +154,7 @@ class ClientQuotas(Filter):
         self._touch("Produce", self._produce, user, client_id)
         gates = self._gates()
         if gates is not None:
-            gate_key = (_PRODUCE, self._produce.resolve(user, client_id).tags)
+            gate_key = (_PRODUCE, self._produce.tags_for(user, client_id))
             if self._turn is not None:
                 self._turn = None  # the gate let this request in: charge it now
             elif type(frame) is FrameHead:
@@ -172,7 +172,7 @@ class ClientQuotas(Filter):
         if throttle <= 0:
             return frame
         self._stats.record_quota(
-            "Produce", self._produce.resolve(user, client_id).tags, throttle, now, (user, client_id)
+            "Produce", self._produce.tags_for(user, client_id), throttle, now, (user, client_id)
         )
         # This request is forwarded; the ones behind it wait. acks=0 has no response: the mute is all.
         return Forward(frame, throttle)
@@ -235,7 +235,7 @@ class ClientQuotas(Filter):
             if request_throttle > 0:
                 self._stats.record_quota(
                     "Request",
-                    self._request.resolve(user, client_id).tags,
+                    self._request.tags_for(user, client_id),
                     request_throttle,
                     now,
                     (user, client_id),
@@ -250,7 +250,7 @@ class ClientQuotas(Filter):
             fetch_throttle = self._fetch.record_and_get_throttle_ms(user, client_id, fetch_size, now)
             if fetch_throttle > 0:
                 self._stats.record_quota(
-                    "Fetch", self._fetch.resolve(user, client_id).tags, fetch_throttle, now, (user, client_id)
+                    "Fetch", self._fetch.tags_for(user, client_id), fetch_throttle, now, (user, client_id)
                 )
 
         # A Produce was charged as it was forwarded: its response carries that throttle (as a broker's

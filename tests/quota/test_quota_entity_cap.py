@@ -82,3 +82,10 @@ def test_the_cap_comes_from_the_quota_config_for_every_manager() -> None:
         QuotaKey.PRODUCER_BYTE_RATE,
         QuotaKey.REQUEST_PERCENTAGE,
     }
+
+
+def test_tags_for_names_the_sensor_a_client_is_charged_to() -> None:
+    manager = capped(1)
+    manager.record_and_get_throttle_ms(ANONYMOUS, "first", 1, 0)
+    assert manager.tags_for(ANONYMOUS, "first") == QuotaTags("", "first")
+    assert manager.tags_for(ANONYMOUS, "second") == QuotaTags(OVERFLOW_USER, str(DEFAULT_CLIENT))
