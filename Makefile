@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-quick bench-pipeline demo-pipeline lint clean
+.PHONY: install demo test test-fast soak bench bench-quick bench-pipeline demo-pipeline lint clean
 
 install: $(STAMP)
 
@@ -29,6 +29,10 @@ test: install
 test-fast: install
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -m "not slow" --durations=10
+
+# Hostile clients and a flood while 200,000 records go through (a few minutes; not part of `make test`).
+soak: install
+	$(PY) -m pytest -q -s -m soak tests/test_soak.py
 
 bench: install
 	$(PY) tests/bench/run_all.py --out docs/benchmarks.md

@@ -5,14 +5,22 @@ key. Only paths and names are checked here; the files are read when the proxy bu
 from __future__ import annotations
 
 from sluice.config.errors import MISSING, ConfigError
-from sluice.config.identity_settings import ListenerTls, SaslSettings, TlsSettings, UpstreamTls
+from sluice.config.identity_settings import (
+    DEFAULT_PRINCIPAL_CLAIM,
+    DEFAULT_UNAUTHENTICATED_FRAME_TIMEOUT_S,
+    SASL_MAX_RECEIVE_BYTES,
+    ListenerTls,
+    SaslSettings,
+    TlsSettings,
+    UpstreamTls,
+)
 from sluice.config.principal_mapping import PrincipalMappingRules
-from sluice.config.values import parse_bool, parse_section, value_at
+from sluice.config.values import parse_bool, parse_int, parse_number, parse_section, value_at
 
 TLS_KEYS = ("listener", "upstream", "principal_mapping_rules")
 LISTENER_KEYS = ("cert", "key", "client_ca")
 UPSTREAM_KEYS = ("enabled", "ca", "server_hostname", "verify")
-SASL_KEYS = ("oauthbearer",)
+SASL_KEYS = ("oauthbearer", "required", "max_receive_bytes", "unauthenticated_frame_timeout_s")
 OAUTHBEARER_KEYS = ("principal_claim",)
 
 
@@ -101,8 +109,18 @@ def parse_sasl_section(raw: object, key: str = "sasl") -> SaslSettings:
     section = parse_section(raw, key, SASL_KEYS)
     oauthbearer = parse_section(value_at(section, "oauthbearer"), f"{key}.oauthbearer", OAUTHBEARER_KEYS)
     claim = value_at(oauthbearer, "principal_claim")
-    if claim is MISSING:
-        return SaslSettings()
+    required = value_at(section, "required")
+    receive = value_at(section, "max_receive_bytes")
+    timeout = value_at(section, "unauthenticated_frame_timeout_s")
     return SaslSettings(
-        _name(claim, f"{key}.oauthbearer.principal_claim", "the name of a JWT claim, such as sub")
+        oauthbearer_principal_claim=DEFAULT_PRINCIPAL_CLAIM
+        if claim is MISSING
+        else _name(claim, f"{key}.oauthbearer.principal_claim", "the name of a JWT claim, such as sub"),
+        required=False if required is MISSING else parse_bool(required, f"{key}.required"),
+        max_receive_bytes=SASL_MAX_RECEIVE_BYTES
+        if receive is MISSING
+        else parse_int(receive, f"{key}.max_receive_bytes", 1024, 2**31 - 1),
+        unauthenticated_frame_timeout_s=DEFAULT_UNAUTHENTICATED_FRAME_TIMEOUT_S
+        if timeout is MISSING
+        else parse_number(timeout, f"{key}.unauthenticated_frame_timeout_s", at_least=0.1, at_most=3600),
     )

@@ -38,6 +38,17 @@ class TlsSettings:
     )
 
 
+# Kafka's sasl.server.max.receive.size default: the largest frame a broker reads before authentication.
+SASL_MAX_RECEIVE_BYTES = 512 * 1024
+DEFAULT_UNAUTHENTICATED_FRAME_TIMEOUT_S = 10.0
+
+
 @dataclass(frozen=True, slots=True)
 class SaslSettings:
     oauthbearer_principal_claim: str = DEFAULT_PRINCIPAL_CLAIM
+    # The brokers' listener requires SASL: before a connection authenticates, frames over
+    # `max_receive_bytes` are refused (Kafka's sasl.server.max.receive.size), as is a frame that takes
+    # longer than `unauthenticated_frame_timeout_s` to arrive.
+    required: bool = False
+    max_receive_bytes: int = SASL_MAX_RECEIVE_BYTES
+    unauthenticated_frame_timeout_s: float = DEFAULT_UNAUTHENTICATED_FRAME_TIMEOUT_S

@@ -12,8 +12,11 @@ from sluice.config.errors import MISSING, ConfigError
 from sluice.config.identity_section import parse_sasl_section, parse_tls_section
 from sluice.config.model import (
     DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_LISTEN_BACKLOG,
+    DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_SHUTDOWN_TIMEOUT_S,
+    MAX_LISTEN_BACKLOG,
     MAX_PORT,
     HostPort,
     LogConfig,
@@ -43,6 +46,8 @@ TOP_LEVEL_KEYS = (
     "broker_ports",
     "upstream",
     "max_frame_bytes",
+    "listen_backlog",
+    "max_buffered_request_bytes",
     "idle_timeout_s",
     "shutdown_timeout_s",
     "metrics",
@@ -64,6 +69,10 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "console")
 MIN_FRAME_BYTES = 1024
 MAX_FRAME_BYTES = 2**31 - 1  # a Kafka frame length is an int32
+# Below this an idle timeout closes a healthy client between two of its requests (1e-9 closed every
+# connection at once); Kafka's own millisecond settings stop at int32 milliseconds.
+MIN_IDLE_TIMEOUT_S = 0.1
+MAX_TIMEOUT_S = (2**31 - 1) / 1000
 
 T = TypeVar("T")
 
@@ -108,9 +117,33 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         DEFAULT_MAX_FRAME_BYTES,
         partial(parse_int, low=MIN_FRAME_BYTES, high=MAX_FRAME_BYTES),
     )
-    idle_timeout_s = _optional(tree, "idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S, partial(parse_number, above=0))
+    listen_backlog = _optional(
+        tree, "listen_backlog", DEFAULT_LISTEN_BACKLOG, partial(parse_int, low=1, high=MAX_LISTEN_BACKLOG)
+    )
+    # Default: 256 MiB, or one whole frame when max_frame_bytes is larger.
+    max_buffered = _optional(
+        tree,
+        "max_buffered_request_bytes",
+        max(DEFAULT_MAX_BUFFERED_REQUEST_BYTES, max_frame_bytes),
+        partial(parse_int, low=MIN_FRAME_BYTES, high=2**62),
+    )
+    if max_buffered < max_frame_bytes:
+        raise ConfigError(
+            "max_buffered_request_bytes",
+            max_buffered,
+            f"at least max_frame_bytes ({max_frame_bytes}): one whole frame must fit",
+        )
+    idle_timeout_s = _optional(
+        tree,
+        "idle_timeout_s",
+        DEFAULT_IDLE_TIMEOUT_S,
+        partial(parse_number, at_least=MIN_IDLE_TIMEOUT_S, at_most=MAX_TIMEOUT_S),
+    )
     shutdown_timeout_s = _optional(
-        tree, "shutdown_timeout_s", DEFAULT_SHUTDOWN_TIMEOUT_S, partial(parse_number, at_least=0)
+        tree,
+        "shutdown_timeout_s",
+        DEFAULT_SHUTDOWN_TIMEOUT_S,
+        partial(parse_number, at_least=0, at_most=MAX_TIMEOUT_S),
     )
     log_level = _optional(log, "log.level", "info", partial(parse_choice, choices=LOG_LEVELS))
     log_format = _optional(log, "log.format", "json", partial(parse_choice, choices=LOG_FORMATS))
@@ -121,6 +154,8 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         broker_port_base=broker_port_base,
         broker_ports=broker_ports,
         max_frame_bytes=max_frame_bytes,
+        listen_backlog=listen_backlog,
+        max_buffered_request_bytes=max_buffered,
         idle_timeout_s=idle_timeout_s,
         shutdown_timeout_s=shutdown_timeout_s,
         metrics_listen=metrics_listen,

@@ -16,6 +16,11 @@ MAX_PORT = 65535
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+# Linux's default net.core.somaxconn since 5.4, which caps it anyway; Kafka's socket.listen.backlog.size
+# is 50, too few for a fleet of clients reconnecting at once through one proxy.
+DEFAULT_LISTEN_BACKLOG = 4096
+DEFAULT_MAX_BUFFERED_REQUEST_BYTES = 256 * 1024 * 1024
+MAX_LISTEN_BACKLOG = 65535
 
 
 def _empty_mapping() -> Mapping[object, object]:
@@ -45,6 +50,10 @@ class ProxyConfig:
     broker_port_base: int  # node N gets its own listener on broker_port_base + N, unless ...
     broker_ports: Mapping[int, int] = field(default_factory=_empty_mapping, hash=False)  # ... listed here
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    listen_backlog: int = DEFAULT_LISTEN_BACKLOG  # accept queue of every listener
+    # All connections together may hold this many bytes of requests still arriving (Kafka's
+    # queued.max.request.bytes): a connection whose next frame does not fit stops being read.
+    max_buffered_request_bytes: int = DEFAULT_MAX_BUFFERED_REQUEST_BYTES
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S  # how long SIGTERM waits for in-flight requests
     metrics_listen: HostPort | None = None

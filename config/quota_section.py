@@ -25,6 +25,7 @@ from sluice.config.quota_settings import (
     FetchThrottle,
     IpQuotaRule,
     MutationSettings,
+    MuteScope,
     QuotaRule,
     QuotaSettings,
     ThrottleMode,
@@ -40,6 +41,7 @@ from sluice.config.values import (
 )
 from sluice.quota import DEFAULT, QuotaConfig, QuotaEntity, QuotaKey, QuotaWindow, SensorKind, sanitize_user
 from sluice.quota.entities import EntityName
+from sluice.quota.quota_config import DEFAULT_MAX_ENTITIES
 
 QUOTA_KEYS = (
     "window",
@@ -48,7 +50,9 @@ QUOTA_KEYS = (
     "sensor",
     "throttle_mode",
     "fetch_throttle",
+    "mute_scope",
     "mutations",
+    "max_entities",
     "entities",
     "topics",
     "admin",
@@ -86,7 +90,14 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
     sensor_kinds = _sensor_kinds(value_at(raw, "sensor"), f"{key}.sensor")
     mode = _enum_choice(value_at(raw, "throttle_mode"), f"{key}.throttle_mode", ThrottleMode.KIP219)
     fetch = _enum_choice(value_at(raw, "fetch_throttle"), f"{key}.fetch_throttle", FetchThrottle.EMPTY)
+    mute_scope = _enum_choice(value_at(raw, "mute_scope"), f"{key}.mute_scope", MuteScope.ENTITY)
     mutations = _mutations(value_at(raw, "mutations"), f"{key}.mutations")
+    max_entities_raw = value_at(raw, "max_entities")
+    max_entities = (
+        DEFAULT_MAX_ENTITIES
+        if max_entities_raw is MISSING
+        else parse_int(max_entities_raw, f"{key}.max_entities", 1, INT_MAX)
+    )
     rules, ip_rules = _rules(value_at(raw, "entities"), f"{key}.entities")
     topics = parse_topics(value_at(raw, "topics"), f"{key}.topics")
     admin = parse_admin_mode(value_at(raw, "admin"), f"{key}.admin")
@@ -97,6 +108,7 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
         controller_window=controller_window,
         legacy_windows=legacy_windows,
         sensor_kinds=sensor_kinds,
+        max_entities=max_entities,
     )
     return QuotaSettings(
         engine=engine,
@@ -104,6 +116,7 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
         throttle_mode=mode,
         fetch_throttle=fetch,
         mutations=mutations,
+        mute_scope=mute_scope,
         ip_rules=ip_rules,
         topics=topics,
         admin=admin,

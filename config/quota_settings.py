@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from sluice.quota import QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
+from sluice.quota import OverflowReport, QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
 from sluice.quota.entities import DefaultEntity
 
 
@@ -33,6 +33,15 @@ class FetchThrottle(StrEnum):
     EMPTY = "empty"
     # Forward the broker's response as it is (charged), with throttle_time_ms set.
     PASS = "pass"
+
+
+class MuteScope(StrEnum):
+    """Who a throttle holds (`quota.mute_scope`, docs/quotas.md)."""
+
+    # Every connection of the throttled entity (one quota however many connections).
+    ENTITY = "entity"
+    # Only the connection that earned the throttle, as a Kafka broker does.
+    CONNECTION = "connection"
 
 
 class ValidateOnly(StrEnum):
@@ -152,6 +161,7 @@ class QuotaSettings:
     throttle_mode: ThrottleMode = ThrottleMode.KIP219
     fetch_throttle: FetchThrottle = FetchThrottle.EMPTY
     mutations: MutationSettings = MutationSettings()
+    mute_scope: MuteScope = MuteScope.ENTITY
     ip_rules: tuple[IpQuotaRule, ...] = ()
     topics: TopicQuotaSettings | None = None
     admin: AdminMode = AdminMode.PROXY
@@ -172,8 +182,8 @@ class QuotaSettings:
             for key, value in rule.values.items():
                 managers.set_quota(rule.entity, key, value)
 
-    def new_managers(self) -> QuotaManagers:
+    def new_managers(self, on_overflow: OverflowReport | None = None) -> QuotaManagers:
         """Fresh managers built from `self.engine`, with every configured quota set."""
-        managers = QuotaManagers(self.engine)
+        managers = QuotaManagers(self.engine, on_overflow)
         self.apply_to(managers)
         return managers

@@ -93,10 +93,20 @@ def parse_int(value: object, key: str, low: int, high: int) -> int:
 
 
 def parse_number(
-    value: object, key: str, *, above: float | None = None, at_least: float | None = None
+    value: object,
+    key: str,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    at_most: float | None = None,
 ) -> float:
-    """A finite int or float, strictly above `above` or not below `at_least`."""
-    bound = f"> {above:g}" if above is not None else f">= {at_least:g}"
+    """A finite int or float, strictly above `above` or not below `at_least`, and not above `at_most`."""
+    if at_least is not None and at_most is not None:
+        bound = f"in {at_least:.10g}..{at_most:.10g}"
+    else:
+        bound = f"> {above:g}" if above is not None else f">= {at_least:g}"
+        if at_most is not None:
+            bound += f" and <= {at_most:.10g}"
     expected = f"a finite number {bound}"
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(key, value, expected)
@@ -106,7 +116,11 @@ def parse_number(
         raise ConfigError(key, value, expected) from None
     if not math.isfinite(number):
         raise ConfigError(key, value, expected)
-    if (above is not None and not number > above) or (at_least is not None and not number >= at_least):
+    if (
+        (above is not None and not number > above)
+        or (at_least is not None and not number >= at_least)
+        or (at_most is not None and not number <= at_most)
+    ):
         raise ConfigError(key, value, expected)
     return number
 

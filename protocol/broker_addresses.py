@@ -23,7 +23,10 @@ from sluice.protocol.metadata_brokers import (
 )
 
 NO_NODE = -1
+COORDINATOR_NOT_AVAILABLE = 15
+COORDINATOR_NOT_ADVERTISED = "The coordinator's broker is not reachable through this proxy."
 _FIRST_COORDINATORS_LIST = 4
+_FIRST_WITH_ERROR_MESSAGE = 1
 
 # The highest response version of each address-carrying API this package can rewrite. The ApiVersions
 # clamp must keep clients at or below these.
@@ -51,6 +54,10 @@ def rewrite_broker_addresses(
     API carries no addresses or no address changed (forward the original bytes). Coordinators with
     node_id -1 (FindCoordinator errors) are left untouched and address_for is not called for them.
     Raises ProtocolError for a malformed body or a version above REWRITABLE_MAX_VERSIONS.
+
+    A node for which `address_for` returns None is never advertised: Metadata and DescribeCluster
+    leave it out of their brokers, FindCoordinator answers COORDINATOR_NOT_AVAILABLE for it (node -1),
+    which clients retry, as they do while a coordinator moves.
     """
     if api_key == ApiKey.METADATA:
         return rewrite_metadata_brokers(api_version, body, address_for)
@@ -77,8 +84,13 @@ def decode_brokers(api_key: int, api_version: int, body: memoryview | bytes) -> 
 def rewrite_metadata_with_codec(api_version: int, body: memoryview | bytes, address_for: AddressMap) -> bytes:
     """Reference implementation of the Metadata rewrite: full decode, rewrite, full encode."""
     message = decode_body(MetadataResponse, api_version, body)
+    kept = []
     for broker in message.brokers:
-        broker.host, broker.port = address_for(broker.node_id, broker.host, broker.port)
+        advertised = address_for(broker.node_id, broker.host, broker.port)
+        if advertised is not None:
+            broker.host, broker.port = advertised
+            kept.append(broker)
+    message.brokers = kept
     return encode_body(message, api_version)
 
 
@@ -88,9 +100,16 @@ def _rewrite_find_coordinator(
     message = decode_body(FindCoordinatorResponse, api_version, body)
     changed = False
     for node in _coordinator_nodes(api_version, message):
-        host, port = address_for(node.node_id, node.host, node.port)
-        if (host, port) != (node.host, node.port):
-            node.host, node.port = host, port
+        advertised = address_for(node.node_id, node.host, node.port)
+        if advertised is None:
+            # What a broker answers while no coordinator is available (node -1, host "", port -1).
+            node.node_id, node.host, node.port = NO_NODE, "", -1
+            node.error_code = COORDINATOR_NOT_AVAILABLE
+            if api_version >= _FIRST_WITH_ERROR_MESSAGE:
+                node.error_message = COORDINATOR_NOT_ADVERTISED
+            changed = True
+        elif advertised != (node.host, node.port):
+            node.host, node.port = advertised
             changed = True
     return encode_body(message, api_version) if changed else None
 
@@ -106,9 +125,15 @@ def _rewrite_describe_cluster(
 ) -> bytes | None:
     message = decode_body(DescribeClusterResponse, api_version, body)
     changed = False
+    kept = []
     for broker in message.brokers:
-        host, port = address_for(broker.broker_id, broker.host, broker.port)
-        if (host, port) != (broker.host, broker.port):
-            broker.host, broker.port = host, port
+        advertised = address_for(broker.broker_id, broker.host, broker.port)
+        if advertised is None:
             changed = True
+            continue
+        if advertised != (broker.host, broker.port):
+            broker.host, broker.port = advertised
+            changed = True
+        kept.append(broker)
+    message.brokers = kept
     return encode_body(message, api_version) if changed else None

@@ -19,6 +19,9 @@ Q7  The authorized-operations int32 fields are renamed `authorized_operations` b
     decoded to a set of bit numbers; Integer.MIN_VALUE ("not requested") becomes None. Round-trips
     byte-exactly; nothing here needs to change, the test pins it.
 Q8  An all-zero UUID decodes to None and encodes back to zeros. Round-trips; pinned by a test.
+Q9  A null (length -1) array, string or bytes field decodes to None even where the schema does not allow
+    null; code reading such a field then fails with TypeError far from the decoder. Kafka refuses these
+    ("non-nullable field was serialized as null"), and so does `decode_body` (ProtocolError).
 
 Q2-Q4 are fixed by `encode_body`, a small walker over kafka-python's own field objects that encodes
 plain fields with kafka-python's codecs but writes every tagged-field block itself: fields that were
@@ -34,6 +37,7 @@ from typing import Any
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.schemas.fields.base import BaseField
+from kafka.protocol.schemas.fields.codecs import Bytes, String
 from kafka.protocol.schemas.fields.struct import StructField
 
 from sluice.protocol.errors import ProtocolError
@@ -74,8 +78,57 @@ def decode_body(message_class: type[ApiMessage], version: int, body: memoryview 
         raise ProtocolError(reason, f"v{version}: {type(exc).__name__}") from None
     if end != len(data):
         raise ProtocolError(reason, f"v{version}: {len(data) - end} trailing bytes")
+    _reject_nulls(message_class._struct, message, version, reason)  # Q9
     message._header = None  # Q1
     return message
+
+
+# Per (struct, version): the untagged fields that may not be null, and what to look inside.
+# (name, nullable, child struct or None, is an array (of structs, or of strings/bytes whose entries are
+# checked))
+_NullPlan = tuple[tuple[str, bool, StructField | None, bool], ...]
+_null_plans: dict[tuple[int, int], _NullPlan] = {}
+
+
+def _null_plan(struct_field: StructField, version: int) -> _NullPlan:
+    key = (id(struct_field), version)
+    plan = _null_plans.get(key)
+    if plan is None:
+        entries = []
+        for field in struct_field.untagged_fields(version):
+            nullable = field.nullable_for_version_q(version)
+            if field.is_struct_array():
+                entries.append((field.name, nullable, field.array_of, True))  # type: ignore[attr-defined]
+            elif field.is_struct():
+                entries.append((field.name, nullable, field, False))
+            elif field.is_array():
+                entries.append((field.name, nullable, None, _may_be_null(field.array_of)))  # type: ignore[attr-defined]
+            elif _may_be_null(field) and not nullable:
+                entries.append((field.name, False, None, False))
+        plan = _null_plans[key] = tuple(entries)
+    return plan
+
+
+def _may_be_null(field: BaseField) -> bool:
+    """A string or bytes field: the codec reads length -1 as None whatever the schema says."""
+    kind = getattr(field, "_type", None)
+    return isinstance(kind, String) or kind is Bytes
+
+
+def _reject_nulls(struct_field: StructField, item: Any, version: int, reason: str) -> None:
+    for name, nullable, child, is_array in _null_plan(struct_field, version):
+        value = getattr(item, name)
+        if value is None:
+            if not nullable:
+                raise ProtocolError(reason, f"v{version}: null {name}, which is not nullable")
+        elif child is not None:
+            if is_array:
+                for element in value:
+                    _reject_nulls(child, element, version, reason)
+            else:
+                _reject_nulls(child, value, version, reason)
+        elif is_array and None in value:  # entries of a []string are never nullable in Kafka's schemas
+            raise ProtocolError(reason, f"v{version}: null entry in {name}")
 
 
 def api_versions_body_version(request_version: int, body: memoryview | bytes) -> int:

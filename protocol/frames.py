@@ -15,11 +15,31 @@ from __future__ import annotations
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import INT32_UNPACK
 
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "MIN_FRAME_PAYLOAD_BYTES",
+    "BadFramePrefix",
+    "FrameHead",
+    "FrameSplitter",
+]
+
 DEFAULT_MAX_FRAME_BYTES = 104857600
 # A response needs at least its 4-byte correlation id; a request needs more, but that is the
 # request-header parser's business.
 MIN_FRAME_PAYLOAD_BYTES = 4
 _PREFIX = 4
+
+
+class BadFramePrefix(ProtocolError):
+    """A length prefix out of bounds. `frames` holds the complete frames read before it (from the same
+    `feed`): they are valid and are owed an answer, so the caller forwards them before closing. Like any
+    frame `feed` returns, they may be views of the caller's read buffer."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self, reason: str, detail: str, frames: list[memoryview]) -> None:
+        super().__init__(reason, detail)
+        self.frames = frames
 
 
 class FrameHead:
@@ -45,7 +65,9 @@ class FrameSplitter:
     a frame spanning chunks costs exactly one join,
     because pending chunks are kept in a list rather than re-concatenated on every feed.
 
-    After a ProtocolError the stream is unusable; the caller is expected to close the connection.
+    A bad length prefix raises BadFramePrefix carrying the frames completed before it. After it the
+    stream is unusable; the caller is expected to close the connection (after answering those frames).
+    `max_frame_bytes` may change between feeds (lower before authentication, say).
     """
 
     __slots__ = (
@@ -76,6 +98,29 @@ class FrameSplitter:
     @property
     def buffered_bytes(self) -> int:
         return self._pending_len
+
+    @property
+    def pending_frame_bytes(self) -> int:
+        """The whole size (prefix included) of the frame being assembled; 0 if none or its size is not
+        known yet (fewer than 4 bytes of it read). What a memory budget must hold for it (a frame passed
+        through is never assembled, so it holds nothing)."""
+        return self._pending_need if self._pending_need > 0 else 0
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max_frame_bytes
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        self._max_frame_bytes = value
+
+    def clear(self) -> None:
+        """Drop whatever is buffered (the connection closed): its memory goes back at once."""
+        self._pending = []
+        self._pending_len = 0
+        self._pending_need = -1
+        self._through_left = 0
+        self.through = []
 
     @property
     def passing_through(self) -> bool:
@@ -119,7 +164,7 @@ class FrameSplitter:
         while size - pos >= _PREFIX:
             length = INT32_UNPACK(view, pos)[0]
             if length < min_payload or length > max_frame:
-                self._raise_bad_length(length)
+                self._raise_bad_length(length, frames)
             end = pos + _PREFIX + length
             if end > size:
                 self._pending.append(bytes(view[pos:]) if loaned else view[pos:])
@@ -194,7 +239,7 @@ class FrameSplitter:
             prefix = b"".join(self._pending) + bytes(rest[: _PREFIX - have])
             length = INT32_UNPACK(prefix, 0)[0]
             if length < self.min_payload_bytes or length > self._max_frame_bytes:
-                self._raise_bad_length(length)
+                self._raise_bad_length(length, frames)
             self._pending_need = _PREFIX + length
         missing = self._pending_need - self._pending_len
         if len(rest) < missing:
@@ -209,11 +254,13 @@ class FrameSplitter:
         self._pending_need = -1
         return start + missing
 
-    def _raise_bad_length(self, length: int) -> None:
+    def _raise_bad_length(self, length: int, frames: list[memoryview]) -> None:
         if length < 0:
-            raise ProtocolError("negative_frame_length", f"length prefix {length}")
+            raise BadFramePrefix("negative_frame_length", f"length prefix {length}", frames)
         if length < self.min_payload_bytes:
-            raise ProtocolError("frame_too_small", f"length prefix {length} < {self.min_payload_bytes}")
-        raise ProtocolError(
-            "frame_too_large", f"length prefix {length} > max_frame_bytes {self._max_frame_bytes}"
+            raise BadFramePrefix(
+                "frame_too_small", f"length prefix {length} < {self.min_payload_bytes}", frames
+            )
+        raise BadFramePrefix(
+            "frame_too_large", f"length prefix {length} > max_frame_bytes {self._max_frame_bytes}", frames
         )

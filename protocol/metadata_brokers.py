@@ -34,7 +34,9 @@ _FIRST_WITH_RACK = 1
 _INT16_PACK = struct.Struct(">h").pack
 _MAX_CLASSIC_STRING = 0x7FFF
 
-AddressMap = Callable[[int, str, int], tuple[str, int]]
+# (node_id, real host, real port) -> the address to advertise, or None: this node must not be advertised
+# (the proxy has no listener for it), so it is left out of the answer.
+AddressMap = Callable[[int, str, int], tuple[str, int] | None]
 
 
 class _Broker:
@@ -118,27 +120,36 @@ def metadata_brokers(version: int, body: memoryview | bytes) -> list[tuple[int, 
 
 
 def rewrite_metadata_brokers(version: int, body: memoryview | bytes, address_for: AddressMap) -> bytes | None:
-    """Replace every broker's host and port by `address_for(node_id, host, port)`.
+    """Replace every broker's host and port by `address_for(node_id, host, port)`; leave out a broker
+    for which it returns None (clients then see its partitions as leaderless and retry, as they do for
+    a broker that is down).
 
     Returns the new body, or None when no broker's address changed (forward the original).
     """
-    start, end, brokers = _parse_brokers(version, body)
+    _start, end, brokers = _parse_brokers(version, body)
     flexible = version >= _FIRST_FLEXIBLE
     view = body if isinstance(body, memoryview) else memoryview(body)
-    parts: list[bytes | memoryview] = [view[:start]]
+    entries: list[bytes | memoryview] = []
     changed = False
+    kept = 0
     for broker in brokers:
-        host, port = address_for(broker.node_id, broker.host, broker.port)
+        advertised = address_for(broker.node_id, broker.host, broker.port)
+        if advertised is None:
+            changed = True
+            continue
+        host, port = advertised
         if host != broker.host or port != broker.port:
             changed = True
-        parts.append(INT32_PACK(broker.node_id))
-        parts.append(_encode_host(host, flexible))
-        parts.append(INT32_PACK(port))
-        parts.append(view[broker.tail_start : broker.tail_end])
+        kept += 1
+        entries.append(INT32_PACK(broker.node_id))
+        entries.append(_encode_host(host, flexible))
+        entries.append(INT32_PACK(port))
+        entries.append(view[broker.tail_start : broker.tail_end])
     if not changed:
         return None
-    parts.append(view[end:])
-    return b"".join(parts)
+    count_at = 4 if version >= _FIRST_WITH_THROTTLE else 0
+    count = encode_uvarint(kept + 1) if flexible else INT32_PACK(kept)
+    return b"".join([view[:count_at], count, *entries, view[end:]])
 
 
 def _encode_host(host: str, flexible: bool) -> bytes:

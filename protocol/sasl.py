@@ -66,33 +66,21 @@ class SaslAuthenticateResult(NamedTuple):
 
 def decode_handshake_request(version: int, body: _BytesLike) -> str:
     """The mechanism the client chose."""
-    message = decode_body(SaslHandshakeRequest, version, body)
-    if message.mechanism is None:
-        raise _null(SaslHandshakeRequest, version, "mechanism")
-    return message.mechanism
+    return decode_body(SaslHandshakeRequest, version, body).mechanism
 
 
 def decode_handshake_response(version: int, body: _BytesLike) -> SaslHandshakeResult:
-    message = decode_body(SaslHandshakeResponse, version, body)
-    if message.mechanisms is None:
-        raise _null(SaslHandshakeResponse, version, "mechanisms")
-    if any(mechanism is None for mechanism in message.mechanisms):
-        raise _null(SaslHandshakeResponse, version, "mechanism name")
+    message = decode_body(SaslHandshakeResponse, version, body)  # nulls are refused there (Q9)
     return SaslHandshakeResult(message.error_code, list(message.mechanisms))
 
 
 def decode_authenticate_request(version: int, body: _BytesLike) -> bytes:
     """The client's SASL token."""
-    message = decode_body(SaslAuthenticateRequest, version, body)
-    if message.auth_bytes is None:
-        raise _null(SaslAuthenticateRequest, version, "auth_bytes")
-    return bytes(message.auth_bytes)
+    return bytes(decode_body(SaslAuthenticateRequest, version, body).auth_bytes)
 
 
 def decode_authenticate_response(version: int, body: _BytesLike) -> SaslAuthenticateResult:
     message = decode_body(SaslAuthenticateResponse, version, body)
-    if message.auth_bytes is None:
-        raise _null(SaslAuthenticateResponse, version, "auth_bytes")
     lifetime = message.session_lifetime_ms if version >= 1 else 0
     return SaslAuthenticateResult(
         message.error_code, message.error_message, bytes(message.auth_bytes), lifetime
@@ -180,10 +168,6 @@ def _require_bytes(message_class: type[ApiMessage], version: int, auth_bytes: by
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _null(message_class: type[ApiMessage], version: int, field: str) -> ProtocolError:
-    return ProtocolError(_bad(message_class), f"v{version}: null {field}")
 
 
 def _bad(message_class: type[ApiMessage]) -> str:

@@ -24,6 +24,8 @@ import hmac
 import secrets
 from typing import NamedTuple
 
+from sluice.protocol.errors import ProtocolError
+
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
@@ -34,8 +36,13 @@ MAX_ITERATIONS = 16384
 _GS2_HEADER = "n,,"
 
 
-class SaslClientError(Exception):
-    """The exchange cannot go on: a malformed or dishonest server message. Never carries a secret."""
+class SaslClientError(ProtocolError):
+    """The exchange cannot go on: a malformed or dishonest server message. Never carries a secret.
+
+    A ProtocolError like every other refusal of bytes a peer sent (reason `bad_sasl_server_message`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("bad_sasl_server_message", message)
 
 
 class SaltParams(NamedTuple):
@@ -95,7 +102,8 @@ class ScramClient:
             raise SaslClientError("server-first message lacks r, s or i")
         if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
             raise SaslClientError("server-first message: the server's nonce does not extend the client's")
-        if not count.isdigit() or not MIN_ITERATIONS <= int(count) <= MAX_ITERATIONS:
+        # isascii(): str.isdigit() also accepts "²", which int() then refuses.
+        if not (count.isascii() and count.isdigit()) or not MIN_ITERATIONS <= int(count) <= MAX_ITERATIONS:
             raise SaslClientError(
                 f"server-first message: iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS} (Kafka's range)"
             )

@@ -10,6 +10,11 @@ Back-pressure runs both ways: when one side's write buffer passes the high-water
 other side pauses until it drains. A throttle mutes the client through its `ThrottleGate`: reading stops
 and requests already read are held, not forwarded, until the mute ends.
 
+A bad request frame (a length prefix out of bounds, a header that does not parse) is logged at once,
+but the valid requests read before it are still forwarded and answered; then the connection closes.
+What the connection may buffer of requests still arriving is its `RequestGuard`'s business (a share of
+the proxy-wide request memory; with `sasl.required`, Kafka's limits before authentication).
+
 Why this module is long: it is the whole asyncio shell of a connection (two transports and their pauses,
 the throttle gate, the upstream connect, the idle timer, shutdown) plus the two small interfaces others
 call on it, the services a filter may ask for (ConnectionInfo) and the pipeline's sink; each is a few lines
@@ -25,14 +30,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import FrameSplitter
+from sluice.protocol.frames import BadFramePrefix, FrameSplitter
 from sluice.quota import ANONYMOUS
 
 from .filters.base import RawExchange
 from .flow import ReadPauses
 from .log import get_logger
+from .request_guard import RequestGuard
 from .request_pipeline import CloseConnection, Lifecycle, RequestPipeline
-from .session import ConnectionRegistry, SessionSettings
+from .session import READ_BUFFER_BYTES, ConnectionRegistry, SessionSettings
 from .throttle_gate import ThrottleGate
 from .upstream import WRITE_HIGH_WATER, UpstreamSide, UpstreamUnreachable, connect_first
 
@@ -49,11 +55,12 @@ _thread_time_ns = time.thread_time_ns
 STREAM_MIN_FRAME_BYTES = 64 * 1024
 # How much of it must have arrived before deciding: its header and, for a Produce, the acks field.
 STREAM_HEAD_BYTES = 1024
-# uvloop reads at most 256 KiB at a time.
-READ_BUFFER_BYTES = 256 * 1024
 UPSTREAM_BACKLOG = "upstream_backlog"
 _PAUSE_MID_REQUEST = frozenset({UPSTREAM_BACKLOG})
 _DRAINING = Lifecycle.DRAINING
+_NO_BUFFER = bytearray()
+# After a bad request frame, how long the requests read before it may take to be answered.
+_BAD_FRAME_GRACE_S = 30.0
 
 
 def _format_peer(peername: object) -> str:
@@ -96,10 +103,16 @@ class ClientSide(asyncio.BufferedProtocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
         self._closed = False
-        # The client's bytes are read into this buffer (asyncio.BufferedProtocol), reused from read to read
-        # while nothing holds a view of it; a request held or a write not yet flushed keeps its buffer,
-        # and reading goes on in a fresh one.
-        self._read_buffer = bytearray(READ_BUFFER_BYTES)
+        self._guard: RequestGuard | None = None
+        # Set by a bad request frame: close with this reason once the requests before it are answered.
+        self._closing_after: str | None = None
+        self._grace_timer: asyncio.TimerHandle | None = None
+        # The client's bytes are read into a buffer (asyncio.BufferedProtocol) that every connection of the
+        # proxy shares: a read is handed over (get_buffer, then buffer_updated) before any other runs, so
+        # one buffer serves them all while nothing holds a view of it; a request held or a write not yet
+        # flushed keeps its buffer, and reading goes on in a fresh one. (One 256 KiB buffer for each
+        # connection took 2,000 connections to half a gigabyte.)
+        self._read_buffer = _NO_BUFFER
         self._loop = asyncio.get_running_loop()
 
     # ---- client transport callbacks -------------------------------------------------------------
@@ -128,6 +141,15 @@ class ClientSide(asyncio.BufferedProtocol):
         self._settings.registry.add(self)
         if self._settings.client_principal is not None and not self._take_certificate_user(transport):
             return
+        sasl = self._settings.sasl_required
+        self._guard = RequestGuard(
+            self._loop,
+            self._requests,
+            self._pauses,
+            self._settings.request_memory,
+            sasl if sasl is not None and self.user == ANONYMOUS else None,
+            self._slow_unauthenticated_frame,
+        )
         self._last_activity = self._loop.time()
         self._arm_idle_timer(self._settings.idle_timeout_s)
         self._connect_task = self._loop.create_task(self._connect_upstream())
@@ -158,17 +180,22 @@ class ClientSide(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         # Reuse the read buffer unless something still holds a view of it (a bytearray cannot grow while a
         # view of it lives): a request held, a write the transport has not flushed, a filter's reference.
-        buffer = self._read_buffer
+        settings = self._settings
+        buffer = settings.read_buffer
         try:
             buffer.append(0)
         except BufferError:
-            buffer = self._read_buffer = bytearray(READ_BUFFER_BYTES)
+            buffer = settings.read_buffer = bytearray(READ_BUFFER_BYTES)
         else:
             del buffer[-1]
+        self._read_buffer = buffer
         return memoryview(buffer)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(memoryview(self._read_buffer).toreadonly()[:nbytes])
+        # Only the views of it that something keeps (a held request, an unflushed write) keep the buffer
+        # alive after this: the connection does not, or every connection would pin a 256 KiB buffer.
+        buffer, self._read_buffer = self._read_buffer, _NO_BUFFER
+        self.data_received(memoryview(buffer).toreadonly()[:nbytes])
         self._requests.through = []  # written (or queued by the transport, which then holds the buffer)
 
     def data_received(self, data: bytes | memoryview) -> None:
@@ -181,9 +208,11 @@ class ClientSide(asyncio.BufferedProtocol):
         requests = self._requests
         try:
             frames = requests.feed(data)
-        except ProtocolError as exc:
-            self._protocol_error("client", exc)
-            return
+        except BadFramePrefix as exc:
+            self._bad_request_frame(exc)  # logged now; the requests before it still go on
+            if self._closed:
+                return
+            frames = exc.frames
         pipeline = self._pipeline
         assert pipeline is not None
         if requests.through:
@@ -198,7 +227,7 @@ class ClientSide(asyncio.BufferedProtocol):
             else:
                 self._stream_tail(requests, pipeline)
         except ProtocolError as exc:
-            self._protocol_error("client", exc)
+            self._bad_request_frame(exc)
         except CloseConnection as exc:
             self._close_on_error("filter_closed", reason=exc.reason)
         except Exception as exc:
@@ -207,6 +236,11 @@ class ClientSide(asyncio.BufferedProtocol):
             self._flush()
         if started:
             self.cpu_ns += _thread_time_ns() - started
+        guard = self._guard
+        if guard is not None and not self._closed:
+            guard.after_feed()  # after _stream_tail: a request passed through holds no memory
+        if self._closing_after is not None:
+            self._close_if_answered()
 
     def _stream_tail(self, requests: FrameSplitter, pipeline: RequestPipeline) -> None:
         """A large request this read began may go on as it arrives (RequestPipeline.stream_tail)."""
@@ -259,7 +293,7 @@ class ClientSide(asyncio.BufferedProtocol):
                 # A large request read while it had to wait (connecting, muted) may go on now.
                 self._stream_tail(self._requests, self._pipeline)
         except ProtocolError as exc:
-            self._protocol_error("client", exc)
+            self._bad_request_frame(exc)
         except CloseConnection as exc:
             self._close_on_error("filter_closed", reason=exc.reason)
         except Exception as exc:
@@ -268,6 +302,8 @@ class ClientSide(asyncio.BufferedProtocol):
             self._flush()
             if started:
                 self.cpu_ns += _thread_time_ns() - started
+        if self._closing_after is not None:
+            self._close_if_answered()
 
     def _flush(self) -> None:
         pipeline = self._pipeline
@@ -331,6 +367,11 @@ class ClientSide(asyncio.BufferedProtocol):
         assert self._pipeline is not None
         self._pipeline.begin_raw_exchange(exchange)
 
+    def sasl_authenticated(self) -> None:
+        """The broker accepted the client's SASL exchange: the pre-authentication limits end."""
+        if self._guard is not None:
+            self._guard.sasl_authenticated()
+
     # ---- what the pipeline sends (ResponseSink) ---------------------------------------------------
 
     def send_response(self, frame: Frame, delay_ms: int) -> None:
@@ -393,6 +434,8 @@ class ClientSide(asyncio.BufferedProtocol):
             if self._gate is not None:
                 self._gate.flush_held()
             self.close("shutdown")
+        elif self._closing_after is not None:
+            self._close_if_answered()
 
     def upstream_lost(self, exc: Exception | None) -> None:
         self._close_on_error("upstream_closed", upstream=self.upstream_peer, error=str(exc) if exc else None)
@@ -444,6 +487,48 @@ class ClientSide(asyncio.BufferedProtocol):
         _log.error("filter_failed", peer=self.peer, upstream=self.upstream_peer, exc_info=exc)
         self._close_on_error("filter_error", error=repr(exc))
 
+    def _bad_request_frame(self, exc: ProtocolError) -> None:
+        """Log a bad request frame now; close once the requests read before it have been answered."""
+        reason = exc.reason
+        if reason == "frame_too_large" and self._guard is not None and not self._guard.authenticated:
+            reason = "unauthenticated_frame_too_large"  # Kafka's sasl.server.max.receive.size
+        self._metrics.count_protocol_error(reason)
+        _log.warning("protocol_error", side="client", peer=self.peer, reason=reason, detail=exc.detail)
+        if self._closing_after is not None or self._closed:
+            return
+        self._closing_after = reason
+        self._requests.clear()  # the stream cannot be read any further
+        if self._guard is not None:
+            self._guard.close()
+        if self._pauses is not None:
+            self._pauses.add("protocol_error")
+        self._grace_timer = self._loop.call_later(_BAD_FRAME_GRACE_S, self._close_after_bad_frame)
+        if not isinstance(exc, BadFramePrefix) or not exc.frames:
+            self._close_if_answered()
+
+    def _close_if_answered(self) -> None:
+        pipeline, gate = self._pipeline, self._gate
+        if pipeline is not None and (pipeline.waiting or pipeline.in_flight):
+            return
+        if gate is not None and gate.holding_responses:
+            return
+        self._close_after_bad_frame()
+
+    def _close_after_bad_frame(self) -> None:
+        self._close_on_error("protocol_error", side="client", reason=self._closing_after)
+
+    def _slow_unauthenticated_frame(self, waited_s: float) -> None:
+        buffered = self._requests.buffered_bytes
+        self._metrics.count_protocol_error("slow_unauthenticated_frame")
+        _log.warning(
+            "protocol_error",
+            side="client",
+            peer=self.peer,
+            reason="slow_unauthenticated_frame",
+            detail=f"{buffered} bytes of a frame still incomplete after {waited_s:g} s before authentication",
+        )
+        self.close("protocol_error", side="client", reason="slow_unauthenticated_frame")
+
     def _protocol_error(self, side: str, exc: ProtocolError) -> None:
         self._metrics.count_protocol_error(exc.reason)
         peer = self.peer if side == "client" else self.upstream_peer
@@ -469,6 +554,13 @@ class ClientSide(asyncio.BufferedProtocol):
         self._closed = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+        if self._guard is not None:
+            self._guard.close()
+        # Buffers go back now, not when a reference cycle through this object is collected.
+        self._requests.clear()
+        self._responses.clear()
         if self._gate is not None:
             self._gate.close()
         if self._connect_task is not None and not self._connect_task.done():

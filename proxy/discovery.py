@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
-from sluice.config.errors import ConfigError
 from sluice.protocol.client_requests import METADATA, decode_metadata, encode_metadata_request
 
 from .kafka_client import KafkaClient, KafkaClientError
@@ -23,7 +22,9 @@ from .kafka_client.connection import open_broker_connection
 from .log import get_logger
 
 if TYPE_CHECKING:
-    from .brokers import BrokerDirectory
+    from collections.abc import Callable
+
+    from .brokers import BrokerDirectory, ListenerUnavailable
     from .tls import UpstreamTlsTarget
 
 _log = get_logger("sluice.discovery")
@@ -41,11 +42,14 @@ class BrokerDiscovery:
         *,
         retry_s: float = DISCOVERY_RETRY_S,
         attempt_timeout_s: float = _ATTEMPT_TIMEOUT_S,
+        on_startup_failure: Callable[[list[ListenerUnavailable]], None] | None = None,
     ) -> None:
+        """`on_startup_failure` gets the nodes this discovery found whose listeners cannot open."""
         self._client = client
         self._directory = directory
         self._retry_s = retry_s
         self._attempt_timeout_s = attempt_timeout_s
+        self._on_startup_failure = on_startup_failure
         self._task: asyncio.Task[None] | None = None
         self.done = asyncio.Event()  # set once the brokers are known, from us or from a client
 
@@ -70,14 +74,19 @@ class BrokerDiscovery:
                 _log.warning("discovery_failed", error=str(exc))
                 await asyncio.sleep(self._retry_s)
                 continue
-            for node_id, broker in answer.brokers.items():
-                try:
-                    self._directory.advertise(node_id, broker.host, broker.port)
-                except ConfigError as exc:
-                    _log.error("broker_not_mapped", node_id=node_id, error=str(exc))
             _log.info(
                 "brokers_discovered", brokers={n: f"{b.host}:{b.port}" for n, b in answer.brokers.items()}
             )
+            failed = [
+                node_id
+                for node_id, broker in answer.brokers.items()
+                if self._directory.advertise(node_id, broker.host, broker.port) is None
+            ]
+            if failed and self._on_startup_failure is not None:
+                unavailable = self._directory.unavailable()
+                self._on_startup_failure(
+                    [unavailable[node_id] for node_id in failed if node_id in unavailable]
+                )
             break
         self.done.set()
 

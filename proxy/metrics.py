@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -30,13 +29,16 @@ def api_name(api_key: int) -> str:
 
 class ProxyMetrics:
     __slots__ = (
+        "broker_listener_failures",
         "broker_listeners",
+        "brokers_not_advertised",
         "connections_active",
         "connections_total",
         "disconnects",
         "muted_connections",
         "protocol_errors",
         "request_bytes",
+        "request_memory",
         "requests",
         "response_bytes",
         "responses",
@@ -51,8 +53,11 @@ class ProxyMetrics:
         self.connections_total = 0
         self.muted_connections = 0
         self.broker_listeners = 0
+        self.broker_listener_failures = 0
+        self.brokers_not_advertised = 0
         self.disconnects: dict[str, int] = {}
         self.protocol_errors: dict[str, int] = {}
+        self.request_memory: Any = None  # the proxy's RequestMemory, read at scrape time
 
     # _slot, inline: these two run for every request and response.
     def count_request(self, api_key: int, size: int) -> None:
@@ -75,7 +80,7 @@ class ProxyMetrics:
         self.protocol_errors[reason] = self.protocol_errors.get(reason, 0) + 1
 
 
-class _ProxyCollector(Collector):
+class ProxyCollector(Collector):
     def __init__(self, metrics: ProxyMetrics) -> None:
         self._m = metrics
 
@@ -84,6 +89,33 @@ class _ProxyCollector(Collector):
         yield GaugeMetricFamily(
             "sluice_broker_listeners", "Listeners open for broker node ids", value=m.broker_listeners
         )
+        yield CounterMetricFamily(
+            "sluice_broker_listener_failures",
+            "Broker listeners that could not open (each such node is left out of the answers clients get)",
+            value=m.broker_listener_failures,
+        )
+        yield GaugeMetricFamily(
+            "sluice_brokers_not_advertised",
+            "Broker nodes known but not advertised to clients, for want of a listener",
+            value=m.brokers_not_advertised,
+        )
+        memory = m.request_memory
+        if memory is not None:
+            yield GaugeMetricFamily(
+                "sluice_buffered_request_bytes",
+                "Bytes reserved by requests still arriving, all connections (max_buffered_request_bytes)",
+                value=memory.used,
+            )
+            yield GaugeMetricFamily(
+                "sluice_connections_waiting_for_memory",
+                "Connections not read until request memory is released",
+                value=memory.waiting,
+            )
+            yield CounterMetricFamily(
+                "sluice_request_memory_waits",
+                "Times a connection's next frame did not fit the request memory budget",
+                value=memory.waits,
+            )
         yield GaugeMetricFamily(
             "sluice_connections_active", "Client connections open now", value=m.connections_active
         )
@@ -114,10 +146,3 @@ class _ProxyCollector(Collector):
             for key, value in sorted(counts.items()):
                 family.add_metric([key], value)
             yield family
-
-
-def metrics_registry(metrics: ProxyMetrics) -> CollectorRegistry:
-    """A registry holding only Sluice's own series (not the process-global default registry)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_ProxyCollector(metrics))
-    return registry

@@ -7,22 +7,26 @@ start-up Metadata request (the discovery service) or from an answer it rewrites 
 Background work runs as services (`proxy/services.py`), started in `_services()` order after the bootstrap
 listener opens and stopped in reverse after the client connections have drained: the metrics endpoint,
 the proxy's own Kafka client, broker discovery (which uses the client) and the idle-sensor sweep.
+
+Why this module is long: it wires every part of the proxy together (filters, services, listeners and
+their failures, signals); what has logic of its own lives beside it (proxy/listeners.py,
+proxy/listener_failures.py, proxy/signals.py, proxy/services.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import signal
 import socket
 from collections.abc import Callable
+from typing import Any
 
 from sluice.config.errors import ConfigError
 from sluice.config.model import ProxyConfig
 from sluice.config.quota_settings import AdminMode
 from sluice.config.quota_state import QuotaState
 
-from .brokers import Address, BrokerDirectory
+from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
 from .discovery import BrokerDiscovery
 from .filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, FilterFactory
@@ -34,15 +38,19 @@ from .filters.sasl_inspector import SaslInspectorFactory
 from .filters.topic_cache import TopicCache
 from .filters.topic_quotas import TopicQuotasFactory
 from .kafka_client import KafkaClient
+from .listener_failures import EntityOverflowLog, ListenerFailures
+from .listeners import PendingServer, bind_listening_socket, format_address
 from .log import get_logger
-from .metrics import ProxyMetrics, metrics_registry
+from .metrics import ProxyCollector, ProxyMetrics
 from .metrics_http import MetricsEndpoint
 from .periodic import Periodic
 from .quota_admin import QuotaAdministration
 from .quota_reload import QuotaReloader
 from .quota_store_service import QuotaStoreService
+from .request_memory import RequestMemory
 from .sensor_sweep import SensorSweep
 from .services import Service, Services
+from .signals import install_signal_handlers
 from .throttle_episodes import ThrottleEpisodes
 from .tls import UpstreamTlsTarget, certificate_principal, listener_context, upstream_context
 from .usage_plane import UsagePlane
@@ -52,35 +60,30 @@ _log = get_logger("sluice.server")
 BOOTSTRAP = "bootstrap"
 
 
-def _bind_listening_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:  # `sluice run --workers N`: every worker listens on the same ports
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
 class SluiceServer:
     def __init__(self, config: ProxyConfig, *, reuse_port: bool = False) -> None:
         self.config = config
         self._reuse_port = reuse_port
         self.metrics = ProxyMetrics()
+        self.request_memory = self.metrics.request_memory = RequestMemory(config.max_buffered_request_bytes)
         self.registry = ConnectionRegistry(self.metrics)
+        failures = ListenerFailures(self.metrics, lambda: self.directory, self._fail)
         self.directory = BrokerDirectory(
-            config.advertised_host, config.broker_port, self._open_broker_listener
+            config.advertised_host,
+            self._open_broker_listener,
+            on_unavailable=failures.unavailable,
+            on_recovered=failures.recovered,
         )
+        self._startup_listeners_failed = failures.at_start_up
+        # Set when the proxy must stop with an error (a listener that cannot open at start-up).
+        self.exit_code = 0
         # The quotas in force: the file's, with the store's on top; the engine follows them (quotas may
         # appear, change and go at run time: the filters read the managers' live rules per request).
         self.quota_state = QuotaState(config.quota)
         self.quota_managers = self.quota_state.live.managers
+        self.quota_managers.report_overflows_to(
+            EntityOverflowLog(lambda: self.quota_managers, config.quota.engine.max_entities)
+        )
         self.throttle_stats = ThrottleStats(ThrottleEpisodes())
         self.mutation_rates = MutationRates(config.quota.engine.controller_window)
         tls = config.tls
@@ -119,13 +122,16 @@ class SluiceServer:
             config.idle_timeout_s,
             upstream_tls=self.upstream_tls,
             client_principal=certificate_principal(tls.principal_mapping_rules) if mtls else None,
+            request_memory=self.request_memory,
+            sasl_required=config.sasl if config.sasl.required else None,
             admission=self._admit,
         )
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self._remove_signal_handlers: Callable[[], None] = lambda: None
         self.reloader = QuotaReloader(self.quota_state, config)
-        # SIGHUP runs these (the same hook as proxy/signals' on the hardening branch): quotas reload live.
+        # SIGHUP runs these (proxy/signals.py): quotas reload live.
         self._reload_handlers: list[Callable[[], object]] = [self.reloader.reload]
         self.services = Services(self._services())
 
@@ -134,14 +140,17 @@ class SluiceServer:
         services: list[Service] = []
         metrics_listen = self.config.metrics_listen
         if metrics_listen is not None:
-            registry = metrics_registry(self.metrics)
-            registry.register(
-                QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates)
-            )
+            collectors = [
+                ProxyCollector(self.metrics),
+                QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates),
+            ]
             if self.usage is not None:
-                registry.register(self.usage.collector())
-            services.append(MetricsEndpoint(registry, metrics_listen.host, metrics_listen.port))
-        services += [self.kafka_client, BrokerDiscovery(self.kafka_client, self.directory)]
+                collectors.append(self.usage.collector())
+            services.append(MetricsEndpoint(collectors, metrics_listen.host, metrics_listen.port))
+        discovery = BrokerDiscovery(
+            self.kafka_client, self.directory, on_startup_failure=self._startup_listeners_failed
+        )
+        services += [self.kafka_client, discovery]
         if self.quota_store is not None:
             # After discovery, whose start returns at once: the store's first read (start-up waits for it,
             # briefly) then never delays the broker listeners.
@@ -180,7 +189,11 @@ class SluiceServer:
             TopicQuotasFactory(lambda: self.quota_state.live.topics, self.throttle_stats),
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
             ClientQuotasFactory(
-                self.quota_managers, quota.throttle_mode, quota.fetch_throttle, self.throttle_stats
+                self.quota_managers,
+                quota.throttle_mode,
+                quota.fetch_throttle,
+                self.throttle_stats,
+                mute_scope=quota.mute_scope,
             ),
             # After the quota filters: it counts what was forwarded and what the client got.
             *(self.usage.filters() if self.usage is not None else ()),
@@ -221,33 +234,46 @@ class SluiceServer:
     async def _serve(self, name: str, sock: socket.socket, candidates) -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: ClientSide(self.settings, name, candidates), sock=sock, ssl=self._listener_ssl
+            lambda: ClientSide(self.settings, name, candidates),
+            sock=sock,
+            ssl=self._listener_ssl,
+            backlog=self.config.listen_backlog,  # create_server would otherwise listen(100) again
         )
         self._servers[name] = server
 
-    def _open_broker_listener(self, node_id: int) -> None:
+    def _open_broker_listener(self, node_id: int) -> int:
+        """Open node `node_id`'s listener and return its port, or raise ListenerUnavailable."""
         name = f"broker-{node_id}"
-        if name in self._servers or self._stop.is_set():
-            return
+        host = self.config.listen.host
+        if self._stop.is_set():
+            raise ListenerUnavailable(node_id, host, "the proxy is stopping", config_error=False)
         try:
             port = self.config.broker_port(node_id)
         except ConfigError as exc:
-            _log.error("listener_failed", node_id=node_id, error=str(exc))
-            return
+            derived = format_address(host, self.config.broker_port_base + node_id)
+            raise ListenerUnavailable(node_id, derived, str(exc), config_error=True) from None
         try:
-            sock = _bind_listening_socket(self.config.listen.host, port, self._reuse_port)
+            sock = bind_listening_socket(host, port, self.config.listen_backlog, self._reuse_port)
         except OSError as exc:
-            _log.error("listener_failed", node_id=node_id, port=port, error=str(exc))
-            return
+            where = format_address(host, port)
+            raise ListenerUnavailable(node_id, where, str(exc), config_error=False) from None
         # The socket already listens, so clients told about it can connect while asyncio catches up.
-        self._servers[name] = _PendingServer(sock)
+        self._servers[name] = PendingServer(sock)
         task = asyncio.get_running_loop().create_task(
             self._serve(name, sock, lambda: self._node_candidates(node_id))
         )
         self._pending_listeners.add(task)
         task.add_done_callback(self._pending_listeners.discard)
         self.metrics.broker_listeners += 1
-        _log.info("listener_opened", node_id=node_id, host=self.config.listen.host, port=port)
+        _log.info("listener_opened", node_id=node_id, host=host, port=port)
+        return port
+
+    def _fail(self, exit_code: int, event: str, fields: dict[str, Any]) -> None:
+        """Stop the proxy (with a drain) and exit with `exit_code`."""
+        _log.error(event, exit_code=exit_code, **fields)
+        if not self.exit_code:
+            self.exit_code = exit_code
+        self.request_stop()
 
     # ---- life cycle -----------------------------------------------------------------------------
 
@@ -255,7 +281,18 @@ class SluiceServer:
         """Open the bootstrap listener, then start the services; a service that fails to start closes the
         listener again and raises ServiceStartError."""
         cfg = self.config
-        sock = _bind_listening_socket(cfg.listen.host, cfg.listen.port, self._reuse_port)
+        # First, so that no signal finds the default action (most of which end the process) while the
+        # services start: the quota store's first read may take a moment.
+        self._remove_signal_handlers = install_signal_handlers(
+            asyncio.get_running_loop(), self.request_stop, self.request_reload, self.status
+        )
+        try:
+            sock = bind_listening_socket(
+                cfg.listen.host, cfg.listen.port, cfg.listen_backlog, self._reuse_port
+            )
+        except OSError:
+            self._remove_signal_handlers()
+            raise
         await self._serve(BOOTSTRAP, sock, self._bootstrap_candidates)
         _log.info("listener_opened", node_id=None, host=cfg.listen.host, port=self.listen_ports[BOOTSTRAP])
         try:
@@ -265,6 +302,7 @@ class SluiceServer:
             self._close_listeners()
             for conn in self.registry:  # clients accepted while the services started
                 conn.close("start_failed")
+            self._remove_signal_handlers()
             raise
         if cfg.metrics_listen is not None:
             _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)
@@ -295,17 +333,22 @@ class SluiceServer:
             except Exception as exc:  # a reload must never take the proxy down
                 _log.error("reload_failed", error_type=type(exc).__name__)
 
-    async def run_until_stopped(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
-        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
-        try:
-            await self._stop.wait()
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
+    def status(self) -> dict[str, object]:
+        """What SIGQUIT logs."""
+        return {
+            "connections": len(self.registry),
+            "brokers": len(self.directory.known_nodes()),
+            "brokers_not_advertised": sorted(self.directory.unavailable()),
+            "listeners": sorted(self._servers),
+            "services": self.services.running,
+        }
+
+    async def run_until_stopped(self) -> int:
+        """Serve until SIGTERM/SIGINT or a fatal error; return the exit code. Every other signal leaves
+        the proxy serving (proxy/signals.py, installed by start()); SIGHUP reloads."""
+        await self._stop.wait()
         await self.shutdown()
+        return self.exit_code
 
     async def shutdown(self) -> None:
         """Stop accepting, let forwarded requests get their answers (bounded), then close everything."""
@@ -321,6 +364,7 @@ class SluiceServer:
                 conn.close("shutdown_timeout", in_flight=conn.in_flight)
         # After the drain: a service (the usage publisher) may still record what the last requests did.
         await self.services.stop()
+        self._remove_signal_handlers()
         _log.info("shutdown_complete")
 
     def _close_listeners(self) -> None:
@@ -332,13 +376,3 @@ class SluiceServer:
 
 def _loop_ms() -> int:
     return int(asyncio.get_running_loop().time() * 1000)
-
-
-class _PendingServer:
-    """Stands in for a broker listener between binding its socket and asyncio serving it."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sockets = (sock,)
-
-    def close(self) -> None:
-        self.sockets[0].close()

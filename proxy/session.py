@@ -6,9 +6,15 @@ import asyncio
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
+# uvloop reads at most 256 KiB at a time.
+READ_BUFFER_BYTES = 256 * 1024
+
 if TYPE_CHECKING:
+    from sluice.config.identity_settings import SaslSettings
+
     from .filters.chain import FilterChain
     from .metrics import ProxyMetrics
+    from .request_memory import RequestMemory
     from .tls import UpstreamTlsTarget
 
 
@@ -65,7 +71,10 @@ class SessionSettings:
         "idle_timeout_s",
         "max_frame_bytes",
         "metrics",
+        "read_buffer",
         "registry",
+        "request_memory",
+        "sasl_required",
         "upstream_tls",
     )
 
@@ -78,6 +87,8 @@ class SessionSettings:
         idle_timeout_s: float,
         upstream_tls: UpstreamTlsTarget | None = None,
         client_principal: Callable[[object], str | None] | None = None,
+        request_memory: RequestMemory | None = None,
+        sasl_required: SaslSettings | None = None,
         admission: Callable[[object], int] | None = None,
     ) -> None:
         self.chain = chain
@@ -92,6 +103,16 @@ class SessionSettings:
         self.upstream_tls = upstream_tls
         # The user a client certificate proves (mTLS listeners only); SASL, when used, overrides it.
         self.client_principal = client_principal
+        # The client connections' shared read buffer (ClientSide.get_buffer).
+        self.read_buffer = bytearray(READ_BUFFER_BYTES)
+        if request_memory is None:
+            from .request_memory import RequestMemory
+
+            request_memory = RequestMemory(max(max_frame_bytes, 256 << 20))
+        # Bytes of requests still arriving, across connections (max_buffered_request_bytes).
+        self.request_memory = request_memory
+        # The SASL settings when the brokers require SASL (sasl.required), else None.
+        self.sasl_required = sasl_required
         # Asked with a new connection's peer address: 0 to serve it, else the ms to hold it unserved before
         # closing it (KIP-612's connection_creation_rate).
         self.admission = admission

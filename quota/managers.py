@@ -14,6 +14,11 @@ quota or when no quota of this key is configured at all (then nothing is recorde
 Do not keep a sensor across requests: always go through the manager, which swaps in a fresh sensor when
 the tags change or the old one expired. The manager's own lookup is a dict hit when warm.
 
+Each manager tracks at most ``max_entities`` sensors. A new entity beyond that shares an **overflow
+sensor** with every other overflowed entity that matches the same quota rule (tags
+``(<overflow>, <the rule>)``): memory stays bounded, and a flood of new client-ids shares one quota
+instead of escaping it (fail closed; entities already tracked keep their own sensors). Each overflow is
+counted and reported through ``on_overflow``; the entity gets its own sensor again once expiry makes room.
 In fleet mode (quota/fleet.py) a manager's ``fleet`` adds other instances' unreported usage to each check.
 
 Why this module is long: one manager per quota key, and the rules that combine their throttles.
@@ -21,7 +26,7 @@ Why this module is long: one manager per quota key, and the rules that combine t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final, Protocol
 
 from sluice.quota.entities import QuotaEntity, QuotaRules, QuotaTags, Resolution
@@ -33,9 +38,13 @@ from sluice.quota.mutations import (
     StrictControllerMutationQuota,
     is_strict,
 )
-from sluice.quota.quota_config import QuotaConfig, QuotaWindow
+from sluice.quota.quota_config import DEFAULT_MAX_ENTITIES, QuotaConfig, QuotaWindow
 from sluice.quota.sensor import INACTIVE_SENSOR_EXPIRATION_MS, QuotaSensor, new_quota_sensor
 from sluice.quota.throttle import DOUBLE_MAX, LONG_MAX, UNLIMITED, to_int32, token_bucket_throttle_time
+
+OVERFLOW_USER: Final = "<overflow>"
+# (quota key, the overflowed client's (user, client-id)): told once per entity sent to an overflow sensor.
+OverflowReport = Callable[[QuotaKey, str, "str | None"], None]
 
 
 class FleetHook(Protocol):
@@ -64,6 +73,10 @@ def pre_kip219_throttle_ms(*throttles_ms: int) -> int:
     return sum(t for t in throttles_ms if t > 0)
 
 
+def _overflow_tags(resolution: Resolution) -> QuotaTags:
+    return QuotaTags(OVERFLOW_USER, "unlimited" if resolution.rule is None else str(resolution.rule))
+
+
 class ClientQuotaManager:
     """Byte-rate quotas for one key (``producer_byte_rate`` or ``consumer_byte_rate``).
 
@@ -76,14 +89,17 @@ class ClientQuotaManager:
         "_legacy",
         "_lookup",
         "_lookup_limit",
+        "_max_entities",
         "_max_throttle_ms",
         "_num_samples",
+        "_on_overflow",
         "_rules",
         "_sensors",
         "_window",
         "_window_ms",
         "fleet",
         "key",
+        "overflows",
     )
 
     def __init__(
@@ -94,6 +110,8 @@ class ClientQuotaManager:
         *,
         legacy_windows: bool = False,
         lookup_limit: int = 100_000,
+        max_entities: int = DEFAULT_MAX_ENTITIES,
+        on_overflow: OverflowReport | None = None,
     ) -> None:
         self.key = parse_quota_key(key)
         self._window = QuotaWindow() if window is None else window
@@ -107,6 +125,9 @@ class ClientQuotaManager:
         self._lookup: dict[tuple[str, str | None], QuotaSensor] = {}
         self._lookup_limit = lookup_limit
         self._max_throttle_ms = LONG_MAX
+        self._max_entities = max_entities
+        self._on_overflow = on_overflow
+        self.overflows = 0  # entities sent to an overflow sensor, ever
         # Fleet mode (quota/fleet.py): other instances' unreported usage, counted in every check.
         self.fleet: FleetHook | None = None
 
@@ -150,6 +171,14 @@ class ClientQuotaManager:
     def resolve(self, user: str, client_id: str | None) -> Resolution:
         """The tags (who shares), bound and matching rule for this client."""
         return self._rules.resolve(user, client_id)
+
+    def tags_for(self, user: str, client_id: str | None) -> QuotaTags:
+        """The tags of the sensor this client is charged to: its own, or its rule's overflow sensor's once
+        max_entities is reached (what its metrics are labelled with, so they stay bounded too)."""
+        resolution = self._rules.resolve(user, client_id)
+        if resolution.tags in self._sensors or len(self._sensors) < self._max_entities:
+            return resolution.tags
+        return _overflow_tags(resolution)
 
     def quota(self, user: str, client_id: str | None) -> float:
         """The bound that applies to this client; ``Long.MAX_VALUE`` as a float when unlimited."""
@@ -214,6 +243,11 @@ class ClientQuotaManager:
         """Every live sensor and its tags (for metrics)."""
         return iter(list(self._sensors.items()))
 
+    @property
+    def tracked(self) -> int:
+        """How many sensors (entities) this manager holds now; at most max_entities + one per rule."""
+        return len(self._sensors)
+
     def expire_idle_sensors(self, now_ms: int) -> int:
         """Drop sensors idle for more than an hour (Kafka's ExpireSensorTask); returns how many went.
 
@@ -229,10 +263,17 @@ class ClientQuotaManager:
 
     def _sensor(self, user: str, client_id: str | None, now_ms: int) -> QuotaSensor:
         resolution = self._rules.resolve(user, client_id)
-        sensor = self._sensors.get(resolution.tags)
+        tags = resolution.tags
+        sensor = self._sensors.get(tags)
+        if sensor is None and len(self._sensors) >= self._max_entities:
+            tags = _overflow_tags(resolution)
+            sensor = self._sensors.get(tags)
+            self.overflows += 1
+            if self._on_overflow is not None:
+                self._on_overflow(self.key, user, client_id)
         if sensor is None:
             sensor = self._new_sensor(resolution.bound, now_ms)
-            self._sensors[resolution.tags] = sensor
+            self._sensors[tags] = sensor
         elif sensor.is_expired(now_ms):
             # Kafka drops an expired sensor and makes a new, empty one on next use.
             sensor.reset(now_ms)
@@ -259,6 +300,8 @@ class RequestQuotaManager(ClientQuotaManager):
         *,
         legacy_windows: bool = False,
         lookup_limit: int = 100_000,
+        max_entities: int = DEFAULT_MAX_ENTITIES,
+        on_overflow: OverflowReport | None = None,
     ) -> None:
         super().__init__(
             QuotaKey.REQUEST_PERCENTAGE,
@@ -266,6 +309,8 @@ class RequestQuotaManager(ClientQuotaManager):
             sensor_kind,
             legacy_windows=legacy_windows,
             lookup_limit=lookup_limit,
+            max_entities=max_entities,
+            on_overflow=on_overflow,
         )
         # ClientRequestQuotaManager.maxThrottleTimeMs: quota.window.size.seconds in ms.
         self._max_throttle_ms = self._window_ms
@@ -294,9 +339,21 @@ class ControllerMutationQuotaManager(ClientQuotaManager):
 
     __slots__ = ()
 
-    def __init__(self, window: QuotaWindow | None = None, *, lookup_limit: int = 100_000) -> None:
+    def __init__(
+        self,
+        window: QuotaWindow | None = None,
+        *,
+        lookup_limit: int = 100_000,
+        max_entities: int = DEFAULT_MAX_ENTITIES,
+        on_overflow: OverflowReport | None = None,
+    ) -> None:
         super().__init__(
-            QuotaKey.CONTROLLER_MUTATION_RATE, window, SensorKind.TOKEN_BUCKET, lookup_limit=lookup_limit
+            QuotaKey.CONTROLLER_MUTATION_RATE,
+            window,
+            SensorKind.TOKEN_BUCKET,
+            lookup_limit=lookup_limit,
+            max_entities=max_entities,
+            on_overflow=on_overflow,
         )
 
     def new_quota(
@@ -337,26 +394,32 @@ class QuotaManagers:
 
     __slots__ = ("config", "controller_mutation", "fetch", "produce", "request")
 
-    def __init__(self, config: QuotaConfig | None = None) -> None:
+    def __init__(self, config: QuotaConfig | None = None, on_overflow: OverflowReport | None = None) -> None:
         self.config = QuotaConfig() if config is None else config
         cfg = self.config
         legacy = cfg.legacy_windows
+        caps = {"max_entities": cfg.max_entities, "on_overflow": on_overflow}
         self.produce = ClientQuotaManager(
             QuotaKey.PRODUCER_BYTE_RATE,
             cfg.client_window,
             cfg.sensor_kind(QuotaKey.PRODUCER_BYTE_RATE),
             legacy_windows=legacy,
+            **caps,  # type: ignore[arg-type]
         )
         self.fetch = ClientQuotaManager(
             QuotaKey.CONSUMER_BYTE_RATE,
             cfg.client_window,
             cfg.sensor_kind(QuotaKey.CONSUMER_BYTE_RATE),
             legacy_windows=legacy,
+            **caps,  # type: ignore[arg-type]
         )
         self.request = RequestQuotaManager(
-            cfg.client_window, cfg.sensor_kind(QuotaKey.REQUEST_PERCENTAGE), legacy_windows=legacy
+            cfg.client_window,
+            cfg.sensor_kind(QuotaKey.REQUEST_PERCENTAGE),
+            legacy_windows=legacy,
+            **caps,  # type: ignore[arg-type]
         )
-        self.controller_mutation = ControllerMutationQuotaManager(cfg.controller_window)
+        self.controller_mutation = ControllerMutationQuotaManager(cfg.controller_window, **caps)  # type: ignore[arg-type]
 
     def manager(self, key: QuotaKey) -> ClientQuotaManager:
         key = parse_quota_key(key)
@@ -367,6 +430,11 @@ class QuotaManagers:
         if key is QuotaKey.REQUEST_PERCENTAGE:
             return self.request
         return self.controller_mutation
+
+    def report_overflows_to(self, on_overflow: OverflowReport | None) -> None:
+        """Tell `on_overflow` of every entity sent to an overflow sensor, whichever manager it was."""
+        for manager in (self.produce, self.fetch, self.request, self.controller_mutation):
+            manager._on_overflow = on_overflow
 
     def set_quota(self, entity: QuotaEntity, key: QuotaKey, value: float | None) -> None:
         self.manager(key).update_quota(entity, value)

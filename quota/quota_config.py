@@ -9,6 +9,8 @@ from types import MappingProxyType
 from sluice.quota.errors import QuotaConfigError, require_positive_int
 from sluice.quota.keys import QuotaKey, SensorKind, parse_quota_key, parse_sensor_kind
 
+DEFAULT_MAX_ENTITIES = 10_000
+
 
 @dataclass(frozen=True, slots=True)
 class QuotaWindow:
@@ -47,17 +49,22 @@ class QuotaConfig:
     * ``legacy_windows``: measure sampled windows as Kafka <= 3.7 did (default: >= 3.8 behaviour).
     * ``sensor_kinds``: ``window`` or ``token_bucket`` per quota key; keys left out keep Kafka's choice.
       ``controller_mutation_rate`` is always a token bucket, as in Kafka.
+    * ``max_entities``: how many sensors (entities, by their metric tags) each quota key tracks. Kafka has
+      no such cap; without one, 100,000 distinct client-ids cost 100,000 sensors for an hour. Entities
+      beyond it share one overflow sensor per matching quota rule (see ``managers``).
     """
 
     client_window: QuotaWindow = QuotaWindow()
     controller_window: QuotaWindow = QuotaWindow()
     legacy_windows: bool = False
     sensor_kinds: Mapping[QuotaKey, SensorKind] = field(default_factory=_default_sensor_kinds)
+    max_entities: int = DEFAULT_MAX_ENTITIES
 
     def __post_init__(self) -> None:
         for name in ("client_window", "controller_window"):
             if not isinstance(getattr(self, name), QuotaWindow):
                 raise QuotaConfigError(name, getattr(self, name), "a QuotaWindow")
+        require_positive_int("max_entities", self.max_entities)
         if not isinstance(self.legacy_windows, bool):
             raise QuotaConfigError("legacy_windows", self.legacy_windows, "true or false")
         kinds = dict(_default_sensor_kinds())

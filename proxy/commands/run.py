@@ -8,11 +8,14 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from sluice.config.address_checks import check_addresses
 from sluice.config.errors import ConfigError
 from sluice.config.load import load_config
 from sluice.config.model import DEFAULT_IDLE_TIMEOUT_S, ProxyConfig
 
+from ..listeners import raise_open_file_limit
 from ..log import configure_logging, get_logger
+from ..process_memory import return_large_buffers_to_os
 from ..services import ServiceStartError
 from ..workers import check_workers, run_workers
 
@@ -28,8 +31,13 @@ shutdown_timeout_s 30, log.level info, log.format json (JSON lines on stderr).
 
 With --workers N, N processes serve the same ports (docs/fleet.md).
 
+Signals: SIGTERM or SIGINT drain and stop; SIGHUP reloads the configuration; SIGQUIT logs a status line;
+SIGUSR1, SIGUSR2 and the rest are logged and ignored. Only SIGKILL stops Sluice without a drain.
+
 Exit codes: 0 after SIGTERM or SIGINT (in-flight requests answered first), 2 when the configuration is
-refused (the message names the key, the value and what was expected)."""
+refused (the message names the key, the value and what was expected; also a listen host that does not
+resolve, an upstream that is Sluice's own listener, or a broker port found at start-up to be impossible),
+1 when a listener cannot open at start-up (the address is named)."""
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -124,8 +132,7 @@ async def _serve(
     # SIGHUP (`sluice reload`) re-reads the same file with the same flags on top.
     server.enable_reload(path, overrides or {})
     await server.start()
-    await server.run_until_stopped()
-    return 0
+    return await server.run_until_stopped()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,10 +145,14 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, overrides)
         check_workers(config, workers)
+        check_addresses(config)  # listen hosts resolve; no upstream is Sluice itself
     except ConfigError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     configure_logging(config.log.level, config.log.format)
+    get_logger().info(
+        "process_limits", open_files=raise_open_file_limit(), mmap_large_buffers=return_large_buffers_to_os()
+    )
     if workers > 1:
         return run_workers(
             config, workers, lambda worker: _serve_one(worker, args.config, overrides, reuse_port=True)

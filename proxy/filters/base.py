@@ -147,6 +147,11 @@ class ConnectionInfo(Protocol):
         (call from on_response)."""
         ...
 
+    def sasl_authenticated(self) -> None:
+        """The broker accepted the client's SASL exchange (whether or not its principal could be read):
+        the limits on unauthenticated frames (sasl.required) end."""
+        ...
+
 
 # ---- filters and their factories -----------------------------------------------------------------
 

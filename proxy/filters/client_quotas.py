@@ -5,8 +5,10 @@ What is charged (spec 2.7, 3):
 * Fetch: the response body's size + 4 to `consumer_byte_rate`; the request's `max_bytes` is first capped to
   what the quota window can hold (KAFKA-9677);
 * every API: the proxy's own CPU time on the connection to `request_percentage` (a deliberate difference
-  from a broker, which charges its handler threads; see docs/quotas.md). SaslHandshake and
-  SaslAuthenticate are not charged: a broker's authenticator handles them outside the request quota.
+  from a broker, which charges its handler threads; see docs/quotas.md). SaslHandshake, SaslAuthenticate
+  and ApiVersions are not charged and create no sensor: a broker's authenticator answers them outside the
+  request quota on SASL listeners (spec 3), and charging the one request any client sends before it logs
+  in let 100,000 client-ids make 100,000 sensors (issue 14). Their CPU time is dropped, not carried over.
 
 When: a broker reads one request per connection at a time and mutes before reading the next, so a Produce
 is charged before the next one is read. A pipelining proxy gets the same effect by charging a Produce as
@@ -20,6 +22,14 @@ How the client is held (`quota.throttle_mode`):
   or passed with the field set (`pass`).
 * `delay`: the response is held for the throttle (bandwidth and request throttles summed, spec 2.9).
 * `auto`: `kip219` for request versions whose clients back off, `delay` for older ones.
+
+Who is held (`quota.mute_scope`): `entity` (default) shuts the throttled entity's gate
+(`entity_gate.py`), so a Produce of the same entity on any connection waits for it and is charged only
+when let in: one quota however many connections. `connection` mutes only the connection, as Kafka does.
+
+Why this module is long: the three client quotas (bytes in, bytes out, CPU time) meet in one response
+path, with Kafka's two ways to hold a client and its empty answer to a throttled Fetch; the entity gate's
+own logic is in entity_gate.py.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ import struct
 from collections.abc import Mapping
 from typing import ClassVar
 
-from sluice.config.quota_settings import FetchThrottle, ThrottleMode
+from sluice.config.quota_settings import FetchThrottle, MuteScope, ThrottleMode
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import api_spec
 from sluice.protocol.errors import ProtocolError
@@ -39,6 +49,7 @@ from sluice.protocol.fetch import (
     fetch_request_limits,
     fetch_response_session,
 )
+from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, response_header_size
 from sluice.protocol.throttle_field import (
     THROTTLE_PATCHABLE_MAX_VERSIONS,
@@ -47,12 +58,13 @@ from sluice.protocol.throttle_field import (
 )
 from sluice.quota import ClientQuotaManager, QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
-from .base import ConnectionInfo, Filter, FilterFactory, Forward, Frame, InFlight, Respond
+from .base import ConnectionInfo, Defer, Filter, FilterFactory, Forward, Frame, InFlight, Respond
+from .entity_gate import EntityGates
 from .frames import with_body
 from .quota_metrics import ThrottleStats
 
 _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
-_AUTHENTICATION_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_UNCHARGED_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.API_VERSIONS})
 _INT32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
 _TOUCHED_LIMIT = 64
@@ -75,6 +87,7 @@ class ClientQuotas(Filter):
         "_fetch",
         "_fetch_rules",
         "_fetch_throttle",
+        "_gates",
         "_mode",
         "_produce",
         "_produce_rules",
@@ -82,6 +95,7 @@ class ClientQuotas(Filter):
         "_request_rules",
         "_stats",
         "_touched",
+        "_turn",
     )
 
     def __init__(self, conn: ConnectionInfo, shared: ClientQuotasFactory) -> None:
@@ -105,12 +119,15 @@ class ClientQuotas(Filter):
         self._mode = shared.mode
         self._fetch_throttle = shared.fetch_throttle
         self._stats = shared.stats
+        self._gates = shared.gates  # gives None for Kafka's per-connection mute only
+        # This connection's place in its entity's queue, while its Produce waits for the gate.
+        self._turn: object = None
         # (quota type, user, client-id) -> the rules version its throttle series were made for.
         self._touched: dict[tuple[str, str, str | None], int] = {}
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Defer:
         if header.api_key == _PRODUCE:
             if self._produce_rules.enabled_bits:
                 return self._charge_produce(header, frame)
@@ -128,18 +145,34 @@ class ClientQuotas(Filter):
             if len(touched) >= _TOUCHED_LIMIT:
                 touched.clear()  # a connection that changes client-id per request: bounded, re-touched
             touched[key] = version
-            self._stats.touch(kind, manager.resolve(user, client_id).tags)
+            self._stats.touch(kind, manager.tags_for(user, client_id))
 
-    def _charge_produce(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+    def _charge_produce(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Defer:
         conn = self.conn
         user, client_id = conn.user, header.client_id
         now = conn.now_ms()
         self._touch("Produce", self._produce, user, client_id)
+        gates = self._gates()
+        if gates is not None:
+            gate_key = (_PRODUCE, self._produce.tags_for(user, client_id))
+            if self._turn is not None:
+                self._turn = None  # the gate let this request in: charge it now
+            elif type(frame) is FrameHead:
+                # A large Produce already on its way as it arrives cannot wait: it is charged now, and the
+                # throttle it earns (on the entity's shared sensor) shuts the gate that much longer.
+                pass
+            else:
+                turn = gates.wait(gate_key, now)
+                if turn is not None:
+                    self._turn = turn
+                    return Defer(turn)  # the entity is throttled: wait, uncharged, on every connection
         throttle = self._produce.record_and_get_throttle_ms(user, client_id, len(frame) - 4, now)
+        if gates is not None:
+            gates.admitted(gate_key, throttle, now)
         if throttle <= 0:
             return frame
         self._stats.record_quota(
-            "Produce", self._produce.resolve(user, client_id).tags, throttle, now, (user, client_id)
+            "Produce", self._produce.tags_for(user, client_id), throttle, now, (user, client_id)
         )
         # This request is forwarded; the ones behind it wait. acks=0 has no response: the mute is all.
         return Forward(frame, throttle)
@@ -182,8 +215,8 @@ class ClientQuotas(Filter):
         conn = self.conn
         header = request.header
         key, user, client_id = header.api_key, conn.user, header.client_id
-        if key in _AUTHENTICATION_KEYS:
-            conn.take_cpu_ns()  # spent authenticating: dropped, not charged to the request after it
+        if key in _UNCHARGED_KEYS:
+            conn.take_cpu_ns()  # dropped, not charged to the request after it
             return frame
         charges_request = self._request_rules.enabled_bits != 0
         charges_fetch = key == _FETCH and self._fetch_rules.enabled_bits != 0
@@ -202,7 +235,7 @@ class ClientQuotas(Filter):
             if request_throttle > 0:
                 self._stats.record_quota(
                     "Request",
-                    self._request.resolve(user, client_id).tags,
+                    self._request.tags_for(user, client_id),
                     request_throttle,
                     now,
                     (user, client_id),
@@ -217,7 +250,7 @@ class ClientQuotas(Filter):
             fetch_throttle = self._fetch.record_and_get_throttle_ms(user, client_id, fetch_size, now)
             if fetch_throttle > 0:
                 self._stats.record_quota(
-                    "Fetch", self._fetch.resolve(user, client_id).tags, fetch_throttle, now, (user, client_id)
+                    "Fetch", self._fetch.tags_for(user, client_id), fetch_throttle, now, (user, client_id)
                 )
 
         # A Produce was charged as it was forwarded: its response carries that throttle (as a broker's
@@ -311,13 +344,25 @@ class ClientQuotasFactory(FilterFactory):
         mode: ThrottleMode = ThrottleMode.KIP219,
         fetch_throttle: FetchThrottle = FetchThrottle.EMPTY,
         stats: ThrottleStats | None = None,
+        *,
+        mute_scope: MuteScope = MuteScope.ENTITY,
     ) -> None:
         self.managers = managers
         self.mode = mode
         self.fetch_throttle = fetch_throttle
         self.stats = stats if stats is not None else ThrottleStats()
+        self.mute_scope = mute_scope
+        self._gates: EntityGates | None = None
         # The managers' live rules: a quota added or removed at run time counts from the next request.
         self._request_rules = managers.request.rules
+
+    def gates(self) -> EntityGates | None:
+        """The entity gates every connection shares (made on the event loop, at the first connection)."""
+        if self.mute_scope is MuteScope.CONNECTION:
+            return None
+        if self._gates is None:
+            self._gates = EntityGates()
+        return self._gates
 
     def needs_cpu_time(self) -> bool:
         return self._request_rules.enabled_bits != 0  # a request_percentage quota is configured

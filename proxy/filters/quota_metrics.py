@@ -3,6 +3,7 @@ with `user` and `client_id` labels, read from the quota engine's sensors when Pr
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +18,9 @@ from ..throttle_episodes import ThrottleEpisodes
 from .usage_recorder import UsageRecording
 
 _MAX_ENTITIES = 10_000
+# Sensors measured between two returns to the event loop during a scrape (~0.5 ms of work).
+SCRAPE_CHUNK = 256
+_KINDS = ("Produce", "Fetch", "Request", "ControllerMutation")
 _log = get_logger("sluice.throttle")
 
 
@@ -126,6 +130,20 @@ class QuotaCollector(Collector):
         self._mutation_rates = mutation_rates
 
     def collect(self) -> Iterator[Any]:
+        families: list[Any] = []
+        for _ in self._collect_into(families):
+            pass
+        return iter(families)
+
+    async def collect_async(self) -> list[Any]:
+        """The same families, handing the loop back every SCRAPE_CHUNK sensors so clients are served."""
+        families: list[Any] = []
+        for _ in self._collect_into(families):
+            await asyncio.sleep(0)
+        return families
+
+    def _collect_into(self, out: list[Any]) -> Iterator[None]:
+        """Append the families to `out`; yields between chunks of sensors (the caller may pause there)."""
         now = self._now_ms()
         labels = ["type", "user", "client_id"]
         rate = GaugeMetricFamily(
@@ -138,13 +156,28 @@ class QuotaCollector(Collector):
             "sluice_quota_tokens", "Tokens left in a token-bucket quota sensor", labels=labels
         )
         bound = GaugeMetricFamily("sluice_quota_bound", "The quota a sensor enforces", labels=labels)
-        for kind, manager in (
-            ("Produce", self._managers.produce),
-            ("Fetch", self._managers.fetch),
-            ("Request", self._managers.request),
-            ("ControllerMutation", self._managers.controller_mutation),
-        ):
+        managers = self._managers
+        by_kind = zip(
+            _KINDS,
+            (managers.produce, managers.fetch, managers.request, managers.controller_mutation),
+            strict=True,
+        )
+        entities = GaugeMetricFamily(
+            "sluice_quota_entities", "Quota sensors tracked now, by quota type", labels=["type"]
+        )
+        overflows = CounterMetricFamily(
+            "sluice_quota_entities_overflow",
+            "New entities that found quota.max_entities reached and shared an overflow sensor",
+            labels=["type"],
+        )
+        done = 0
+        for kind, manager in by_kind:
+            entities.add_metric([kind], manager.tracked)
+            overflows.add_metric([kind], manager.overflows)
             for tags, sensor in manager.sensors():
+                done += 1
+                if done % SCRAPE_CHUNK == 0:
+                    yield
                 values = _labels(kind, tags.user, tags.client_id)
                 bound.add_metric(values, sensor.bound)
                 if not isinstance(sensor, WindowQuotaSensor):
@@ -161,7 +194,7 @@ class QuotaCollector(Collector):
         if self._mutation_rates is not None:
             for tags, sampled in list(self._mutation_rates.by_tags.items()):
                 mutation_rate.add_metric([tags.user, tags.client_id or ""], sampled.measure(now))
-        yield from (rate, request_time, tokens, bound, mutation_rate)
+        out += (entities, overflows, rate, request_time, tokens, bound, mutation_rate)
         count = CounterMetricFamily("sluice_throttles", "Throttles computed, by quota type", labels=labels)
         total = CounterMetricFamily(
             "sluice_throttle_time_ms", "Sum of throttles computed (Kafka throttle-time)", labels=labels
@@ -172,7 +205,7 @@ class QuotaCollector(Collector):
             count.add_metric(values, n)
             total.add_metric(values, ms)
             largest.add_metric(values, most)
-        yield from (count, total, largest)
+        out += (count, total, largest)
         told = CounterMetricFamily(
             "sluice_throttled_responses", "Responses whose throttle_time_ms Sluice set", labels=["api"]
         )
@@ -182,4 +215,4 @@ class QuotaCollector(Collector):
         for api_key, (n, ms, _most) in list(self._stats.by_response.items()):
             told.add_metric([api_name(api_key)], n)
             told_ms.add_metric([api_name(api_key)], ms)
-        yield from (told, told_ms)
+        out += (told, told_ms)

@@ -126,6 +126,7 @@ class SaslInspector(Filter):
             # The connection keeps the user it had (ANONYMOUS before any success); the broker closes it.
             _log.info("sasl_failed", peer=conn.peer, mechanism=exchange.mechanism, error_code=error_code)
             return
+        conn.sasl_authenticated()  # the broker said yes: the limits on unauthenticated frames end
         if exchange.principal is None:
             _log.warning(
                 "sasl_principal_unknown",

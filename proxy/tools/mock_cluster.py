@@ -35,7 +35,9 @@ What the mock is, and is not (librdkafka 2.16.0; checked by tests/proxy/test_moc
 * Brokers bind 127.0.0.1 only: librdkafka hard-codes ``INADDR_LOOPBACK`` with a kernel-chosen port and has
   no bind option (``--port-base`` adds relays on fixed ports in front of them). Broker ids are 1..N. A
   broker that is down keeps its port bound but not listening, so clients see "connection refused" (through
-  a relay: accepted, then closed), and it comes back on the same port. Each listener's backlog is 5.
+  a relay: accepted, then closed), and it comes back on the same port. librdkafka listens with a backlog
+  of 5; this tool raises it to 4096 (`_widen_backlogs`), so a test of thousands of connections arriving
+  together measures the proxy's accept queue, not the test broker's.
 * ApiVersions (v0..v2 response) advertises, as min..max: Produce 0..10, Fetch 0..16, ListOffsets 0..7,
   Metadata 0..13, OffsetCommit 0..9, OffsetFetch 0..6, FindCoordinator 0..3, JoinGroup 0..6,
   Heartbeat 0..5, LeaveGroup 0..4, SyncGroup 0..4, ApiVersions 0..2, InitProducerId 0..4,
@@ -70,6 +72,7 @@ and the command line that starts them follow librdkafka's header together (the f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import glob
 import importlib.util
@@ -77,6 +80,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -205,6 +209,7 @@ class LibrdkafkaMockCluster:
             self._rd.lib.rd_kafka_destroy(self._rk)
             raise MockClusterError("librdkafka created no mock cluster for test.mock.num.brokers")
         self.bootstrap = self._rd.lib.rd_kafka_mock_cluster_bootstraps(self._cluster).decode()
+        _widen_backlogs({port for _host, port in self.addresses})
 
     def _new_handle(self, brokers: int) -> int:
         lib = self._rd.lib
@@ -246,6 +251,7 @@ class LibrdkafkaMockCluster:
 
     def broker_up(self, broker_id: int) -> None:
         self._check(self._rd.lib.rd_kafka_mock_broker_set_up(self._cluster, broker_id), "up")
+        _widen_backlogs({port for _host, port in self.addresses})  # librdkafka listened with 5 again
 
     def set_rtt(self, broker_id: int, rtt_ms: int) -> None:
         self._check(self._rd.lib.rd_kafka_mock_broker_set_rtt(self._cluster, broker_id, rtt_ms), "rtt")
@@ -272,6 +278,29 @@ class LibrdkafkaMockCluster:
     def _check(self, code: int, what: str) -> None:
         if code != 0:
             raise MockClusterError(f"{what}: {self._rd.error_text(code)}")
+
+
+_WIDE_BACKLOG = 4096
+
+
+def _widen_backlogs(ports: set[int]) -> None:
+    """listen() again, with a larger backlog, on this process's listening sockets bound to `ports`.
+
+    Calling listen() on a listening socket only changes its backlog. The sockets are librdkafka's; each
+    is reached through a duplicate of its descriptor (found in /proc/self/fd, so Linux only).
+    """
+    fd_dir = Path("/proc/self/fd")
+    if not fd_dir.is_dir():
+        return
+    for entry in fd_dir.iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            fd = int(entry.name)
+            if not os.readlink(entry).startswith("socket:"):
+                continue
+            dup = socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM)
+            with dup:
+                if dup.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) and dup.getsockname()[1] in ports:
+                    dup.listen(_WIDE_BACKLOG)
 
 
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:

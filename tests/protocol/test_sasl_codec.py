@@ -250,7 +250,7 @@ def test_encoding_an_unsupported_version_is_a_protocol_error(encode: Maker) -> N
     [
         (decode_handshake_request, 0, b"\xff\xff", "null mechanism"),
         (decode_handshake_response, 0, b"\x00\x00\xff\xff\xff\xff", "null mechanisms"),
-        (decode_handshake_response, 0, b"\x00\x00\x00\x00\x00\x01\xff\xff", "null mechanism name"),
+        (decode_handshake_response, 0, b"\x00\x00\x00\x00\x00\x01\xff\xff", "null entry in mechanisms"),
         (decode_authenticate_request, 0, b"\xff\xff\xff\xff", "null auth_bytes"),
         (decode_authenticate_request, 2, b"\x00\x00", "null auth_bytes"),
         (decode_authenticate_response, 0, b"\x00\x00\xff\xff\xff\xff\xff\xff", "null auth_bytes"),

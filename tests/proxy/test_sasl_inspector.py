@@ -30,9 +30,13 @@ class RecordingConnection:
         self.peer = "127.0.0.1:1"
         self.user = ANONYMOUS
         self.raw: RawExchange | None = None
+        self.authenticated = 0
 
     def begin_raw_exchange(self, exchange: RawExchange) -> None:
         self.raw = exchange
+
+    def sasl_authenticated(self) -> None:
+        self.authenticated += 1
 
 
 class Session:

@@ -1,0 +1,102 @@
+"""Many raw connections of one client-id producing through the proxy: each sends one Produce (acks=1) and
+the next as soon as the answer is back (as a producer with one request in flight does). For measuring
+what a quota admits however many connections share it. Requests are built by `protocol/`."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+
+from sluice.protocol.client_requests import encode_produce_request
+from sluice.protocol.headers import encode_request
+from sluice.protocol.record_batches import Record, encode_record_batch
+
+PRODUCE = 0
+PRODUCE_VERSION = 3
+
+
+@dataclass
+class _Conn:
+    sock: socket.socket
+    partition: int
+    buffer: bytearray = field(default_factory=bytearray)
+    correlation_id: int = 0
+
+
+class ProduceFlood:
+    def __init__(
+        self,
+        port: int,
+        connections: int,
+        topic: str,
+        partitions: int,
+        client_id: str,
+        record_bytes: int = 2000,
+    ) -> None:
+        self.port = port
+        self.topic = topic
+        self.client_id = client_id
+        self.acks: list[tuple[float, int]] = []  # (monotonic time, bytes charged: frame - 4)
+        self.errors: list[int] = []
+        # One body per partition, built once: encoding a batch (its CRC) per request would make the
+        # first round of 2,000 requests take seconds to send.
+        batch = encode_record_batch([Record(b"k", b"v" * record_bytes)], now_ms=int(time.time() * 1000))
+        self._bodies = [
+            encode_produce_request(PRODUCE_VERSION, topic, p, batch, acks=1, timeout_ms=30_000)
+            for p in range(partitions)
+        ]
+        self.started = 0.0  # when every connection has sent its first request
+        self._conns = [
+            _Conn(socket.create_connection(("127.0.0.1", port)), i % partitions) for i in range(connections)
+        ]
+        for conn in self._conns:
+            conn.sock.setblocking(False)
+
+    def _frame(self, conn: _Conn) -> bytes:
+        conn.correlation_id += 1
+        body = self._bodies[conn.partition]
+        return encode_request(PRODUCE, PRODUCE_VERSION, conn.correlation_id, self.client_id, body)
+
+    def run(self, seconds: float) -> None:
+        selector = selectors.DefaultSelector()
+        sizes: dict[int, int] = {}
+        for conn in self._conns:
+            frame = self._frame(conn)
+            sizes[id(conn)] = len(frame) - 4
+            conn.sock.sendall(frame)
+            selector.register(conn.sock, selectors.EVENT_READ, conn)
+        self.started = time.monotonic()
+        deadline = self.started + seconds
+        try:
+            while time.monotonic() < deadline:
+                for key, _ in selector.select(0.1):
+                    conn = key.data
+                    data = conn.sock.recv(65536)
+                    if not data:
+                        raise ConnectionError("the proxy closed a producing connection")
+                    conn.buffer += data
+                    if len(conn.buffer) < 4:
+                        continue
+                    length = struct.unpack_from(">i", conn.buffer)[0]
+                    if len(conn.buffer) < 4 + length:
+                        continue
+                    del conn.buffer[: 4 + length]
+                    self.acks.append((time.monotonic(), sizes[id(conn)]))
+                    conn.sock.setblocking(True)
+                    frame = self._frame(conn)
+                    conn.sock.sendall(frame)
+                    conn.sock.setblocking(False)
+        finally:
+            selector.close()
+
+    def rate(self, start: float, end: float) -> float:
+        """Bytes/s acknowledged between `start` and `end` (monotonic times)."""
+        total = sum(size for at, size in self.acks if start <= at < end)
+        return total / (end - start)
+
+    def close(self) -> None:
+        for conn in self._conns:
+            conn.sock.close()

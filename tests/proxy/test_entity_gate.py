@@ -1,0 +1,87 @@
+"""EntityGates on a manual clock: a throttled entity's gate lets waiting requests in one at a time, in
+arrival order, each after the throttle the one before it earned; forgotten once open and unused."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sluice.proxy.filters.entity_gate import EntityGates
+
+
+class ManualTimers:
+    """A loop stand-in: real futures, timers fired by hand."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.now_ms = 0
+        self.timers: list[tuple[float, object, tuple]] = []
+
+    def create_future(self) -> asyncio.Future:
+        return self._loop.create_future()
+
+    def call_later(self, delay_s: float, callback, *args):  # type: ignore[no-untyped-def]
+        entry = [self.now_ms + delay_s * 1000, callback, args, False]
+
+        class Handle:
+            def cancel(self) -> None:
+                entry[3] = True
+
+        self.timers.append(entry)  # type: ignore[arg-type]
+        return Handle()
+
+    def time(self) -> float:
+        return self.now_ms / 1000
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+        due = [t for t in self.timers if t[0] <= self.now_ms and not t[3]]
+        self.timers = [t for t in self.timers if t not in due]
+        for _at, callback, args, _cancelled in sorted(due, key=lambda t: t[0]):
+            callback(*args)
+
+
+async def test_waiters_are_let_in_one_at_a_time_in_order() -> None:
+    timers = ManualTimers(asyncio.get_running_loop())
+    gates = EntityGates(timers, lambda: timers.now_ms)  # type: ignore[arg-type]
+    key = ("produce", "many")
+    assert gates.wait(key, 0) is None  # no throttle yet: go on
+    gates.admitted(key, 100, 0)  # that request earned 100 ms
+    timers.advance(10)
+    first, second = gates.wait(key, 10), gates.wait(key, 10)
+    assert first is not None and second is not None
+    timers.advance(89)
+    assert not first.done()
+    timers.advance(1)
+    assert first.done() and not second.done()  # one at a time
+    gates.admitted(key, 50, 100)  # the first, charged, earned 50 ms more
+    timers.advance(49)
+    assert not second.done()
+    timers.advance(1)
+    assert second.done()
+    gates.admitted(key, 0, 150)  # under quota now, nobody waits: the gate is forgotten
+    assert len(gates) == 0
+    assert gates.wait(key, 150) is None
+
+
+async def test_a_cancelled_waiter_is_skipped() -> None:
+    timers = ManualTimers(asyncio.get_running_loop())
+    gates = EntityGates(timers, lambda: timers.now_ms)  # type: ignore[arg-type]
+    key = ("produce", "c")
+    gates.admitted(key, 100, 0)
+    gone, stays = gates.wait(key, 0), gates.wait(key, 0)
+    assert gone is not None and stays is not None
+    gone.cancel()  # its connection closed
+    timers.advance(100)
+    assert stays.done()
+
+
+async def test_a_woken_waiter_that_never_comes_back_does_not_stall_the_rest() -> None:
+    timers = ManualTimers(asyncio.get_running_loop())
+    gates = EntityGates(timers, lambda: timers.now_ms)  # type: ignore[arg-type]
+    key = ("produce", "c")
+    gates.admitted(key, 10, 0)
+    woken, behind = gates.wait(key, 0), gates.wait(key, 0)
+    timers.advance(10)
+    assert woken is not None and woken.done() and behind is not None and not behind.done()
+    timers.advance(1000)  # `admitted` never came for the woken one (its connection closed meanwhile)
+    assert behind.done()
