@@ -39,6 +39,8 @@ def effective_config(config: ProxyConfig, reveal: bool = False) -> dict[str, Any
         "broker_ports": dict(config.broker_ports),
         "upstream": {"bootstrap": [str(server) for server in config.upstream_bootstrap]},
         "max_frame_bytes": config.max_frame_bytes,
+        "listen_backlog": config.listen_backlog,
+        "max_buffered_request_bytes": config.max_buffered_request_bytes,
         "idle_timeout_s": config.idle_timeout_s,
         "shutdown_timeout_s": config.shutdown_timeout_s,
         "metrics": {"listen": None if config.metrics_listen is None else str(config.metrics_listen)},
@@ -104,6 +106,8 @@ def _quota(quota: QuotaSettings) -> dict[str, Any]:
         "sensor": {key.value: engine.sensor_kind(key).value for key in QuotaKey},
         "throttle_mode": quota.throttle_mode.value,
         "fetch_throttle": quota.fetch_throttle.value,
+        "mute_scope": quota.mute_scope.value,
+        "max_entities": engine.max_entities,
         "mutations": {
             "validate_only": quota.mutations.validate_only.value,
             "num_partitions": quota.mutations.num_partitions,
@@ -165,7 +169,12 @@ def _usage(usage: UsageSettings) -> dict[str, Any]:
 
 
 def _sasl(sasl: SaslSettings) -> dict[str, Any]:
-    return {"oauthbearer": {"principal_claim": sasl.oauthbearer_principal_claim}}
+    return {
+        "oauthbearer": {"principal_claim": sasl.oauthbearer_principal_claim},
+        "required": sasl.required,
+        "max_receive_bytes": sasl.max_receive_bytes,
+        "unauthenticated_frame_timeout_s": sasl.unauthenticated_frame_timeout_s,
+    }
 
 
 def _client(client: ClientSettings, reveal: bool) -> dict[str, Any]:
