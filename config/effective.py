@@ -38,7 +38,9 @@ def effective_config(config: ProxyConfig, reveal: bool = False) -> dict[str, Any
         "broker_port_base": config.broker_port_base,
         "broker_ports": dict(config.broker_ports),
         "upstream": {"bootstrap": [str(server) for server in config.upstream_bootstrap]},
+        "listen_backlog": config.listen_backlog,
         "max_frame_bytes": config.max_frame_bytes,
+        "max_buffered_request_bytes": config.max_buffered_request_bytes,
         "idle_timeout_s": config.idle_timeout_s,
         "shutdown_timeout_s": config.shutdown_timeout_s,
         "metrics": {"listen": None if config.metrics_listen is None else str(config.metrics_listen)},
@@ -104,6 +106,8 @@ def _quota(quota: QuotaSettings) -> dict[str, Any]:
         "sensor": {key.value: engine.sensor_kind(key).value for key in QuotaKey},
         "throttle_mode": quota.throttle_mode.value,
         "fetch_throttle": quota.fetch_throttle.value,
+        "mute_scope": quota.mute_scope.value,
+        "max_entities": engine.max_entities,
         "mutations": {
             "validate_only": quota.mutations.validate_only.value,
             "num_partitions": quota.mutations.num_partitions,
