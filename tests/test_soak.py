@@ -209,6 +209,7 @@ def test_soak() -> None:
         "sensor": "token_bucket",
         "window": {"samples": 5, "size_seconds": 1},
         "max_entities": MAX_ENTITIES,
+        "mute_scope": "entity",  # one quota however many connections
         "entities": [
             {"client_id": "flooded", "producer_byte_rate": QUOTA},
             # Never binding (100 threads' worth), but every client-id that sends a charged request

@@ -23,7 +23,7 @@ How the client is held (`quota.throttle_mode`):
 * `delay`: the response is held for the throttle (bandwidth and request throttles summed, spec 2.9).
 * `auto`: `kip219` for request versions whose clients back off, `delay` for older ones.
 
-Who is held (`quota.mute_scope`): `entity` (default) shuts the throttled entity's gate
+Who is held (`quota.mute_scope`): `entity` (opt-in) shuts the throttled entity's gate
 (`entity_gate.py`), so a Produce of the same entity on any connection waits for it and is charged only
 when let in: one quota however many connections. `connection` mutes only the connection, as Kafka does.
 
@@ -345,7 +345,7 @@ class ClientQuotasFactory(FilterFactory):
         fetch_throttle: FetchThrottle = FetchThrottle.EMPTY,
         stats: ThrottleStats | None = None,
         *,
-        mute_scope: MuteScope = MuteScope.ENTITY,
+        mute_scope: MuteScope = MuteScope.CONNECTION,
     ) -> None:
         self.managers = managers
         self.mode = mode

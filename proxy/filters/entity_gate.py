@@ -2,7 +2,7 @@
 
 A broker charges a request, then mutes the connection that sent it. N connections of one entity therefore
 each get a request through before their own mute: 2,000 connections under one 50 kB/s quota reached
-115 kB/s. With `quota.mute_scope: entity` (the default) a throttle holds the entity instead: while its
+115 kB/s. With `quota.mute_scope: entity` (opt-in) a throttle holds the entity instead: while its
 gate is shut, a request of the same entity on any connection waits (the filter defers it) and is charged
 only when the gate lets it in. Waiting requests are let in one at a time, in arrival order: the first
 after the deadline, the next after the throttle that one earned (or at once when it earned none). So

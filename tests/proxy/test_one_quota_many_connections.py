@@ -1,7 +1,7 @@
 """One quota, however many connections (issue 14 item 4).
 
 Raw connections of one client-id produce flat out (one request in flight each, the next sent the moment
-the answer is back) under one 50 kB/s producer_byte_rate. With `quota.mute_scope: entity` (the default) the
+the answer is back) under one 50 kB/s producer_byte_rate. With `quota.mute_scope: entity` the
 admitted rate stays within 5 % of the quota at 1, 100 and 2,000 connections; with Kafka's per-connection
 mute (`mute_scope: connection`) 2,000 connections each get requests past their own mute and the entity
 goes well over its quota.
