@@ -17,7 +17,6 @@ again from the log's start.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,6 +26,7 @@ from sluice.quota.usage_records import UsageRecordError, decode_batch
 
 from .kafka_client import FetchResult, KafkaClientError, OffsetOutOfRange
 from .log import get_logger
+from .services import cancel_and_wait
 from .usage_publisher import wall_clock_ms
 
 _log = get_logger("sluice.fleet")
@@ -94,11 +94,7 @@ class FleetFollower:
         self._tasks = [loop.create_task(self._follow()), loop.create_task(self._sweep())]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
 
     # ---- reading --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ service may use any service listed before it (discovery uses the Kafka client) w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -103,3 +104,12 @@ class Services:
             _log.error("service_stop_failed", service=service.name, error=str(exc) or type(exc).__name__)
         else:
             _log.debug("service_stopped", service=service.name)
+
+
+async def cancel_and_wait(tasks: list[asyncio.Task[None]]) -> None:
+    """A service's stop(): cancel its background tasks, then wait until each has really ended."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -36,6 +36,7 @@ from sluice.quota.usage_records import split_rows
 from .kafka_client import KafkaClientError
 from .log import get_logger
 from .metrics import api_name
+from .services import cancel_and_wait
 
 _log = get_logger("sluice.usage")
 # Under Kafka's default max.message.bytes (1 MiB + 12), with room for the batch and record headers.
@@ -135,11 +136,7 @@ class UsagePublisher:
         self._tasks = [loop.create_task(self._timer()), loop.create_task(self._sender())]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         self.publish_interval()  # the interval so far: nothing admitted goes unrecorded
         if self._partition is not None:
