@@ -161,7 +161,7 @@ class QuotaSettings:
     throttle_mode: ThrottleMode = ThrottleMode.KIP219
     fetch_throttle: FetchThrottle = FetchThrottle.EMPTY
     mutations: MutationSettings = MutationSettings()
-    mute_scope: MuteScope = MuteScope.CONNECTION
+    mute_scope: MuteScope = MuteScope.ENTITY
     ip_rules: tuple[IpQuotaRule, ...] = ()
     topics: TopicQuotaSettings | None = None
     admin: AdminMode = AdminMode.PROXY

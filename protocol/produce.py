@@ -1,16 +1,26 @@
-"""Reading a Produce request's `acks` without decoding its records (acks=0 requests get no response)."""
+"""A Produce request's `acks` and `timeout_ms`, read without decoding its records (acks=0 requests get no
+response), and an answer that fails every partition of a request with one error code."""
 
 from __future__ import annotations
 
 import struct
+import uuid
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader
-from sluice.protocol.primitives import read_int16, skip_compact_nullable_string, skip_nullable_string
+from sluice.protocol.message_codec import encode_response_body
+from sluice.protocol.primitives import (
+    read_int16,
+    read_int32,
+    skip_compact_nullable_string,
+    skip_nullable_string,
+)
+from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, Topic
 
 _FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.PRODUCE]
+REQUEST_TIMED_OUT = 7  # Kafka's error code: retriable, the request was not completed in time
 _NULL_ID_THEN_ACKS = struct.Struct(">hh").unpack_from
 
 
@@ -28,13 +38,43 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
         null, acks = _NULL_ID_THEN_ACKS(frame, pos)
         if null == -1:
             return acks
+    return produce_acks_and_timeout(frame, header)[0]
+
+
+def produce_acks_and_timeout(frame: memoryview | bytes, header: RequestHeader) -> tuple[int, int]:
+    """`acks`, and `timeout_ms`: how long the client lets the broker take over the request (the Java
+    client's request.timeout.ms, which is also how long it waits for the answer; librdkafka's
+    request.timeout.ms)."""
+    pos = 4 + header.size
     try:
-        if version >= 3:
-            if version >= _FIRST_FLEXIBLE:
+        if header.api_version >= 3:
+            if header.api_version >= _FIRST_FLEXIBLE:
                 pos = skip_compact_nullable_string(frame, pos)
             else:
                 pos = skip_nullable_string(frame, pos)
-        acks, _ = read_int16(frame, pos)
+        acks, pos = read_int16(frame, pos)
+        timeout_ms, _ = read_int32(frame, pos)
     except ProtocolError as exc:
         raise ProtocolError("bad_produce_request", exc.detail or exc.reason) from None
-    return acks
+    return acks, timeout_ms
+
+
+def produce_error_body(
+    api_version: int, partitions: list[tuple[Topic, list[int]]], error_code: int, throttle_ms: int
+) -> bytes:
+    """The body of a Produce response that fails every partition of the request with `error_code` (no
+    offsets: nothing was written), as a broker answers a request it did not append."""
+    by_id = api_version > LAST_WITH_TOPIC_NAMES
+    responses = [
+        {
+            # kafka-python's codec takes a topic id as its text form.
+            "topic_id" if by_id else "name": str(uuid.UUID(bytes=topic)) if by_id else topic,
+            "partition_responses": [
+                {"index": index, "error_code": error_code, "base_offset": -1} for index in indexes
+            ],
+        }
+        for topic, indexes in partitions
+    ]
+    return encode_response_body(
+        ApiKey.PRODUCE, api_version, responses=responses, throttle_time_ms=throttle_ms
+    )

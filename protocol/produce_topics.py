@@ -4,9 +4,10 @@ Topic quotas charge a Produce per partition batch to the topic it writes (quota/
 proxy needs each partition's topic and the size of its record set, on the hot path. This walks the
 request's structure with bounds-checked readers and skips over the record sets; nothing is copied.
 
-Versions 0-12 carry topic names. Version 13 names topics by id (KIP-516); it is refused here with
-ProtocolError('unsupported_version'), and the filter that needs topic names keeps clients below it
-through the ApiVersions clamp.
+Versions 0-12 carry topic names. Version 13 names topics by id (KIP-516): `produce_partition_sizes`
+refuses it with ProtocolError('unsupported_version') (the filter that needs topic names keeps clients
+below it through the ApiVersions clamp); `produce_partitions`, which only answers the request, gives the
+16-byte topic id instead.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ PRODUCE = 0
 FIRST_FLEXIBLE = 9
 FIRST_TRANSACTIONAL = 3
 LAST_WITH_TOPIC_NAMES = 12
+_TOPIC_ID_BYTES = 16
+
+# A topic's name (v0-12) or its 16-byte id (v13+).
+Topic = str | bytes
 
 
 def produce_partition_sizes(frame: Buffer, header: RequestHeader) -> list[tuple[str, int]]:
@@ -40,9 +45,22 @@ def produce_partition_sizes(frame: Buffer, header: RequestHeader) -> list[tuple[
     if version > LAST_WITH_TOPIC_NAMES:
         raise ProtocolError("unsupported_version", f"Produce v{version} names topics by id")
     try:
-        return _walk(frame, 4 + header.size, version)
+        return [(topic, size) for topic, _index, size in _walk(frame, 4 + header.size, version)]
     except ProtocolError as exc:
         raise ProtocolError("bad_produce_request", exc.detail or exc.reason) from None
+
+
+def produce_partitions(frame: Buffer, header: RequestHeader) -> list[tuple[Topic, list[int]]]:
+    """Each topic of a framed Produce request (its name, or its id from v13 on) with its partition indexes,
+    in request order: what an answer to the request must list. ProtocolError('bad_produce_request') for a
+    malformed body."""
+    found: dict[Topic, list[int]] = {}
+    try:
+        for topic, index, _size in _walk(frame, 4 + header.size, header.api_version):
+            found.setdefault(topic, []).append(index)
+    except ProtocolError as exc:
+        raise ProtocolError("bad_produce_request", exc.detail or exc.reason) from None
+    return list(found.items())
 
 
 def topic_sizes(partition_sizes: list[tuple[str, int]]) -> dict[str, int]:
@@ -53,20 +71,22 @@ def topic_sizes(partition_sizes: list[tuple[str, int]]) -> dict[str, int]:
     return totals
 
 
-def _walk(buf: Buffer, pos: int, version: int) -> list[tuple[str, int]]:
+def _walk(buf: Buffer, pos: int, version: int) -> list[tuple[Topic, int, int]]:
+    """(topic, partition index, record-set size) for every partition."""
     flexible = version >= FIRST_FLEXIBLE
+    by_id = version > LAST_WITH_TOPIC_NAMES
     if version >= FIRST_TRANSACTIONAL:
         pos = skip_compact_nullable_string(buf, pos) if flexible else skip_nullable_string(buf, pos)
     pos += 6  # acks (int16), timeout_ms (int32)
     topics, pos = read_array_count(buf, pos, flexible, "topics")
-    found: list[tuple[str, int]] = []
+    found: list[tuple[Topic, int, int]] = []
     for _ in range(topics):
-        name, pos = _name(buf, pos, flexible)
+        name, pos = _topic_id(buf, pos) if by_id else _name(buf, pos, flexible)
         partitions, pos = read_array_count(buf, pos, flexible, "partitions")
         for _ in range(partitions):
-            _index, pos = read_int32(buf, pos)
+            index, pos = read_int32(buf, pos)
             size, pos = _records_size(buf, pos, flexible)
-            found.append((name, size))
+            found.append((name, index, size))
             pos += size
             if pos > len(buf):
                 raise ProtocolError("truncated", "records")
@@ -79,6 +99,13 @@ def _walk(buf: Buffer, pos: int, version: int) -> list[tuple[str, int]]:
     if pos != len(buf):
         raise ProtocolError("trailing_bytes", f"{len(buf) - pos} bytes after the request")
     return found
+
+
+def _topic_id(buf: Buffer, pos: int) -> tuple[bytes, int]:
+    end = pos + _TOPIC_ID_BYTES
+    if end > len(buf):
+        raise ProtocolError("truncated", "topic id")
+    return bytes(buf[pos:end]), end
 
 
 def _name(buf: Buffer, pos: int, flexible: bool) -> tuple[str, int]:

@@ -102,6 +102,7 @@ class ClientSide(asyncio.BufferedProtocol):
         self._connect_task: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_activity = 0.0
+        self._last_read = 0.0  # loop time of the last read from the client
         self._closed = False
         self._guard: RequestGuard | None = None
         # Set by a bad request frame: close with this reason once the requests before it are answered.
@@ -203,7 +204,7 @@ class ClientSide(asyncio.BufferedProtocol):
             # A connection refused at accept (KIP-612): uvloop may still hand over the bytes that arrived
             # with it, although reading was paused at once. They are not served.
             return
-        self._last_activity = self._loop.time()
+        self._last_read = self._last_activity = self._loop.time()
         started = _thread_time_ns() if self._cpu_time_needed() else 0
         requests = self._requests
         try:
@@ -342,6 +343,9 @@ class ClientSide(asyncio.BufferedProtocol):
 
     def now_ms(self) -> int:
         return int(self._loop.time() * 1000)
+
+    def read_ms(self) -> int:
+        return int(self._last_read * 1000)
 
     def take_cpu_ns(self) -> int:
         """CPU time spent on this connection since the last call, for request_percentage charging."""

@@ -130,6 +130,12 @@ class ConnectionInfo(Protocol):
 
     def now_ms(self) -> int: ...
 
+    def read_ms(self) -> int:
+        """When the request being filtered was read, at the latest: the time of the connection's last read
+        from the client. A request held behind a mute or a deferral was read no later than that (reading
+        pauses while either lasts)."""
+        ...
+
     def take_cpu_ns(self) -> int:
         """CPU time spent on this connection since the last call (measured only while a filter's factory
         says it needs it)."""

@@ -23,9 +23,11 @@ How the client is held (`quota.throttle_mode`):
 * `delay`: the response is held for the throttle (bandwidth and request throttles summed, spec 2.9).
 * `auto`: `kip219` for request versions whose clients back off, `delay` for older ones.
 
-Who is held (`quota.mute_scope`): `entity` (opt-in) shuts the throttled entity's gate
+Who is held (`quota.mute_scope`): `entity` (the default) shuts the throttled entity's gate
 (`entity_gate.py`), so a Produce of the same entity on any connection waits for it and is charged only
-when let in: one quota however many connections. `connection` mutes only the connection, as Kafka does.
+when let in: one quota however many connections. A Produce that waited longer than its client's
+`timeout_ms` is answered REQUEST_TIMED_OUT instead, uncharged (its client has sent it again).
+`connection` mutes only the connection, as Kafka does.
 
 Why this module is long: the three client quotas (bytes in, bytes out, CPU time) meet in one response
 path, with Kafka's two ways to hold a client and its empty answer to a throttled Fetch; the entity gate's
@@ -34,6 +36,7 @@ own logic is in entity_gate.py.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Mapping
 from typing import ClassVar
@@ -58,8 +61,8 @@ from sluice.protocol.throttle_field import (
 )
 from sluice.quota import ClientQuotaManager, QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
-from .base import ConnectionInfo, Defer, Filter, FilterFactory, Forward, Frame, InFlight, Respond
-from .entity_gate import EntityGates
+from .base import Answer, ConnectionInfo, Defer, Filter, FilterFactory, Forward, Frame, InFlight, Respond
+from .entity_gate import TIMED_OUT, EntityGates, produce_deadline_ms, timed_out_answer
 from .frames import with_body
 from .quota_metrics import ThrottleStats
 
@@ -121,13 +124,13 @@ class ClientQuotas(Filter):
         self._stats = shared.stats
         self._gates = shared.gates  # gives None for Kafka's per-connection mute only
         # This connection's place in its entity's queue, while its Produce waits for the gate.
-        self._turn: object = None
+        self._turn: asyncio.Future[object] | None = None
         # (quota type, user, client-id) -> the rules version its throttle series were made for.
         self._touched: dict[tuple[str, str, str | None], int] = {}
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Defer:
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Answer | Defer:
         if header.api_key == _PRODUCE:
             if self._produce_rules.enabled_bits:
                 return self._charge_produce(header, frame)
@@ -147,7 +150,7 @@ class ClientQuotas(Filter):
             touched[key] = version
             self._stats.touch(kind, manager.tags_for(user, client_id))
 
-    def _charge_produce(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Defer:
+    def _charge_produce(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Answer | Defer:
         conn = self.conn
         user, client_id = conn.user, header.client_id
         now = conn.now_ms()
@@ -155,14 +158,21 @@ class ClientQuotas(Filter):
         gates = self._gates()
         if gates is not None:
             gate_key = (_PRODUCE, self._produce.tags_for(user, client_id))
-            if self._turn is not None:
-                self._turn = None  # the gate let this request in: charge it now
-            elif type(frame) is FrameHead:
-                # A large Produce already on its way as it arrives cannot wait: it is charged now, and the
-                # throttle it earns (on the entity's shared sensor) shuts the gate that much longer.
-                pass
-            else:
-                turn = gates.wait(gate_key, now)
+            turn, self._turn = self._turn, None
+            if turn is not None:
+                if not turn.cancelled() and turn.result() is TIMED_OUT:
+                    return self._timed_out(header, frame, gates.shut_for_ms(gate_key, now))
+                # Otherwise the gate let this request in: charge it now.
+            elif type(frame) is not FrameHead:
+                # (A large Produce already on its way as it arrives cannot wait: it is charged now, and the
+                # throttle it earns, on the entity's shared sensor, shuts the gate that much longer.)
+                deadline = produce_deadline_ms(header, frame, self.conn.read_ms())
+                if deadline is not None and now >= deadline:
+                    # Held (behind a mute, or behind one that timed out) past its client's timeout: the
+                    # client sent it again, or will; forwarding it would charge a copy nobody waits for,
+                    # and hand the broker a gap in an idempotent producer's sequence.
+                    return self._timed_out(header, frame, gates.shut_for_ms(gate_key, now))
+                turn = gates.wait(gate_key, now, deadline)
                 if turn is not None:
                     self._turn = turn
                     return Defer(turn)  # the entity is throttled: wait, uncharged, on every connection
@@ -176,6 +186,10 @@ class ClientQuotas(Filter):
         )
         # This request is forwarded; the ones behind it wait. acks=0 has no response: the mute is all.
         return Forward(frame, throttle)
+
+    def _timed_out(self, header: RequestHeader, frame: Frame, gate_shut_ms: int) -> Answer:
+        self._stats.gate_timeouts += 1
+        return timed_out_answer(header, frame, gate_shut_ms)
 
     def _cap_fetch(self, header: RequestHeader, frame: Frame) -> Frame:
         cap = self._fetch.max_value_in_quota_window(self.conn.user, header.client_id)
@@ -345,7 +359,7 @@ class ClientQuotasFactory(FilterFactory):
         fetch_throttle: FetchThrottle = FetchThrottle.EMPTY,
         stats: ThrottleStats | None = None,
         *,
-        mute_scope: MuteScope = MuteScope.CONNECTION,
+        mute_scope: MuteScope = MuteScope.ENTITY,
     ) -> None:
         self.managers = managers
         self.mode = mode

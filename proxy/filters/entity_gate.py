@@ -1,13 +1,18 @@
-"""One quota however many connections (issue 14 item 4): an entity-wide gate.
+"""One quota however many connections: an entity-wide gate.
 
 A broker charges a request, then mutes the connection that sent it. N connections of one entity therefore
 each get a request through before their own mute: 2,000 connections under one 50 kB/s quota reached
-115 kB/s. With `quota.mute_scope: entity` (opt-in) a throttle holds the entity instead: while its
+115 kB/s. With `quota.mute_scope: entity` (the default) a throttle holds the entity instead: while its
 gate is shut, a request of the same entity on any connection waits (the filter defers it) and is charged
 only when the gate lets it in. Waiting requests are let in one at a time, in arrival order: the first
 after the deadline, the next after the throttle that one earned (or at once when it earned none). So
 the entity is admitted at its quota whatever the number of connections, and each admission costs one
 timer, not a wake-up of every waiting connection.
+
+A waiter may bring a deadline (its client's `timeout_ms`): past it, it leaves the queue with `TIMED_OUT`
+rather than its turn. Its client has given up on it and sent it again, and a queue that kept every copy
+would spend the quota on requests nobody waits for: under a tight quota with short client timeouts, the
+copies outnumbered the live requests and delivery all but stopped.
 
 `quota.mute_scope: connection` keeps Kafka's exact per-connection mute (no gate).
 """
@@ -18,9 +23,26 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Hashable
 
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.headers import RequestHeader, encode_response
+from sluice.protocol.produce import REQUEST_TIMED_OUT, produce_acks_and_timeout, produce_error_body
+from sluice.protocol.produce_topics import produce_partitions
+
+from .base import Answer, Frame
+
 # A request let in comes back through `admitted` at once; if it never does (its connection closed as it
 # was woken), the next waiter is let in after this long rather than never.
 _RESUME_GRACE_S = 1.0
+
+
+class _TimedOut:
+    """What a waiter's future holds when its deadline passed before its turn came."""
+
+    def __repr__(self) -> str:
+        return "TIMED_OUT"
+
+
+TIMED_OUT = _TimedOut()
 
 
 class _Gate:
@@ -53,16 +75,28 @@ class EntityGates:
     def __len__(self) -> int:
         return len(self._gates)
 
-    def wait(self, key: Hashable, now_ms: int) -> asyncio.Future[object] | None:
-        """None: go on now. Otherwise a future done when this request's turn comes (then call `admitted`
-        once it is charged); cancel it to leave the queue."""
+    def wait(
+        self, key: Hashable, now_ms: int, deadline_ms: int | None = None
+    ) -> asyncio.Future[object] | None:
+        """None: go on now. Otherwise a future done when this request's turn comes (result None: call
+        `admitted` once it is charged) or, given a deadline, when that passes first (result TIMED_OUT: it
+        left the queue); cancel it to leave the queue."""
         gate = self._gates.get(key)
         if gate is None or (not gate.waiters and now_ms >= gate.open_at_ms):
             return None
-        turn: asyncio.Future[object] = self._event_loop().create_future()
+        loop = self._event_loop()
+        turn: asyncio.Future[object] = loop.create_future()
         gate.waiters.append(turn)
+        if deadline_ms is not None:
+            expiry = loop.call_later(max(0, deadline_ms - now_ms) / 1000, _time_out, turn)
+            turn.add_done_callback(lambda _turn: expiry.cancel())
         self._schedule(key, gate, now_ms)
         return turn
+
+    def shut_for_ms(self, key: Hashable, now_ms: int) -> int:
+        """How long the gate of `key` stays shut from now (0 when open)."""
+        gate = self._gates.get(key)
+        return 0 if gate is None else max(0, gate.open_at_ms - now_ms)
 
     def admitted(self, key: Hashable, throttle_ms: int, now_ms: int) -> None:
         """A request of `key` was charged and earned `throttle_ms`: shut the gate that long, and let the next
@@ -91,7 +125,7 @@ class EntityGates:
         gate.timer = None
         while gate.waiters:
             turn = gate.waiters.popleft()
-            if not turn.done():  # a waiter whose connection closed was cancelled
+            if not turn.done():  # done already: its connection closed (cancelled), or it timed out
                 turn.set_result(None)
                 # Its request comes back through `admitted`, which schedules the next one.
                 gate.timer = self._event_loop().call_later(_RESUME_GRACE_S, self._open, key, gate)
@@ -100,3 +134,29 @@ class EntityGates:
         now_ms = self._now_ms() if self._now_ms is not None else int(loop.time() * 1000)
         if self._gates.get(key) is gate and now_ms >= gate.open_at_ms:
             del self._gates[key]
+
+
+def _time_out(turn: asyncio.Future[object]) -> None:
+    # Left in the queue, done: the gate skips it when it comes to it.
+    if not turn.done():
+        turn.set_result(TIMED_OUT)
+
+
+def produce_deadline_ms(header: RequestHeader, frame: Frame, read_ms: int) -> int | None:
+    """When the client of a Produce read at `read_ms` stops waiting for it: `timeout_ms` later. None for
+    acks=0 (nobody waits for an answer) or a timeout of 0 or less (no limit given)."""
+    acks, timeout_ms = produce_acks_and_timeout(frame, header)
+    if acks == 0 or timeout_ms <= 0:
+        return None
+    return read_ms + timeout_ms
+
+
+def timed_out_answer(header: RequestHeader, frame: Frame, throttle_ms: int) -> Answer:
+    """The answer to a Produce whose client's timeout passed while it waited: REQUEST_TIMED_OUT for every
+    partition, as a broker answers a request it could not complete within `timeout_ms`. Nothing was
+    written, so the client sends it again (it is retriable); `throttle_ms` (in the body only) tells a
+    KIP-219 client how long the gate stays shut."""
+    body = produce_error_body(
+        header.api_version, produce_partitions(frame, header), REQUEST_TIMED_OUT, throttle_ms
+    )
+    return Answer(encode_response(ApiKey.PRODUCE, header.api_version, header.correlation_id, body))

@@ -38,12 +38,15 @@ class ThrottleStats:
     * with `episodes`, a `throttle_started` log event when an entity starts being throttled (and the sweep
       logs `throttle_stopped`), never one per request;
     * with `usage` (usage records on), the quota filters also add what they charge to the usage ledger:
-      throttles here, CPU time and partition mutations through `usage` directly.
+      throttles here, CPU time and partition mutations through `usage` directly;
+    * `gate_timeouts`: Produce requests the entity gate answered REQUEST_TIMED_OUT, their client's timeout
+      having passed while they waited (one count for the proxy: no label an entity could multiply).
     """
 
     def __init__(self, episodes: ThrottleEpisodes | None = None) -> None:
         self.by_quota: dict[tuple[str, QuotaTags], list[int]] = {}
         self.by_response: dict[int, list[int]] = {}
+        self.gate_timeouts = 0
         self.episodes = episodes
         self.usage: UsageRecording | None = None
 
@@ -216,3 +219,10 @@ class QuotaCollector(Collector):
             told.add_metric([api_name(api_key)], n)
             told_ms.add_metric([api_name(api_key)], ms)
         out += (told, told_ms)
+        gate_timeouts = CounterMetricFamily(
+            "sluice_gate_timed_out_requests",
+            "Produce requests answered REQUEST_TIMED_OUT at the entity gate: their client's timeout_ms "
+            "passed while they waited (quota.mute_scope: entity)",
+        )
+        gate_timeouts.add_metric([], self._stats.gate_timeouts)
+        out.append(gate_timeouts)

@@ -245,6 +245,11 @@ def _targets() -> list[Target]:
         ),
         Target("produce.produce_acks", _produce_acks, _request_frames(0, ProduceRequest)),
         Target(
+            "produce.produce_acks_and_timeout",
+            lambda v, d: produce.produce_acks_and_timeout(d, headers.parse_request_header(d)),
+            _request_frames(0, ProduceRequest),
+        ),
+        Target(
             "headers.response_header_size",
             lambda v, d: headers.response_header_size(3, v, d),
             _response_frames(3, MetadataResponse),
@@ -357,6 +362,11 @@ def _targets() -> list[Target]:
             lambda v, d: produce_topics.topic_sizes(
                 produce_topics.produce_partition_sizes(d, headers.parse_request_header(d))
             ),
+            _request_frames(0, ProduceRequest),
+        ),
+        Target(
+            "produce_topics.produce_partitions",
+            lambda v, d: produce_topics.produce_partitions(d, headers.parse_request_header(d)),
             _request_frames(0, ProduceRequest),
         ),
         Target("record_sets.produce_topic_bytes", record_sets.produce_topic_bytes, _samples(ProduceRequest)),
@@ -541,6 +551,7 @@ NOT_DECODERS = {
     # Encoders and builders: their input is the proxy's own values.
     "encode_",
     "empty_fetch_response",
+    "produce_error_body",
     "build_message",
     "frame",
     "request_class",

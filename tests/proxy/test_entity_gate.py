@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sluice.proxy.filters.entity_gate import EntityGates
+from sluice.proxy.filters.entity_gate import TIMED_OUT, EntityGates
 
 
 class ManualTimers:
@@ -85,3 +85,36 @@ async def test_a_woken_waiter_that_never_comes_back_does_not_stall_the_rest() ->
     assert woken is not None and woken.done() and behind is not None and not behind.done()
     timers.advance(1000)  # `admitted` never came for the woken one (its connection closed meanwhile)
     assert behind.done()
+
+
+async def test_a_waiter_past_its_deadline_leaves_the_queue_timed_out_and_the_next_gets_the_turn() -> None:
+    timers = ManualTimers(asyncio.get_running_loop())
+    gates = EntityGates(timers, lambda: timers.now_ms)  # type: ignore[arg-type]
+    key = ("produce", "tight")
+    gates.admitted(key, 3000, 0)  # shut for 3 s
+    given_up = gates.wait(key, 0, deadline_ms=1000)  # its client waits 1 s
+    patient = gates.wait(key, 500, deadline_ms=30_500)
+    assert given_up is not None and patient is not None
+    assert gates.shut_for_ms(key, 900) == 2100
+    timers.advance(999)
+    assert not given_up.done()
+    timers.advance(1)
+    assert given_up.done() and given_up.result() is TIMED_OUT  # left without its turn
+    assert not patient.done()
+    timers.advance(2000)  # the gate opens: the turn goes to the one still waiting
+    assert patient.done() and patient.result() is None
+
+
+async def test_a_waiter_let_in_before_its_deadline_is_not_timed_out_later() -> None:
+    timers = ManualTimers(asyncio.get_running_loop())
+    gates = EntityGates(timers, lambda: timers.now_ms)  # type: ignore[arg-type]
+    key = ("produce", "c")
+    gates.admitted(key, 100, 0)
+    turn = gates.wait(key, 0, deadline_ms=1000)
+    assert turn is not None
+    timers.advance(100)
+    assert turn.result() is None
+    await asyncio.sleep(0)  # the done callback that cancels its expiry runs
+    timers.advance(5000)
+    assert turn.result() is None
+    assert gates.shut_for_ms(key, 5100) == 0

@@ -8,16 +8,19 @@ from __future__ import annotations
 import struct
 
 from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.producer import ProduceRequest
 
 from sluice.config.quota_settings import MutationSettings
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
 from sluice.protocol.fetch import FETCH_MAX_VERSION
 from sluice.protocol.headers import encode_request, encode_response, parse_request_header
+from sluice.protocol.message_codec import decode_response_body
 from sluice.protocol.sasl import SASL_MAX_VERSIONS
 from sluice.protocol.topic_mutations import MUTATION_MAX_VERSIONS
 from sluice.proxy.brokers import BrokerDirectory
 from sluice.proxy.filters import (
+    Answer,
     ApiVersionsClampFactory,
     BrokerAddressRewriteFactory,
     FilterChain,
@@ -40,6 +43,7 @@ class Connection:
 
     def __init__(self) -> None:
         self.now = 1_000_000
+        self.read = self.now  # when the request being filtered was read
         self.peer = "127.0.0.1:1"
         self.upstream_peer = "127.0.0.1:2"
         self.listener = "bootstrap"
@@ -49,6 +53,9 @@ class Connection:
 
     def now_ms(self) -> int:
         return self.now
+
+    def read_ms(self) -> int:
+        return self.read
 
     def take_cpu_ns(self) -> int:
         self.cpu_taken += 1
@@ -171,3 +178,41 @@ def test_each_connection_gets_its_own_filters() -> None:
     second = chain.for_connection(Connection(), lambda _ms: None)
     quotas = [f for f in first.filters if isinstance(f, ClientQuotas)]
     assert quotas and all(f not in second.filters for f in first.filters)
+
+
+def produce_to(correlation_id: int, timeout_ms: int, partitions: tuple[int, ...]) -> bytes:
+    topic = ProduceRequest.TopicProduceData(
+        name="orders",
+        partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=i, records=bytes(20_000))
+            for i in partitions
+        ],
+    )
+    body = bytes(ProduceRequest(acks=1, timeout_ms=timeout_ms, topic_data=[topic]).encode(version=7))
+    return encode_request(ApiKey.PRODUCE, 7, correlation_id, CLIENT, body)
+
+
+def test_at_the_entity_gate_a_produce_held_past_its_timeout_is_answered_request_timed_out() -> None:
+    managers = QuotaManagers()
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.PRODUCER_BYTE_RATE, 1000)
+    chain = quota_chain(managers)  # mute_scope: entity, the default
+    first, second = Connection(), Connection()
+    throttled = run_request(chain.for_connection(first, lambda _ms: None), produce_to(1, 1000, (0,)))
+    assert type(throttled) is Forward and throttled.throttle_ms > 1000  # the entity's gate shuts
+
+    # On another connection, a Produce read 1.5 s ago (it waited behind that connection's own mute):
+    # its client gave up after its 1 s timeout_ms, so it is answered, not forwarded nor charged.
+    second.read = second.now - 1500
+    answer = run_request(chain.for_connection(second, lambda _ms: None), produce_to(2, 1000, (0, 3)))
+    assert type(answer) is Answer
+    response = decode_response_body(ApiKey.PRODUCE, 7, answer.response[4 + 4 :])  # length, correlation id
+    assert [(p.index, p.error_code) for p in response.responses[0].partition_responses] == [(0, 7), (3, 7)]
+    assert response.throttle_time_ms > 0  # how long the gate stays shut, for a KIP-219 client
+    assert chain.factories[1].stats.gate_timeouts == 1
+    # Nothing was charged: the entity's gate stays shut exactly as long as the first request made it.
+    gates = chain.factories[1].gates()
+    assert (
+        gates is not None
+        and gates.shut_for_ms((ApiKey.PRODUCE, managers.produce.tags_for(ANONYMOUS, CLIENT)), first.now)
+        == throttled.throttle_ms
+    )

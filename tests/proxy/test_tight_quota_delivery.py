@@ -1,14 +1,19 @@
-"""Tight quotas and librdkafka (docs/quotas.md): requests held by the mute outlive the client's timeout.
+"""Tight quotas and librdkafka (docs/quotas.md): requests held by a throttle outlive the client's timeout.
 
 A confluent-kafka producer sends 500 keyed 1 kB records flat out through Sluice under a 20 kB/s quota,
 with request and socket timeouts (1 s) shorter than the throttles its 64 kB requests earn (about 3 s).
-Its pipelined requests wait behind the mute, time out, and librdkafka sends their batches again on the
-same connection: the broker gets each such batch twice. The batches are then read straight from the
-brokers and replayed with a Kafka broker's duplicate rule (tests/batch_log.py: librdkafka's mock cluster
-only checks sequences for transactional producers):
+The batches are then read straight from the brokers and replayed with a Kafka broker's duplicate rule
+(tests/batch_log.py: librdkafka's mock cluster only checks sequences for transactional producers).
 
+With a broker's per-connection mute (`quota.mute_scope: connection`) the pipelined requests wait behind
+the mute, time out, and librdkafka sends their batches again on the same connection: the broker gets
+each such batch twice.
 * with enable.idempotence=true a broker keeps every record exactly once: every key once, none missing;
 * without it the re-sent batches are new data to a broker: records appear twice.
+
+With the entity gate (`entity`, the default) the three connections share one gate, so requests wait
+longer; a request still waiting when its client's timeout passes is answered REQUEST_TIMED_OUT and never
+forwarded, so the quota goes to requests somebody waits for. Every record arrives, within the same time.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import pytest
 from batch_log import as_a_broker_keeps, read_batches
@@ -39,13 +45,15 @@ def cluster() -> Iterator[MockCluster]:
         yield running
 
 
-def produce_through_a_tight_quota(cluster: MockCluster, client_id: str, idempotent: bool) -> int:
-    """Send RECORDS keyed records through Sluice; returns how many requests librdkafka timed out."""
-    # A Kafka broker's per-connection mute (quota.mute_scope: connection), as the docs describe it: with
-    # Sluice's default entity gate the same quota is held across the three connections, and the batches
-    # re-sent after each 1 s timeout (charged again, as a broker charges them) take most of it.
+class Run(NamedTuple):
+    client_timeouts: int  # requests librdkafka timed out
+    gate_timeouts: int  # requests the entity gate answered REQUEST_TIMED_OUT
+
+
+def produce_through_a_tight_quota(cluster: MockCluster, client_id: str, idempotent: bool, scope: str) -> Run:
+    """Send RECORDS keyed records through Sluice; every one must be delivered within 60 s."""
     quota = {
-        "mute_scope": "connection",
+        "mute_scope": scope,
         "entities": [{"client_id": client_id, "producer_byte_rate": QUOTA}],
     }
     timeouts: dict[str, int] = {}
@@ -80,7 +88,15 @@ def produce_through_a_tight_quota(cluster: MockCluster, client_id: str, idempote
         assert producer.flush(60) == 0
         producer.poll(0.6)  # one more statistics report after the last delivery
         assert failed == [], failed[:3]
-    return sum(timeouts.values())
+        gate_timeouts = metric_value(proxy.metrics_text(), "sluice_gate_timed_out_requests_total")
+    return Run(sum(timeouts.values()), int(gate_timeouts))
+
+
+def metric_value(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
 
 
 def keys_a_broker_keeps(cluster: MockCluster, client_id: str) -> tuple[Counter[bytes], int, int]:
@@ -101,8 +117,8 @@ def keys_a_broker_keeps(cluster: MockCluster, client_id: str) -> tuple[Counter[b
 
 
 def test_an_idempotent_producer_gets_every_record_exactly_once(cluster: MockCluster) -> None:
-    timed_out = produce_through_a_tight_quota(cluster, "idempotent", idempotent=True)
-    assert timed_out > 0, "no request outlived its timeout: the test did not reach the case it is about"
+    run = produce_through_a_tight_quota(cluster, "idempotent", idempotent=True, scope="connection")
+    assert run.client_timeouts > 0, "no request outlived its timeout: the test did not reach its case"
     kept, duplicates, out_of_order = keys_a_broker_keeps(cluster, "idempotent")
     # The held requests and their retries both reached the broker; the sequence numbers made them one.
     assert duplicates > 0
@@ -112,8 +128,22 @@ def test_an_idempotent_producer_gets_every_record_exactly_once(cluster: MockClus
 
 
 def test_without_idempotence_the_same_run_writes_records_twice(cluster: MockCluster) -> None:
-    timed_out = produce_through_a_tight_quota(cluster, "plain", idempotent=False)
-    assert timed_out > 0
+    run = produce_through_a_tight_quota(cluster, "plain", idempotent=False, scope="connection")
+    assert run.client_timeouts > 0
     kept, _, _ = keys_a_broker_keeps(cluster, "plain")
     assert set(kept) == {f"plain-{i:04d}".encode() for i in range(RECORDS)}
     assert sum(count - 1 for count in kept.values()) > 0, "no duplicates: the doc's warning would be moot"
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "plain"])
+def test_at_the_entity_gate_requests_past_their_timeout_are_answered_and_every_record_arrives(
+    cluster: MockCluster, idempotent: bool
+) -> None:
+    client_id = f"gate-{'idempotent' if idempotent else 'plain'}"
+    run = produce_through_a_tight_quota(cluster, client_id, idempotent=idempotent, scope="entity")
+    assert run.gate_timeouts > 0, "no request waited past its timeout: the test did not reach its case"
+    kept, _duplicates, out_of_order = keys_a_broker_keeps(cluster, client_id)
+    assert out_of_order == 0  # no request past its timeout reached the broker ahead of its re-sent copy
+    assert set(kept) == {f"{client_id}-{i:04d}".encode() for i in range(RECORDS)}, "records missing"
+    if idempotent:
+        assert [key for key, count in kept.items() if count > 1] == []
