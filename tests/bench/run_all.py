@@ -25,6 +25,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -305,7 +306,13 @@ def _section_lines(section: Section) -> list[str]:
     return lines
 
 
-def render(done: list[Section], machine: list[tuple[str, str]], load_before: str, load_after: str) -> str:
+def render(
+    done: list[Section],
+    machine: list[tuple[str, str]],
+    load_before: str,
+    load_after: str,
+    previous: PreviousReport | None = None,
+) -> str:
     lines = [
         "# Benchmarks",
         "",
@@ -344,9 +351,53 @@ def render(done: list[Section], machine: list[tuple[str, str]], load_before: str
                 summary.append([section.number, name, measured, _target_text(record), _verdict(record)])
     lines += _table(["#", "measurement", "measured", "target", "result"], summary)
     lines.append("")
+    if previous is not None:
+        lines += _comparison_lines(summary, previous)
     for section in done:
         lines += _section_lines(section)
     return "\n".join(lines).rstrip() + "\n"
+
+
+class PreviousReport(NamedTuple):
+    commit: str
+    date: str
+    measured: dict[str, str]  # measurement (as written in its summary) -> what it measured
+
+
+def previous_report(path: Path) -> PreviousReport | None:
+    """The summary of the report `path` holds before this run replaces it (None when there is none)."""
+    if not path.exists():
+        return None
+    commit = date = "?"
+    measured: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] == "git commit":
+            commit = cells[1].split()[0]
+        elif len(cells) == 2 and cells[0] == "date (UTC)":
+            date = cells[1]
+        elif len(cells) == 5 and cells[1].startswith("`"):
+            measured.setdefault(cells[1], cells[2])
+    return PreviousReport(commit, date, measured)
+
+
+def _comparison_lines(summary: list[list[str]], previous: PreviousReport) -> list[str]:
+    """Before and after: each measurement of this run beside the same one in the report it replaces."""
+    rows = [
+        [number, name, previous.measured.get(name, "(not measured then)"), measured]
+        for number, name, measured, _target, _result in summary
+        if measured
+    ]
+    return [
+        "## Before and after",
+        "",
+        f"The same measurements in the report this run replaced (commit {previous.commit}, "
+        f"{previous.date} UTC). Throughput figures move with what else the machine runs (see each "
+        "section's note on other processes' CPU); CPU-seconds and memory move much less.",
+        "",
+        *_table(["#", "measurement", f"before ({previous.commit})", "now"], rows),
+        "",
+    ]
 
 
 # ---- main -----------------------------------------------------------------------------------------
@@ -389,9 +440,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown sections {sorted(unknown)}; choose from {[s.key for s in chosen]}")
         chosen = [s for s in chosen if s.key in wanted]
     machine = machine_info()
+    previous = previous_report(args.out) if args.out else None
     load_before = loadavg()
     run_sections(chosen)
-    report = render(chosen, machine, load_before, loadavg())
+    report = render(chosen, machine, load_before, loadavg(), previous)
     if args.out:
         args.out.write_text(report)
         print(f"[bench] wrote {args.out}", file=sys.stderr)
