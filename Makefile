@@ -46,9 +46,12 @@ bench-quick: install
 bench-pipeline: install
 	$(PY) tests/bench/bench_pipeline.py --out docs/benchmarks-pipeline.md
 
-# The pipeline on the demo's records: report + whatif, one HTML page (docs/pipeline.md).
+# The pipeline on the demo's own usage records: `sluice demo` (30 s) saves what its main Sluice published,
+# then report + whatif on them, one HTML page (docs/pipeline.md). `sluice pipeline demo` without --input
+# uses a synthetic week instead.
 demo-pipeline: install
-	$(PY) -m sluice.proxy pipeline demo --out demo-pipeline
+	$(PY) -m sluice.proxy demo --seconds 30 --usage-out demo-pipeline/usage.jsonl
+	$(PY) -m sluice.proxy pipeline demo --input demo-pipeline/usage.jsonl --out demo-pipeline
 
 lint: install
 	$(VENV)/bin/ruff check .

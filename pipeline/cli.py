@@ -30,7 +30,7 @@ JOB_HELP = {
     "propose": "quotas from percentiles x headroom, within a capacity budget",
     "forecast": "the trend of the daily peak and when it crosses a capacity",
     "all": "report, whatif (with --quotas), propose and forecast in one Spark session",
-    "demo": "synthetic records through report and whatif: one HTML page",
+    "demo": "the records `sluice demo` saved (or synthetic ones) through report and whatif: one HTML page",
 }
 JOBS = tuple(JOB_HELP)
 # Our own error types, as they appear inside an error Spark relays from an executor.
@@ -107,7 +107,14 @@ def add_arguments(top: argparse.ArgumentParser) -> None:
         _spark_options(p)
         if job == "synth":
             _synth_options(p)
-        elif job != "demo":
+        elif job == "demo":
+            p.add_argument(
+                "--input",
+                metavar="SRC",
+                help="usage records to report on, e.g. what `sluice demo --usage-out` saved "
+                "(default: a synthetic week)",
+            )
+        else:
             _input_options(p)
             _job_options(p, job)
 

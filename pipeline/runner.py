@@ -19,6 +19,15 @@ quota:
     - {client_id: <default>, producer_byte_rate: 60000, consumer_byte_rate: 90000}
     - {user: team-0, client_id: app-000, producer_byte_rate: 45000}
 """
+# The same for the records `sluice demo` saves: its clients are alpha (100 kB/s), beta (250 kB/s) and the
+# unlimited gamma (500 kB/s, paced) and delta (flat out); the consumer reader has 150 kB/s.
+DEMO_RUN_QUOTAS = """\
+# Candidate quotas replayed by `sluice pipeline demo --input` on `sluice demo`'s records.
+quota:
+  entities:
+    - {client_id: <default>, producer_byte_rate: 400000, consumer_byte_rate: 100000}
+    - {client_id: alpha, producer_byte_rate: 150000}
+"""
 
 
 def _session(args: argparse.Namespace):
@@ -118,7 +127,8 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """Synthetic records through report and whatif, one page at the end (docs/pipeline.md, "Demo")."""
+    """Report and whatif on `sluice demo`'s records (--input) or on a synthetic week, one page at the end
+    (docs/pipeline.md, "Try it")."""
     from .jobs.replay import ReplayOptions
     from .jobs.report import run_report
     from .jobs.synth import SynthSpec, synth_usage
@@ -128,11 +138,15 @@ def _demo(args: argparse.Namespace) -> int:
     progress = Progress(spark, quiet=args.quiet)
     quotas = os.path.join(args.out, "candidate-quotas.yaml")
     with open(quotas, "w", encoding="utf-8") as stream:
-        stream.write(DEMO_QUOTAS)
-    usage_path = os.path.join(args.out, "usage.parquet")
-    with progress.step("demo: synthetic usage records, 7 days x 20 entities, one-minute intervals"):
-        write_usage_parquet(synth_usage(spark, SynthSpec()), usage_path)
-    usage = read_usage(spark, usage_path)
+        stream.write(DEMO_RUN_QUOTAS if args.input else DEMO_QUOTAS)
+    if args.input:
+        progress.say(f"demo: the usage records in {args.input}")
+        usage = read_usage(spark, args.input)
+    else:
+        usage_path = os.path.join(args.out, "usage.parquet")
+        with progress.step("demo: synthetic usage records, 7 days x 20 entities, one-minute intervals"):
+            write_usage_parquet(synth_usage(spark, SynthSpec()), usage_path)
+        usage = read_usage(spark, usage_path)
     run_report(spark, usage, args.out, progress=progress)
     run_whatif(spark, usage, quotas, args.out, WhatifOptions(ReplayOptions()), progress=progress)
     path = render_report(args.out)

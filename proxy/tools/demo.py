@@ -14,8 +14,9 @@ sensor's comb and the token bucket's flat line show side by side. Every second t
 client got; at the end it reads alpha's and beta's records back (count and checksum), prints the traffic
 the main Sluice relayed, a summary, what the same quotas would allow on a cluster enforcing them per broker
 (Kafka's arithmetic, computed), and draws a PNG chart. Rates are measured at the clients (delivery reports,
-records received). Everything runs on 127.0.0.1 and stops by itself; the exit code is 0 only if every check
-passed.
+records received). The main Sluice publishes usage records, saved at the end as JSON lines (`--usage-out`)
+for `sluice pipeline demo --input` (`make demo-pipeline`). Everything runs on 127.0.0.1 and stops by
+itself; the exit code is 0 only if every check passed.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from .demo_report import (
     summarize,
     traffic_table,
 )
+from .demo_usage import SavedUsage, save_usage_topic
 from .mock_cluster_process import MockCluster
 from .proxy_process import ProxyProcess
 
@@ -52,6 +54,8 @@ PARTITIONS = 6
 BROKERS = 3
 DEFAULT_SECONDS = 30
 DEFAULT_CHART = Path("out") / "demo-throughput.png"
+DEFAULT_USAGE_OUT = Path("out") / "demo-usage.jsonl"
+USAGE_INTERVAL_MS = 1000
 # The token bucket's one burst (N x W x quota, 11 s worth) drains in the first second or two; the window
 # sensor's comb repeats every ~11 s, so with it no warm-up makes a short run's average exact.
 MAX_WARM_UP_S = 12
@@ -140,7 +144,7 @@ def _header(seconds: int, sensor: str, client_plans: Sequence[ClientPlan]) -> No
         print(f"  {p.label:<13} {quota:<33} {does:<32} through the {where}")
 
 
-def run_demo(seconds: int, chart: Path, sensor: str) -> int:
+def run_demo(seconds: int, chart: Path, sensor: str, usage_out: Path = DEFAULT_USAGE_OUT) -> int:
     client_plans = plans(sensor)
     _header(seconds, sensor, client_plans)
     warm_up_s = min(MAX_WARM_UP_S, seconds * 2 // 5)
@@ -159,7 +163,9 @@ def run_demo(seconds: int, chart: Path, sensor: str) -> int:
             route: ProxyProcess(
                 cluster.bootstrap,
                 extra_config={
-                    "quota": {"sensor": sensors[route], "entities": _quota_entities(client_plans, route)}
+                    "quota": {"sensor": sensors[route], "entities": _quota_entities(client_plans, route)},
+                    # The main Sluice's usage records feed `make demo-pipeline`.
+                    "usage": {"enabled": route == "main", "interval_ms": USAGE_INTERVAL_MS},
                 },
             )
             for route in ("main", "other")
@@ -182,6 +188,7 @@ def run_demo(seconds: int, chart: Path, sensor: str) -> int:
             exit_codes = {route: proxy.stop() for route, proxy in proxies.items()}
             for proxy in proxies.values():
                 proxy.close()
+        usage = save_usage_topic(cluster.bootstrap, usage_out)
     print_traffic(table)
     rows = summarize(clients, sensors, warm_up_s, seconds)
     print_summary(rows, warm_up_s, seconds)
@@ -195,11 +202,15 @@ def run_demo(seconds: int, chart: Path, sensor: str) -> int:
         "flat_out": [c for c in clients if c.plan.label == "delta"],
     }
     draw_chart(panels, seconds, warm_up_s, BROKERS, (sensor, sensors["other"]), chart)
-    return _report_checks(clients, read, exit_codes, chart)
+    return _report_checks(clients, read, exit_codes, chart, (usage, usage_out))
 
 
 def _report_checks(
-    clients: Sequence[CountingClient], read: dict[str, list[bytes]], exit_codes: dict[str, int], chart: Path
+    clients: Sequence[CountingClient],
+    read: dict[str, list[bytes]],
+    exit_codes: dict[str, int],
+    chart: Path,
+    saved: tuple[SavedUsage, Path],
 ) -> int:
     checks: list[tuple[str, bool]] = []
     for c in clients:
@@ -225,10 +236,22 @@ def _report_checks(
             checks.append((f"{c.plan.label} was never throttled", not c.told()))
     for route, code in exit_codes.items():
         checks.append((f"the {route} Sluice stopped on SIGTERM with exit code {code}", code == 0))
+    usage, usage_out = saved
+    main_producers = {
+        c.plan.client_id for c in clients if isinstance(c, DemoProducer) and c.plan.route == "main"
+    }
+    checks.append(
+        (
+            f"usage records: {usage.messages:,} messages, {usage.rows:,} rows, every producer of the main "
+            f"Sluice in them",
+            usage.messages > 0 and all(usage.produce_bytes.get(c, 0) > 0 for c in main_producers),
+        )
+    )
     print()
     for text, ok in checks:
         print(f"  [{'ok' if ok else 'FAILED'}] {text}")
     print(f"\nChart of the per-second rates: {chart}")
+    print(f"Usage records of the main Sluice: {usage_out} (`sluice pipeline demo --input {usage_out}`)")
     return 0 if all(ok for _, ok in checks) else 1
 
 
@@ -246,6 +269,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=_seconds, default=DEFAULT_SECONDS, help="how long the clients run")
     parser.add_argument("--chart", type=Path, default=DEFAULT_CHART, help="where to write the PNG chart")
     parser.add_argument(
+        "--usage-out",
+        type=Path,
+        default=DEFAULT_USAGE_OUT,
+        help="where to save the main Sluice's usage records (JSON lines) for `sluice pipeline demo --input`",
+    )
+    parser.add_argument(
         "--sensor",
         choices=SENSORS,
         default=SENSORS[0],
@@ -255,7 +284,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_demo(args.seconds, args.chart, args.sensor)
+    return run_demo(args.seconds, args.chart, args.sensor, args.usage_out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
