@@ -570,8 +570,8 @@ class ClientSide(asyncio.BufferedProtocol):
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         if self._pipeline is not None:
-            for reply in self._pipeline.close():
-                future = cast("asyncio.Future[bytes]", reply)
+            for waited_for in self._pipeline.close():
+                future = cast("asyncio.Future[object]", waited_for)
                 if not future.done():
                     future.cancel()
         if self._transport is not None:

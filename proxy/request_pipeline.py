@@ -188,9 +188,13 @@ class RequestPipeline:
         return self.state is Lifecycle.DRAINING and not self._in_flight
 
     def close(self) -> list[object]:
-        """The connection closed; the replies of the proxy's own requests nobody will answer now."""
+        """The connection closed; what nobody will complete now, for the caller to cancel: the replies of
+        the proxy's own requests, and a deferred request's wait (so it leaves, say, an entity gate's
+        queue at once rather than holding the queue when its turn comes)."""
         self.state = Lifecycle.CLOSED
         replies = [r.reply for r in self._in_flight if r.kind is _OWN]
+        if self._resume is not None:
+            replies.append(self._resume.ready)
         # What was read and not sent goes back now (a closed connection holds no buffers).
         self._in_flight.clear()
         self._held = []

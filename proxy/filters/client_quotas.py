@@ -134,6 +134,8 @@ class ClientQuotas(Filter):
         if header.api_key == _PRODUCE:
             if self._produce_rules.enabled_bits:
                 return self._charge_produce(header, frame)
+            if self._turn is not None:
+                self._leave_gate(header)  # the quota went while this request waited: it goes on, uncharged
             return frame
         if self._fetch_rules.enabled_bits:
             return self._cap_fetch(header, frame)
@@ -186,6 +188,14 @@ class ClientQuotas(Filter):
         )
         # This request is forwarded; the ones behind it wait. acks=0 has no response: the mute is all.
         return Forward(frame, throttle)
+
+    def _leave_gate(self, header: RequestHeader) -> None:
+        turn, self._turn = self._turn, None
+        gates = self._gates()
+        if gates is not None and turn is not None and not turn.cancelled() and turn.result() is None:
+            # It was let in: the next waiter's turn comes now rather than after the resume grace.
+            gate_key = (_PRODUCE, self._produce.tags_for(self.conn.user, header.client_id))
+            gates.admitted(gate_key, 0, self.conn.now_ms())
 
     def _timed_out(self, header: RequestHeader, frame: Frame, gate_shut_ms: int) -> Answer:
         self._stats.gate_timeouts += 1

@@ -28,7 +28,9 @@ from sluice.proxy.filters import (
     InFlight,
     Respond,
 )
+from sluice.proxy.filters.chain import Deferred
 from sluice.proxy.filters.client_quotas import ClientQuotas, ClientQuotasFactory
+from sluice.proxy.filters.entity_gate import TIMED_OUT
 from sluice.proxy.filters.mutation_quotas import MutationQuotasFactory
 from sluice.proxy.filters.quota_metrics import MutationRates, ThrottleStats
 from sluice.proxy.filters.sasl_inspector import SaslInspectorFactory
@@ -216,3 +218,28 @@ def test_at_the_entity_gate_a_produce_held_past_its_timeout_is_answered_request_
         and gates.shut_for_ms((ApiKey.PRODUCE, managers.produce.tags_for(ANONYMOUS, CLIENT)), first.now)
         == throttled.throttle_ms
     )
+
+
+async def test_a_produce_let_go_because_its_quota_went_leaves_no_stale_turn_behind() -> None:
+    """A Produce waits at the gate, times out there, and the quota is removed before it resumes: it goes
+    on uncharged. When a quota comes back, the connection's next Produce is judged on its own, not
+    answered REQUEST_TIMED_OUT for the one before it."""
+    managers = QuotaManagers()
+    entity = QuotaEntity(client_id=CLIENT)
+    managers.set_quota(entity, QuotaKey.PRODUCER_BYTE_RATE, 1000)
+    chain = quota_chain(managers)
+    throttled = run_request(chain.for_connection(Connection(), lambda _ms: None), produce_to(1, 30_000, (0,)))
+    assert type(throttled) is Forward
+    waiting = Connection()
+    filters = chain.for_connection(waiting, lambda _ms: None)
+    frame = produce_to(2, 30_000, (0,))
+    deferred = run_request(filters, frame)
+    assert type(deferred) is Deferred
+    deferred.ready.set_result(TIMED_OUT)  # its deadline passed at the gate
+    managers.set_quota(entity, QuotaKey.PRODUCER_BYTE_RATE, None)
+    assert filters.on_request(parse_request_header(frame), frame, deferred) is frame  # no quota now
+    managers.set_quota(entity, QuotaKey.PRODUCER_BYTE_RATE, 10_000_000)
+    waiting.now += 60_000
+    waiting.read = waiting.now
+    fresh = produce_to(3, 30_000, (0,))
+    assert run_request(filters, fresh) is fresh  # well within the new quota: forwarded, not answered

@@ -279,6 +279,14 @@ def test_closing_hands_back_the_replies_nobody_will_answer() -> None:
     assert h.pipeline.state is Lifecycle.CLOSED
 
 
+def test_closing_hands_back_a_deferred_requests_wait_to_cancel() -> None:
+    """So a request waiting at an entity gate leaves its queue when its connection closes."""
+    ready = object()
+    h = Harness(Factory(DefersMetadataOnce, calls=[], ready=ready))
+    assert h.client(request(METADATA, 1)) is ready
+    assert h.pipeline.close() == [ready]
+
+
 # ---- filters' effects ------------------------------------------------------------------------------
 
 
