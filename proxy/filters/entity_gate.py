@@ -82,7 +82,12 @@ class EntityGates:
         `admitted` once it is charged) or, given a deadline, when that passes first (result TIMED_OUT: it
         left the queue); cancel it to leave the queue."""
         gate = self._gates.get(key)
-        if gate is None or (not gate.waiters and now_ms >= gate.open_at_ms):
+        if gate is None:
+            return None
+        waiters = gate.waiters
+        while waiters and waiters[0].done():
+            waiters.popleft()  # timed out or cancelled: no longer in the way
+        if not waiters and now_ms >= gate.open_at_ms:
             return None
         loop = self._event_loop()
         turn: asyncio.Future[object] = loop.create_future()
