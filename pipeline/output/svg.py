@@ -157,6 +157,10 @@ def line_chart(chart: LineChart) -> str:
             f'stroke-width="1.6"{dash}>'
             f"<title>{escape(series.label)}</title></polyline>"
         )
+        if len(series.xs) == 1:
+            # One point draws no line (a run shorter than the chart's step): mark it.
+            x, y = px(series.xs[0]), py(series.ys[0])
+            parts.append(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"/>')
     for y, label in chart.hlines:
         parts.append(
             f'<line class="hline" x1="{LEFT}" x2="{w - RIGHT}" y1="{py(y):.1f}" y2="{py(y):.1f}" '
