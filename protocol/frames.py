@@ -12,6 +12,8 @@ no join, no buffer as large as the frame.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import INT32_UNPACK
 
@@ -42,18 +44,36 @@ class BadFramePrefix(ProtocolError):
         self.frames = frames
 
 
+class FrameObserver(Protocol):
+    """Sees a passed-through frame's bytes as they go by (see FrameHead.observe)."""
+
+    def feed(self, piece: memoryview) -> None: ...
+
+    def end(self) -> None:
+        """The frame is complete (not called when the connection closed first)."""
+        ...
+
+
 class FrameHead:
     """Stands for a frame being passed through: its first bytes (`head`, length prefix included) and its
-    whole size, which `len()` gives, as for a complete frame."""
+    whole size, which `len()` gives, as for a complete frame. A filter that wants more than the head may
+    `observe` the frame: its observer is then fed every byte of it, from the length prefix on, in pieces
+    as they pass (never the whole at once), and told when it ends."""
 
-    __slots__ = ("head", "size")
+    __slots__ = ("head", "observers", "size")
 
     def __init__(self, head: memoryview, size: int) -> None:
         self.head = head
         self.size = size
+        self.observers: list[FrameObserver] | None = None
 
     def __len__(self) -> int:
         return self.size
+
+    def observe(self, observer: FrameObserver) -> None:
+        if self.observers is None:
+            self.observers = []
+        self.observers.append(observer)
 
 
 class FrameSplitter:

@@ -218,8 +218,9 @@ class ClientSide(asyncio.BufferedProtocol):
         assert pipeline is not None
         if requests.through:
             # More of a request already on its way upstream: it goes on first, as it came.
-            pipeline.outgoing.extend(requests.through)
-            if not requests.passing_through and self._pauses is not None:
+            ended = not requests.passing_through
+            pipeline.through(requests.through, ended)
+            if ended and self._pauses is not None:
                 self._pauses.frame_ended()
         try:  # _run's work, inline: this is the hot path
             ready = pipeline.client_frames(frames)

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameHead, FrameSplitter
+from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameHead, FrameObserver, FrameSplitter
 from sluice.protocol.headers import (
     RequestHeader,
     encode_request,
@@ -121,6 +121,7 @@ class RequestPipeline:
         "_held",
         "_in_flight",
         "_metrics",
+        "_observers",
         "_own_correlation_id",
         "_raw_exchange",
         "_requests",
@@ -151,6 +152,8 @@ class RequestPipeline:
         # Requests read but not forwarded yet, in order; a deferred request goes before them.
         self._held: list[memoryview] = []
         self._resume: Deferred | None = None
+        # Filters that observe the request passing through now (FrameHead.observe).
+        self._observers: list[FrameObserver] | None = None
         self._acks0_sent: deque[int] = deque(maxlen=ACKS0_REMEMBERED)
         self._own_correlation_id = FIRST_OWN_CORRELATION_ID
         self._raw_exchange: RawExchange | None = None
@@ -199,6 +202,7 @@ class RequestPipeline:
         self._in_flight.clear()
         self._held = []
         self._resume = None
+        self._observers = None
         self.outgoing = []
         return replies
 
@@ -280,8 +284,22 @@ class RequestPipeline:
         offered = requests.incomplete_head(min_frame_bytes, head_bytes)
         if offered is None or not self._stream_head(*offered):
             return False
-        self.outgoing.extend(requests.pass_through())
+        self.through(requests.pass_through(), ended=False)
         return True
+
+    def through(self, pieces: list[memoryview], ended: bool) -> None:
+        """More of the request passing through (`ended`: its last bytes): forwarded, and shown to the
+        filters that observe it."""
+        self.outgoing.extend(pieces)
+        observers = self._observers
+        if observers is not None:
+            for observer in observers:
+                for piece in pieces:
+                    observer.feed(piece)
+            if ended:
+                self._observers = None
+                for observer in observers:
+                    observer.end()
 
     def _stream_head(self, head: memoryview, size: int) -> bool:
         """A large request has begun to arrive: its first bytes `head` (length prefix included) and its
@@ -315,6 +333,7 @@ class RequestPipeline:
             throttle = out.throttle_ms
         elif out is not stand_in:
             raise TypeError(f"a filter answered {type(out).__name__} for an API it declared head-only")
+        self._observers = stand_in.observers
         self._metrics.count_request(key, size - 4)
         if key != _PRODUCE or acks != 0:
             self._in_flight.append(InFlight(header, _FORWARDED, throttle))

@@ -1,7 +1,9 @@
 """UsageRecorder: what each entity sends and receives, into the usage ledger (while usage records are on).
 
 Per request: one count by API. Per Produce: the request's size (header + body without the 4-byte length,
-what `producer_byte_rate` is charged) and the record-set bytes per topic. Per Fetch response as sent to the
+what `producer_byte_rate` is charged) and the record-set bytes per topic; a large Produce passed through
+as it arrives is observed as it goes by (`protocol/produce_stream.py`), so usage records never make the
+proxy read a request whole. Per Fetch response as sent to the
 client: its size (body + 4, what `consumer_byte_rate` is charged) and the record-set bytes per topic. The
 topic breakdown walks the topic/partition structure without decoding a record
 (`protocol/record_sets.py`); a body it cannot walk is left to the broker (or the client) to refuse, and
@@ -18,8 +20,10 @@ from collections.abc import Callable
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
+from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, response_header_size
-from sluice.protocol.record_sets import fetch_topic_bytes, produce_topic_bytes
+from sluice.protocol.produce_stream import ProduceTopicStream
+from sluice.protocol.record_sets import TopicBytes, fetch_topic_bytes, produce_topic_bytes
 from sluice.quota.usage_ledger import EntityUsage, UsageLedger
 
 from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
@@ -59,18 +63,24 @@ class UsageRecording:
         self._cache = (ledger.generation, user, client_id, usage)
         return usage
 
-    def request(self, user: str, header: RequestHeader, frame: Frame) -> None:
+    def request(self, user: str, header: RequestHeader, frame: Frame | FrameHead) -> None:
         usage = self.usage(user, header.client_id)
         key = header.api_key
         usage.add_request(key)
         if key != PRODUCE:
             return
         usage.produce_bytes += len(frame) - 4
+        if type(frame) is FrameHead:
+            frame.observe(_StreamedProduce(self, user, header, len(frame)))
+            return
         try:
             found = produce_topic_bytes(header.api_version, memoryview(frame)[4 + header.size :])
         except ProtocolError:
             return
-        usage.add_topics(self._named(found), fetched=False)
+        self.produced(user, header.client_id, found)
+
+    def produced(self, user: str, client_id: str | None, found: TopicBytes) -> None:
+        self.usage(user, client_id).add_topics(self._named(found), fetched=False)
 
     def fetch_response(self, user: str, header: RequestHeader, frame: Frame) -> None:
         usage = self.usage(user, header.client_id)
@@ -95,11 +105,29 @@ class UsageRecording:
         return named
 
 
+class _StreamedProduce:
+    """A Produce passing through: its topic breakdown, read from its pieces as they go by, is added when it
+    ends (to the interval it ends in)."""
+
+    __slots__ = ("_client_id", "_recording", "_stream", "_user")
+
+    def __init__(self, recording: UsageRecording, user: str, header: RequestHeader, size: int) -> None:
+        self._recording, self._user, self._client_id = recording, user, header.client_id
+        self._stream = ProduceTopicStream(header.api_version, header.size, size)
+
+    def feed(self, piece: memoryview) -> None:
+        self._stream.feed(piece)
+
+    def end(self) -> None:
+        found = self._stream.result()
+        if found is not None:  # else malformed: the broker refuses it, only the breakdown is lost
+            self._recording.produced(self._user, self._client_id, found)
+
+
 class UsageRecorder(Filter):
     request_api_keys = _ALL_API_KEYS
-    # Counting a request needs only its header; a Produce's topic breakdown walks its whole body, so with
-    # usage records on a large Produce is read whole before it is forwarded (no pass-through).
-    head_only_api_keys = _ALL_API_KEYS - {PRODUCE}
+    # Counting a request needs only its header; a large Produce's topic breakdown is observed as it passes.
+    head_only_api_keys = _ALL_API_KEYS
     response_api_keys = frozenset({FETCH})
 
     __slots__ = ("_recording",)
@@ -109,7 +137,7 @@ class UsageRecorder(Filter):
         self._recording = shared.recording
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
-        self._recording.request(self.conn.user, header, frame)
+        self._recording.request(self.conn.user, header, frame)  # a FrameHead too (head_only_api_keys)
         return frame
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame:

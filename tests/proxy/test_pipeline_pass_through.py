@@ -13,15 +13,18 @@ import itertools
 import struct
 
 import pytest
+from kafka.protocol.producer import ProduceRequest
 from manual_loop import ManualLoop, RecordingTransport
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.frames import FrameHead, FrameSplitter
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
 from sluice.proxy.filters import Answer, Filter, FilterChain, FilterFactory, Forward, Frame
+from sluice.proxy.filters.usage_recorder import UsageRecorderFactory, UsageRecording
 from sluice.proxy.flow import ReadPauses
 from sluice.proxy.request_pipeline import RequestPipeline
 from sluice.proxy.throttle_gate import ThrottleGate
+from sluice.quota.usage_ledger import UsageLedger
 
 PRODUCE, METADATA = ApiKey.PRODUCE, ApiKey.METADATA
 MIN_FRAME, HEAD = 100, 40  # the connection's thresholds, scaled down so every cut can be tried
@@ -50,6 +53,30 @@ class Seen(Filter):
         self.seen.append((header.correlation_id, len(frame), type(frame).__name__))
         if header.correlation_id == self.throttle_id:
             return Forward(frame, 500)
+        return frame
+
+
+class Observes(Filter):
+    """Head-only for Produce, observing each streamed one: the bytes it was shown, and whether it ended."""
+
+    request_api_keys = frozenset({PRODUCE})
+    head_only_api_keys = frozenset({PRODUCE})
+    observed: list[list]
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+        if type(frame) is FrameHead:
+            record: list = [header.correlation_id, bytearray(), False]
+            self.observed.append(record)
+
+            class Watch:
+                def feed(self, piece: memoryview) -> None:
+                    assert not record[2]
+                    record[1] += piece
+
+                def end(self) -> None:
+                    record[2] = True
+
+            frame.observe(Watch())
         return frame
 
 
@@ -145,8 +172,9 @@ class Driver:
         requests, pipeline = self.requests, self.pipeline
         frames = requests.feed(data)
         if requests.through:
-            pipeline.outgoing.extend(requests.through)
-            if not requests.passing_through:
+            ended = not requests.passing_through
+            pipeline.through(requests.through, ended)
+            if ended:
                 self.pauses.frame_ended()
         pipeline.client_frames(frames)
         if requests.incomplete_head(MIN_FRAME, HEAD) is not None:
@@ -296,3 +324,41 @@ def test_a_head_only_filter_that_answers_is_a_bug_not_a_silent_drop() -> None:
     driver = Driver(Factory(AnswersHeads))
     with pytest.raises(TypeError):
         driver.read(big[:150])
+
+
+def test_an_observer_sees_every_byte_of_each_streamed_request_and_its_end_wherever_it_is_cut() -> None:
+    data, frames = _stream()
+    by_id = {read_correlation_id(f[:4] + f[8:12]): f for f in frames}
+    for cuts in _cuts(len(data)):
+        observed: list[list] = []
+        driver = Driver(Factory(Observes, observed=observed))
+        _read_in_chunks(driver, data, cuts)
+        assert b"".join(driver.upstream) == data, cuts
+        for correlation_id, seen, ended in observed:
+            assert bytes(seen) == by_id[correlation_id] and ended, cuts
+
+
+def test_usage_records_count_a_streamed_produce_per_topic_as_a_whole_one() -> None:
+    """The usage recorder observes a Produce passing through: its topic bytes are those of the one-buffer
+    walk, wherever the stream is cut, and the request streamed (usage records keep pass-through on)."""
+    records = [b"r" * 70, b"s" * 90]
+    topics = [
+        ProduceRequest.TopicProduceData(
+            name=name,
+            partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=r)],
+        )
+        for name, r in zip(("orders", "audit"), records, strict=True)
+    ]
+    body = bytes(ProduceRequest(acks=1, timeout_ms=30000, topic_data=topics).encode(version=9))
+    framed = encode_request(PRODUCE, 9, 1, "usage", body)
+    for cut in range(len(framed) + 1):
+        ledger = UsageLedger("test")
+        seen: list[tuple[int, int, str]] = []
+        driver = Driver(Factory(Seen, seen=seen), UsageRecorderFactory(UsageRecording(ledger)))
+        _read_in_chunks(driver, framed, (cut,))
+        assert b"".join(driver.upstream) == framed
+        usage = ledger.entity("ANONYMOUS", "usage")
+        assert usage.produce_bytes == len(framed) - 4
+        assert usage.topics == {"orders": [70, 0], "audit": [90, 0]}, cut
+        if 2 * HEAD <= cut < len(framed):  # the first read ends mid-request, its head in
+            assert seen[0][2] == "FrameHead", cut  # so it passed through

@@ -1,0 +1,88 @@
+"""protocol/produce_stream.py: the per-topic record bytes of a Produce fed in pieces equal the one-buffer
+walk's (record_sets.produce_topic_bytes), for every version, wherever the pieces are cut."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.protocol.producer import ProduceRequest
+
+from sluice.protocol.headers import encode_request_header, frame, parse_request_header
+from sluice.protocol.produce_stream import ProduceTopicStream
+from sluice.protocol.record_sets import produce_topic_bytes
+
+Topic = ProduceRequest.TopicProduceData
+Partition = Topic.PartitionProduceData
+
+
+def produce_frame(version: int, transactional_id: str | None = "tx-ünï") -> bytes:
+    parts = {"orders": [b"a" * 300, None, b"b" * 70], "ünïcode": [b"c" * 5], "": [b""]}
+    topics = [
+        Topic(
+            **({"topic_id": uuid.UUID(int=i + 1)} if version >= 13 else {"name": name}),
+            partition_data=[Partition(index=p, records=r) for p, r in enumerate(records)],
+        )
+        for i, (name, records) in enumerate(parts.items())
+    ]
+    request = ProduceRequest(version=version, acks=-1, timeout_ms=30000, topic_data=topics)
+    if version >= 3:
+        request.transactional_id = transactional_id
+    body = bytes(request.encode(version=version))
+    return frame(encode_request_header(0, version, 7, "producer-1") + body)
+
+
+def streamed(framed: bytes, cuts: list[int]) -> list | None:
+    header = parse_request_header(framed)
+    stream = ProduceTopicStream(header.api_version, header.size, len(framed))
+    start = 0
+    for cut in [*sorted(cuts), len(framed)]:
+        stream.feed(memoryview(framed)[start:cut])
+        start = cut
+    return stream.result()
+
+
+def whole(framed: bytes) -> list:
+    header = parse_request_header(framed)
+    return produce_topic_bytes(header.api_version, framed[4 + header.size :])
+
+
+@pytest.mark.parametrize("version", range(14))
+def test_every_version_cut_at_every_single_point(version: int) -> None:
+    framed = produce_frame(version)
+    expected = whole(framed)
+    assert expected and sum(size for _, size in expected) == 375
+    for cut in range(len(framed) + 1):
+        assert streamed(framed, [cut]) == expected, cut
+
+
+@settings(max_examples=200, deadline=None)
+@given(version=st.integers(0, 13), data=st.data())
+def test_any_cuts_give_the_same_breakdown(version: int, data: st.DataObject) -> None:
+    framed = produce_frame(version, data.draw(st.one_of(st.none(), st.text(max_size=40))))
+    cuts = data.draw(st.lists(st.integers(0, len(framed)), max_size=30))
+    assert streamed(framed, cuts) == whole(framed)
+
+
+@pytest.mark.parametrize("version", [0, 3, 9, 13])
+def test_a_request_cut_short_or_overlong_gives_no_breakdown(version: int) -> None:
+    framed = produce_frame(version)
+    header = parse_request_header(framed)
+    short = ProduceTopicStream(header.api_version, header.size, len(framed))
+    short.feed(framed[:-1])
+    assert short.result() is None
+    overlong = ProduceTopicStream(header.api_version, header.size, len(framed) + 3)
+    overlong.feed(framed + b"\x00\x00\x00")
+    assert overlong.result() is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.integers(0, 13), junk=st.binary(max_size=300), data=st.data())
+def test_garbage_never_raises(version: int, junk: bytes, data: st.DataObject) -> None:
+    framed = frame(encode_request_header(0, version, 1, "c") + junk)
+    cuts = data.draw(st.lists(st.integers(0, len(framed)), max_size=5))
+    result = streamed(framed, cuts)
+    if result is not None:  # junk that happens to be a well-formed request reads as the whole walk reads it
+        assert result == whole(framed)
