@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             check=True,
         )
         print(f"synth: {spec.rows:,} entity intervals in {time.monotonic() - began:.0f} s", file=sys.stderr)
-        results: dict[tuple[str, str], float] = {}
+        results: dict[tuple[str, str], float] = _load_results(args.results)
         for master in args.masters.split(","):
             for job in JOBS:
                 command = [
@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 print(
                     f"{job} on {master}: {seconds:.1f} s, {spec.rows / seconds:,.0f} rows/s", file=sys.stderr
                 )
+                _save_results(args.results, results)
     text = report(spec, args, results)
     print(text)
     if args.out:
@@ -120,8 +121,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_results(path: str | None) -> dict[tuple[str, str], float]:
+    """Seconds per (master, job) from earlier runs of the same size (`--results`), so the masters may be
+    measured one run at a time and reported together."""
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as stream:
+        return {(master, job): seconds for master, job, seconds in json.load(stream)}
+
+
+def _save_results(path: str | None, results: dict[tuple[str, str], float]) -> None:
+    if path:
+        with open(path, "w") as stream:
+            json.dump([[master, job, seconds] for (master, job), seconds in results.items()], stream)
+
+
 def report(spec: SynthSpec, args: argparse.Namespace, results: dict[tuple[str, str], float]) -> str:
-    masters = args.masters.split(",")
+    masters = sorted({master for master, _job in results})
     lines = [
         "# Pipeline benchmark",
         "",
@@ -150,6 +166,9 @@ def main() -> int:
     parser.add_argument("--masters", default="local[1],local[2]")
     parser.add_argument("--driver-memory", default="6g")
     parser.add_argument("--out", help="also write the markdown table here")
+    parser.add_argument(
+        "--results", help="a JSON file of earlier runs' seconds (same size) to report with, and add to"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--job", choices=JOBS, help=argparse.SUPPRESS)
     parser.add_argument("--master", help=argparse.SUPPRESS)
