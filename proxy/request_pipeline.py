@@ -154,7 +154,8 @@ class RequestPipeline:
         self._resume: Deferred | None = None
         # Filters that observe the request passing through now (FrameHead.observe).
         self._observers: list[FrameObserver] | None = None
-        self._acks0_sent: deque[int] = deque(maxlen=ACKS0_REMEMBERED)
+        # Made at the first acks=0 Produce (most connections never send one: a deque is 760 bytes).
+        self._acks0_sent: deque[int] | None = None
         self._own_correlation_id = FIRST_OWN_CORRELATION_ID
         self._raw_exchange: RawExchange | None = None
         # Requests to write upstream, in order; the connection writes them in one go and empties the list.
@@ -262,7 +263,7 @@ class RequestPipeline:
                 if header.api_key != _PRODUCE or produce_acks(frame, header) != 0:
                     self._in_flight.append(InFlight(header))
                 else:
-                    self._acks0_sent.append(header.correlation_id)
+                    self._sent_acks0(header.correlation_id)
                 self.outgoing.append(out)
                 continue
             verdict = self._settle(header, frame, out)
@@ -340,7 +341,7 @@ class RequestPipeline:
             if throttle > 0:
                 self._gate.expect_response()
         else:
-            self._acks0_sent.append(header.correlation_id)
+            self._sent_acks0(header.correlation_id)
         return True
 
     def _settle(self, header: RequestHeader, original: Frame, out: object) -> object | None:
@@ -373,11 +374,18 @@ class RequestPipeline:
             if throttle > 0:
                 self._gate.expect_response()
         else:
-            self._acks0_sent.append(header.correlation_id)
+            self._sent_acks0(header.correlation_id)
         if answer is not None:
             return answer
         self.outgoing.append(frame)
         return None
+
+    def _sent_acks0(self, correlation_id: int) -> None:
+        """An acks=0 Produce went upstream: no response will come for it."""
+        sent = self._acks0_sent
+        if sent is None:
+            sent = self._acks0_sent = deque(maxlen=ACKS0_REMEMBERED)
+        sent.append(correlation_id)
 
     def _defer(self, deferred: Deferred) -> object:
         frame, original = deferred.frame, deferred.original
@@ -456,7 +464,7 @@ class RequestPipeline:
             return
         correlation_id = read_correlation_id(frame)
         if not in_flight or correlation_id != in_flight[0].header.correlation_id:
-            if correlation_id in self._acks0_sent:
+            if self._acks0_sent is not None and correlation_id in self._acks0_sent:
                 # Some brokers (librdkafka's mock among them) answer acks=0 Produce; Kafka clients expect
                 # no answer and kafka-python drops the connection on an unknown correlation id.
                 return

@@ -58,7 +58,9 @@ class FilterChain:
         # reads now may be passed through as it arrives. A factory that keeps FilterFactory's
         # reads_body_now always reads it, so that key never streams and is not asked about per request.
         self._body_readers: list[tuple[FilterFactory, ...] | None] = []
-        for key, positions in enumerate(self._by_request_key):
+        request_groups = self._by_request_key
+        for key in range(TABLE_SIZE):
+            positions = request_groups.groups[request_groups.group_of[key]]
             readers = tuple(self.factories[i] for i in positions if key not in classes[i].head_only_api_keys)
             always = any(type(f).reads_body_now is FilterFactory.reads_body_now for f in readers)
             self._body_readers.append(None if always else readers)
@@ -103,20 +105,26 @@ def _may_need_cpu(factory: FilterFactory) -> bool:
     return type(factory).needs_cpu_time is not FilterFactory.needs_cpu_time
 
 
-def _index(wanted: list[frozenset[int]]) -> list[_Positions]:
-    """Per API key, the positions of the filters that want it."""
-    return [tuple(i for i, keys in enumerate(wanted) if key in keys) for key in range(TABLE_SIZE)]
+class _KeyTable(NamedTuple):
+    """Per API key, the positions of the filters that want it, as an index into a short list of the
+    distinct position sets: a connection then keeps one tuple of filters per distinct set (a handful),
+    not one per API key (128 slots, three tables: 3 kB for every connection, idle or not)."""
+
+    group_of: bytes  # API key -> index into `groups`
+    groups: tuple[_Positions, ...]
 
 
-def _instances(positions: list[_Positions], filters: list[Filter]) -> list[tuple[Filter, ...]]:
-    made: dict[_Positions, tuple[Filter, ...]] = {}
-    table = []
-    for at in positions:
-        found = made.get(at)
-        if found is None:
-            found = made[at] = tuple(filters[i] for i in at)
-        table.append(found)
-    return table
+def _index(wanted: list[frozenset[int]]) -> _KeyTable:
+    groups: dict[_Positions, int] = {}
+    group_of = bytearray()
+    for key in range(TABLE_SIZE):
+        at = tuple(i for i, keys in enumerate(wanted) if key in keys)
+        group_of.append(groups.setdefault(at, len(groups)))
+    return _KeyTable(bytes(group_of), tuple(groups))
+
+
+def _instances(table: _KeyTable, filters: list[Filter]) -> tuple[tuple[Filter, ...], ...]:
+    return tuple(tuple(filters[i] for i in at) for at in table.groups)
 
 
 class Deferred(NamedTuple):
@@ -135,11 +143,14 @@ class ConnectionFilters:
     later filter sees the connection as the earlier ones left it."""
 
     __slots__ = (
-        "_by_request_key",
-        "_by_response_key",
         "_cpu_needed",
-        "_cpu_response_key",
+        "_cpu_response_group",
+        "_cpu_response_groups",
         "_mute",
+        "_request_group",
+        "_request_groups",
+        "_response_group",
+        "_response_groups",
         "filters",
         "may_stream",
     )
@@ -148,9 +159,14 @@ class ConnectionFilters:
         self._mute = mute
         self.filters = tuple(filters)
         self.may_stream = chain.may_stream
-        self._by_request_key = _instances(chain._by_request_key, filters)
-        self._by_response_key = _instances(chain._by_response_key, filters)
-        self._cpu_response_key = _instances(chain._cpu_response_key, filters)
+        # Per API key: `_request_groups[_request_group[key]]` are the filters to run (the key -> group map
+        # is the chain's, shared; only the few distinct groups of filters are this connection's own).
+        self._request_group = chain._by_request_key.group_of
+        self._request_groups = _instances(chain._by_request_key, filters)
+        self._response_group = chain._by_response_key.group_of
+        self._response_groups = _instances(chain._by_response_key, filters)
+        self._cpu_response_group = chain._cpu_response_key.group_of
+        self._cpu_response_groups = _instances(chain._cpu_response_key, filters)
         self._cpu_needed = chain.cpu_time_needed()
 
     def on_request(
@@ -160,7 +176,7 @@ class ConnectionFilters:
         (or Forward with the throttle earned), an Answer (its throttle includes the earlier filters'), a
         Close, or a Deferred to resume later. One method for both, so the hot path makes one call."""
         key = header.api_key
-        filters = self._by_request_key[key] if 0 <= key < TABLE_SIZE else _NO_FILTERS
+        filters = self._request_groups[self._request_group[key]] if 0 <= key < TABLE_SIZE else _NO_FILTERS
         if not filters:
             return frame
         original, start, throttle = frame, 0, 0
@@ -199,7 +215,10 @@ class ConnectionFilters:
         key = request.header.api_key
         if not 0 <= key < TABLE_SIZE:
             return frame
-        filters = (self._cpu_response_key if self._cpu_needed() else self._by_response_key)[key]
+        if self._cpu_needed():
+            filters = self._cpu_response_groups[self._cpu_response_group[key]]
+        else:
+            filters = self._response_groups[self._response_group[key]]
         delay = 0
         for f in filters:
             out = f.on_response(request, frame)
