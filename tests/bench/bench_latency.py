@@ -92,12 +92,15 @@ def latency_row(load: str, rate: float, path: str, run: WindowedRun) -> list[Any
     return [
         load, f"{rate:,.0f}", path, f"{ms(r, 'p50'):.3f}", f"{ms(r, 'p99'):.3f}", f"{ms(r, 'p99.9'):.3f}",
         f"{ms(r, 'max'):.1f}", answered, f"{r['send_lag_us']['p99'] / 1000:.3f}",
-        busy.get("proxy", "—"), busy.get("mock", "—"),
+        busy.get("proxy", "—"), busy.get("mock", "—"), f"{run.child.cpu_s / run.child.wall_s:.2f}",
     ]  # fmt: skip
 
 
+# The generator's CPUs are over its whole run (warm-up included): with the proxy's and the mock's they say
+# how much of the machine's two cores the path had to share.
 LATENCY_COLUMNS = ["load", "requests/s", "path", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "answers counted",
-                   "generator send lag p99 ms", "proxy CPUs busy", "mock CPUs busy"]  # fmt: skip
+                   "generator send lag p99 ms", "proxy CPUs busy", "mock CPUs busy",
+                   "generator CPUs busy"]  # fmt: skip
 
 
 def run(
@@ -120,7 +123,7 @@ def run(
             added = {key: ms(results[(load, "proxy")], key) - ms(results[(load, "direct")], key)
                      for key in ("p50", "p99", "p99.9")}  # fmt: skip
             rows.append([f"{load:.0%}", f"{rate:,.0f}", "added by the proxy", f"{added['p50']:+.3f}",
-                         f"{added['p99']:+.3f}", f"{added['p99.9']:+.3f}", "", "", "", "", ""])  # fmt: skip
+                         f"{added['p99']:+.3f}", f"{added['p99.9']:+.3f}", *[""] * 6])  # fmt: skip
     added_p99 = {load: ms(results[(load, "proxy")], "p99") - ms(results[(load, "direct")], "p99")
                  for load in loads}  # fmt: skip
     middle = 0.5 if 0.5 in loads else loads[len(loads) // 2]
