@@ -42,7 +42,7 @@ bench: install
 bench-quick: install
 	$(PY) tests/bench/run_all.py --quick
 
-# The pipeline's own bench (Spark, ~an hour on 2 cores): report and whatif on 30 days x 500 entities.
+# The pipeline's own bench (Spark, about 45 min on 2 cores): report and whatif on 30 days x 500 entities.
 bench-pipeline: install
 	$(PY) tests/bench/bench_pipeline.py --out docs/benchmarks-pipeline.md
 
