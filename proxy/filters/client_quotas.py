@@ -159,7 +159,7 @@ class ClientQuotas(Filter):
         self._touch("Produce", self._produce, user, client_id)
         gates = self._gates()
         if gates is not None:
-            gate_key = (_PRODUCE, self._produce.tags_for(user, client_id))
+            gate_key = self._gate_key(user, client_id)
             turn, self._turn = self._turn, None
             if turn is not None:
                 if not turn.cancelled() and turn.result() is TIMED_OUT:
@@ -189,13 +189,16 @@ class ClientQuotas(Filter):
         # This request is forwarded; the ones behind it wait. acks=0 has no response: the mute is all.
         return Forward(frame, throttle)
 
+    def _gate_key(self, user: str, client_id: str | None) -> tuple[int, object]:
+        # The tags of the sensor the entity is charged to: entities sharing a quota share its gate.
+        return (_PRODUCE, self._produce.tags_for(user, client_id))
+
     def _leave_gate(self, header: RequestHeader) -> None:
         turn, self._turn = self._turn, None
         gates = self._gates()
         if gates is not None and turn is not None and not turn.cancelled() and turn.result() is None:
             # It was let in: the next waiter's turn comes now rather than after the resume grace.
-            gate_key = (_PRODUCE, self._produce.tags_for(self.conn.user, header.client_id))
-            gates.admitted(gate_key, 0, self.conn.now_ms())
+            gates.admitted(self._gate_key(self.conn.user, header.client_id), 0, self.conn.now_ms())
 
     def _timed_out(self, header: RequestHeader, frame: Frame, gate_shut_ms: int) -> Answer:
         self._stats.gate_timeouts += 1

@@ -8,10 +8,11 @@ demo-pipeline` runs) then reports on them: the pipeline on the demo's own traffi
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import NamedTuple
+
+from sluice.quota.usage_records import decode_batch
 
 USAGE_TOPIC = "_sluice_usage"
 _READ_TIMEOUT_S = 15.0
@@ -20,7 +21,7 @@ _READ_TIMEOUT_S = 15.0
 class SavedUsage(NamedTuple):
     messages: int
     rows: int
-    produce_bytes: dict[str, int]  # per client-id, summed over the rows
+    produce_bytes: dict[str, int]  # per client-id, summed over its entity rows
 
 
 def save_usage_topic(bootstrap: str, path: Path, topic: str = USAGE_TOPIC) -> SavedUsage:
@@ -45,10 +46,11 @@ def save_usage_topic(bootstrap: str, path: Path, topic: str = USAGE_TOPIC) -> Sa
     with path.open("wb") as out:
         for value in values:
             out.write(value.rstrip(b"\n") + b"\n")
-            for row in json.loads(value)["rows"]:
+            for row in decode_batch(value).rows:  # the documented codec, as the pipeline reads them
                 rows += 1
-                client = row.get("client_id") or ""
-                produce_bytes[client] = produce_bytes.get(client, 0) + row.get("produce_bytes", 0)
+                if row.topic is None:  # the entity's own row (its topic rows break the same bytes down)
+                    client = row.client_id or ""
+                    produce_bytes[client] = produce_bytes.get(client, 0) + row.produce_bytes
     return SavedUsage(len(values), rows, produce_bytes)
 
 
