@@ -1,15 +1,20 @@
 """A throttled Fetch, seen on the wire: Kafka's empty answer (`fetch_throttle: empty`, the default) or the
 data with the field set (`pass`), and in both cases nothing is lost.
 
-The partition holds one ~50.5 kB batch, which every fetch from offset 0 returns. 60 kB/s with N = 2
-samples of 1 s: the token bucket holds 120 kB (the fetch cap, Q x (N-1) x W = 60 kB, lets the batch
-through), so two fetches pass and the third overdraws by ~31.5 kB: a throttle of ~525 ms.
+The partition holds one ~50.5 kB batch, which every fetch from offset 0 returns. It is written with one raw
+Produce straight to the partition's leader: a producer's linger can split it under load, and the mock
+broker answers a fetch with one batch, so the fetches would return a part of it (seen in CI).
+
+60 kB/s with N = 2 samples of 1 s: the token bucket holds 120 kB (the fetch cap, Q x (N-1) x W = 60 kB,
+lets the batch through), so two fetches pass and the third overdraws by ~31.5 kB: a throttle of ~525 ms.
 """
 
 from __future__ import annotations
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record.memory_records import MemoryRecordsBuilder
 from rawclient import RawClient
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
@@ -25,13 +30,28 @@ QUOTA = 60_000
 @pytest.fixture(scope="module")
 def cluster():
     with MockCluster(brokers=3, topics={TOPIC: 1}) as c:
-        from confluent_kafka import Producer
-
-        producer = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 100})  # one batch
-        for i in range(RECORDS):
-            producer.produce(TOPIC, bytes([i]) * 1000, partition=0)
-        assert producer.flush(30) == 0
+        # Partition 0 of a single-replica topic is led by broker 1, the first address of the bootstrap.
+        with RawClient(*c.addresses[0]) as direct:
+            answer = direct.call(one_batch_produce(), 7, ProduceResponse)
+            assert answer.responses[0].partition_responses[0].error_code == 0, answer
+            stored = fetch(direct)
+        assert record_bytes(stored) >= RECORDS * 1000, stored
         yield c
+
+
+def one_batch_produce() -> ProduceRequest:
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+    for i in range(RECORDS):
+        builder.append(0, None, bytes([i]) * 1000, [])
+    builder.close()
+    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=bytes(builder.buffer()))
+    request = ProduceRequest(
+        acks=1,
+        timeout_ms=10000,
+        topic_data=[ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[partition])],
+    )
+    request.transactional_id = None
+    return request
 
 
 def fetch(client: RawClient) -> FetchResponse:
@@ -72,7 +92,8 @@ def test_throttled_fetch(cluster, mode: str) -> None:
         answers = [fetch(client) for _ in range(3)]
         after = fetch(client)  # held by the mute until the throttle has passed
     unthrottled, throttled = answers[:2], answers[2]
-    assert all(a.throttle_time_ms == 0 and record_bytes(a) >= RECORDS * 1000 for a in unthrottled)
+    seen = [(a.throttle_time_ms, record_bytes(a)) for a in answers]
+    assert all(a.throttle_time_ms == 0 and record_bytes(a) >= RECORDS * 1000 for a in unthrottled), seen
     assert 450 <= throttled.throttle_time_ms <= 600, throttled.throttle_time_ms
     assert throttled.error_code == 0
     if mode == "empty":
