@@ -5,7 +5,8 @@
   without, alternating, several rounds; the medians of records/sec are compared.
 * The fleet's accuracy: three proxy processes sharing one quota (`fleet.enabled`), one flat-out
   producer of the same client-id through each, with the sampled window and with the token bucket; the
-  fleet's admitted rate (slope of the cumulative bytes in the usage records, after the start) / the quota.
+  fleet's admitted rate (from the usage records, after the start: over whole periods of the window's
+  bursts, else the slope of the cumulative bytes; fleet_harness.admitted_rate) / the quota.
 * The usage topic's size with 1,000 active entities (tests/bench/usage_topic_size.py).
 
 Run alone: ``.venv/bin/python tests/bench/bench_usage.py`` (one JSON record per line).
@@ -22,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet_harness import QUOTA, admitted_per_interval, fleet_config, read_usage, slope
+from fleet_harness import QUOTA, admitted_per_interval, admitted_rate, fleet_config, read_usage
 from harness import QuietProxy, display, perf_test_command, run_child
 from measurements import Record, measurement, median
 from process_stats import cpu_seconds
@@ -132,7 +133,7 @@ def fleet_accuracy(sensor: str) -> Record:
         finally:
             for proxy in proxies:
                 proxy.close()
-    rate = slope(admitted_per_interval(batches), t0 + FLEET_START_S * 1000, t0 + FLEET_RUN_S * 1000)
+    rate = admitted_rate(admitted_per_interval(batches), t0 + FLEET_START_S * 1000, t0 + FLEET_RUN_S * 1000)
     off_by = 100 * (rate / QUOTA - 1)
     return measurement(
         f"fleet_accuracy_{sensor}",
@@ -145,9 +146,9 @@ def fleet_accuracy(sensor: str) -> Record:
             f"producer_byte_rate {QUOTA:,} B/s for client-id pump, shared (fleet.enabled), 1 s usage "
             "interval; one flat-out librdkafka producer (10 kB records, 16 KiB batches) through each of "
             "three proxies.",
-            f"measured: {rate:,.0f} B/s ({off_by:+.2f} %), the slope of the fleet's cumulative admitted "
-            f"bytes (from the usage records) from {FLEET_START_S} s to {FLEET_RUN_S} s (docs/fleet.md: why "
-            "the slope).",
+            f"measured: {rate:,.0f} B/s ({off_by:+.2f} %), the fleet's admitted bytes (from the usage "
+            f"records) from {FLEET_START_S} s to {FLEET_RUN_S} s over whole periods of the window's bursts, "
+            "else the slope of the cumulative bytes (tests/fleet_harness.py: admitted_rate, and why).",
         ],
     )
 
