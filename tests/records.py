@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterable
+from typing import Any
 
 
 def make_records(count: int, size: int = 200, seed: int = 7) -> list[tuple[bytes, bytes]]:
@@ -18,3 +19,23 @@ def digest(records: Iterable[tuple[bytes | None, bytes | None]]) -> str:
     for key, value in sorted((k or b"", v or b"") for k, v in records):
         h.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
     return h.hexdigest()
+
+
+def one_batch_produce(topic: str, values: Iterable[bytes], partition: int = 0, acks: int = 1) -> Any:
+    """A kafka-python ProduceRequest carrying `values` (no keys) as one record batch, for raw probes."""
+    from kafka.protocol.producer import ProduceRequest
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 22)
+    for value in values:
+        builder.append(0, None, value, [])
+    builder.close()
+    records = bytes(builder.buffer())
+    data = ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=records)
+    request = ProduceRequest(
+        acks=acks,
+        timeout_ms=10000,
+        topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[data])],
+    )
+    request.transactional_id = None
+    return request

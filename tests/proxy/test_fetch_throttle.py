@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
-from kafka.record.memory_records import MemoryRecordsBuilder
+from kafka.protocol.producer import ProduceResponse
 from rawclient import RawClient
+from records import one_batch_produce
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
@@ -32,26 +32,13 @@ def cluster():
     with MockCluster(brokers=3, topics={TOPIC: 1}) as c:
         # Partition 0 of a single-replica topic is led by broker 1, the first address of the bootstrap.
         with RawClient(*c.addresses[0]) as direct:
-            answer = direct.call(one_batch_produce(), 7, ProduceResponse)
+            answer = direct.call(
+                one_batch_produce(TOPIC, (bytes([i]) * 1000 for i in range(RECORDS))), 7, ProduceResponse
+            )
             assert answer.responses[0].partition_responses[0].error_code == 0, answer
             stored = fetch(direct)
         assert record_bytes(stored) >= RECORDS * 1000, stored
         yield c
-
-
-def one_batch_produce() -> ProduceRequest:
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
-    for i in range(RECORDS):
-        builder.append(0, None, bytes([i]) * 1000, [])
-    builder.close()
-    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=bytes(builder.buffer()))
-    request = ProduceRequest(
-        acks=1,
-        timeout_ms=10000,
-        topic_data=[ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[partition])],
-    )
-    request.transactional_id = None
-    return request
 
 
 def fetch(client: RawClient) -> FetchResponse:

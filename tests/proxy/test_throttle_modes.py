@@ -13,8 +13,8 @@ import time
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
-from kafka.record.memory_records import MemoryRecordsBuilder
 from rawclient import RawClient
+from records import one_batch_produce
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
@@ -34,18 +34,7 @@ def cluster():
 
 
 def big_produce() -> ProduceRequest:
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 21)
-    for i in range(40):
-        builder.append(0, None, bytes([i]) * 10_000, [])
-    builder.close()
-    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=bytes(builder.buffer()))
-    request = ProduceRequest(
-        acks=1,
-        timeout_ms=10000,
-        topic_data=[ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[partition])],
-    )
-    request.transactional_id = None
-    return request
+    return one_batch_produce(TOPIC, (bytes([i]) * 10_000 for i in range(40)))
 
 
 def proxy_in_mode(cluster, mode: str) -> ProxyProcess:
