@@ -124,7 +124,7 @@ def admitted_rate(series: dict[int, int], start_ms: int, end_ms: int) -> float:
         if len(onsets) >= 2:
             first, last = onsets[0], onsets[-1]
             span_s = ordered[last - 1] - ordered[first - 1]
-            if span_s * 2 >= (end_ms - start_ms) / 1000:  # whole periods covering most of the span
+            if span_s * 2 >= (end_ms - start_ms) / 1000:  # whole periods covering at least half the span
                 return sum(seconds[second] for second in ordered[first:last]) / span_s
     return slope(series, start_ms, end_ms)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.memory_records import MemoryRecordsBuilder
 
 
 def make_records(count: int, size: int = 200, seed: int = 7) -> list[tuple[bytes, bytes]]:
@@ -21,14 +23,18 @@ def digest(records: Iterable[tuple[bytes | None, bytes | None]]) -> str:
     return h.hexdigest()
 
 
-def one_batch_produce(topic: str, values: Iterable[bytes], partition: int = 0, acks: int = 1) -> Any:
-    """A kafka-python ProduceRequest carrying `values` (no keys) as one record batch, for raw probes."""
-    from kafka.protocol.producer import ProduceRequest
-    from kafka.record.memory_records import MemoryRecordsBuilder
-
+def one_batch_produce(
+    topic: str,
+    values: Sequence[bytes],
+    keys: Sequence[bytes | None] | None = None,
+    partition: int = 0,
+    acks: int = 1,
+) -> ProduceRequest:
+    """A kafka-python ProduceRequest carrying `values` (keyed by `keys`, else unkeyed) as one record batch,
+    for raw probes; encode it at the version the test pins. `produced_records` gives the batch back."""
     builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 22)
-    for value in values:
-        builder.append(0, None, value, [])
+    for value, key in zip(values, keys if keys is not None else [None] * len(values), strict=True):
+        builder.append(0, key, value, [])
     builder.close()
     records = bytes(builder.buffer())
     data = ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=records)
@@ -39,3 +45,8 @@ def one_batch_produce(topic: str, values: Iterable[bytes], partition: int = 0, a
     )
     request.transactional_id = None
     return request
+
+
+def produced_records(request: ProduceRequest) -> bytes:
+    """The record batch of a request made by `one_batch_produce`."""
+    return request.topic_data[0].partition_data[0].records

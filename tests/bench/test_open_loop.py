@@ -30,7 +30,7 @@ def test_every_scheduled_request_is_answered_and_counted_once() -> None:
             result = load.run()
         finally:
             load.close()
-    assert result["counted"] == int((0.2 + DURATION_S) * RATE) - int(0.2 * RATE) == RATE * DURATION_S
+    assert result["counted"] == RATE * DURATION_S
     assert result["missing"] == 0 and result["errors"] == 0 and result["failures"] == []
     assert result["achieved_per_s"] == RATE
     assert result["checked"] > 0

@@ -119,3 +119,4 @@ async def test_a_waiter_let_in_before_its_deadline_is_not_timed_out_later() -> N
     assert expiries and all(cancelled for *_, cancelled in expiries)  # no timer left to fire for it
     timers.advance(5000)
     assert turn.result() is None
+    assert gates.shut_for_ms(key, 5100) == 0

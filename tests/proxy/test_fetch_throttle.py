@@ -33,7 +33,7 @@ def cluster():
         # Partition 0 of a single-replica topic is led by broker 1, the first address of the bootstrap.
         with RawClient(*c.addresses[0]) as direct:
             answer = direct.call(
-                one_batch_produce(TOPIC, (bytes([i]) * 1000 for i in range(RECORDS))), 7, ProduceResponse
+                one_batch_produce(TOPIC, [bytes([i]) * 1000 for i in range(RECORDS)]), 7, ProduceResponse
             )
             assert answer.responses[0].partition_responses[0].error_code == 0, answer
             stored = fetch(direct)

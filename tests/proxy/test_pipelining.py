@@ -9,8 +9,8 @@ import pytest
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
-from kafka.record.memory_records import MemoryRecordsBuilder
 from rawclient import RawClient
+from records import one_batch_produce
 from throttle_harness import metric_value
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
@@ -48,15 +48,8 @@ def proxy(cluster, request):
 
 
 def produce_request(acks: int, batch_no: int) -> ProduceRequest:
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
-    for i in range(RECORDS_PER_BATCH):
-        builder.append(0, b"k%d" % i, b"batch-%d-record-%d" % (batch_no, i), [])
-    builder.close()
-    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=bytes(builder.buffer()))
-    topic = ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[partition])
-    request = ProduceRequest(version=3, acks=acks, timeout_ms=10000, topic_data=[topic])
-    request.transactional_id = None
-    return request
+    values = [b"batch-%d-record-%d" % (batch_no, i) for i in range(RECORDS_PER_BATCH)]
+    return one_batch_produce(TOPIC, values, keys=[b"k%d" % i for i in range(RECORDS_PER_BATCH)], acks=acks)
 
 
 def latest_offset(client: RawClient) -> int:

@@ -34,7 +34,7 @@ def cluster():
 
 
 def big_produce() -> ProduceRequest:
-    return one_batch_produce(TOPIC, (bytes([i]) * 10_000 for i in range(40)))
+    return one_batch_produce(TOPIC, [bytes([i]) * 10_000 for i in range(40)])
 
 
 def proxy_in_mode(cluster, mode: str) -> ProxyProcess:

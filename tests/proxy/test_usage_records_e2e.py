@@ -9,8 +9,8 @@ import time
 import pytest
 from fleet_harness import read_usage
 from kafka.protocol.producer import ProduceRequest
-from kafka.record.memory_records import MemoryRecordsBuilder
 from rawclient import RawClient
+from records import one_batch_produce, produced_records
 from throttle_harness import FlatOutProducer, metric_value
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
@@ -25,17 +25,10 @@ SECONDS = 8
 
 
 def produce_request(sizes: list[int]) -> tuple[ProduceRequest, int]:
-    """A Produce v3 request with one record of each size; also the record batch's length in bytes."""
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
-    for i, size in enumerate(sizes):
-        builder.append(0, b"k%d" % i, b"v" * size, [])
-    builder.close()
-    records = bytes(builder.buffer())
-    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
-    topic = ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[partition])
-    request = ProduceRequest(version=3, acks=1, timeout_ms=10000, topic_data=[topic])
-    request.transactional_id = None
-    return request, len(records)
+    """A Produce request with one record of each size; also the record batch's length in bytes."""
+    keys = [b"k%d" % i for i in range(len(sizes))]
+    request = one_batch_produce(TOPIC, [b"v" * size for size in sizes], keys=keys)
+    return request, len(produced_records(request))
 
 
 def _wall_ms() -> int:
