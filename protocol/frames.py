@@ -91,11 +91,13 @@ class FrameSplitter:
     """
 
     __slots__ = (
+        "_lent",
         "_max_frame_bytes",
         "_pending",
         "_pending_len",
         "_pending_need",
         "_through_left",
+        "defer_copies",
         "min_payload_bytes",
         "through",
     )
@@ -114,6 +116,11 @@ class FrameSplitter:
         # `feed` received: they precede every frame that `feed` returned.
         self._through_left = 0
         self.through: list[memoryview] = []
+        # What a loaned buffer leaves pending is copied at once, or, when this is set, kept as views of that
+        # buffer until `settle` copies them: a caller that calls `settle` before it reuses the buffer saves
+        # the copy of a large frame's start that `pass_through` hands over in the meantime.
+        self.defer_copies = False
+        self._lent = False  # `_pending` holds views of a loaned buffer
 
     @property
     def buffered_bytes(self) -> int:
@@ -139,6 +146,7 @@ class FrameSplitter:
         self._pending = []
         self._pending_len = 0
         self._pending_need = -1
+        self._lent = False
         self._through_left = 0
         self.through = []
 
@@ -154,7 +162,8 @@ class FrameSplitter:
         `data` is bytes, or a read-only memoryview over a buffer the caller reuses (a connection reading
         into one buffer): the frames and `through` pieces returned are then views of that buffer, valid
         until the caller changes it (which it must not do while any of them is alive), and what the
-        splitter keeps past this call is copied. Anything else is copied first."""
+        splitter keeps past this call is copied (with `defer_copies`, by `settle`). Anything else is
+        copied first."""
         if type(data) is memoryview and data.readonly:
             view = data
             loaned = True
@@ -187,14 +196,14 @@ class FrameSplitter:
                 self._raise_bad_length(length, frames)
             end = pos + _PREFIX + length
             if end > size:
-                self._pending.append(bytes(view[pos:]) if loaned else view[pos:])
+                self._pending.append(self._kept(view[pos:], loaned))
                 self._pending_len = size - pos
                 self._pending_need = end - pos
                 return frames
             frames.append(view[pos:end])
             pos = end
         if pos < size:
-            self._pending.append(bytes(view[pos:]) if loaned else view[pos:])
+            self._pending.append(self._kept(view[pos:], loaned))
             self._pending_len = size - pos
             self._pending_need = -1
         return frames
@@ -240,10 +249,30 @@ class FrameSplitter:
             raise ValueError("no incomplete frame of known size to pass through")
         pieces = [memoryview(piece) for piece in self._pending]
         self._through_left = self._pending_need - self._pending_len
+        self._lent = False
         self._pending = []
         self._pending_len = 0
         self._pending_need = -1
         return pieces
+
+    def _kept(self, rest: memoryview, loaned: bool) -> bytes | memoryview:
+        """What is kept of `rest` past this feed: a copy if it is a loaned buffer's (or, with
+        `defer_copies`, the view until `settle`)."""
+        if not loaned:
+            return rest
+        if self.defer_copies:
+            self._lent = True
+            return rest
+        return bytes(rest)
+
+    def settle(self) -> None:
+        """Copy what is pending from a loaned buffer (`defer_copies`): the caller may then reuse it."""
+        if self._lent:
+            self._lent = False
+            # A view of bytes may stay (they cannot change); a view of the loaned buffer is copied.
+            self._pending = [
+                p if type(p) is bytes or type(p.obj) is bytes else bytes(p) for p in self._pending
+            ]
 
     def _continue_pending(self, view: memoryview, start: int, frames: list[memoryview], loaned: bool) -> int:
         """Extend the pending frame with `view[start:]`. Return the offset in `view` where parsing resumes,
@@ -263,12 +292,13 @@ class FrameSplitter:
             self._pending_need = _PREFIX + length
         missing = self._pending_need - self._pending_len
         if len(rest) < missing:
-            self._pending.append(bytes(rest) if loaned else rest)
+            self._pending.append(self._kept(rest, loaned))
             self._pending_len += len(rest)
             return -1
         self._pending.append(rest[:missing])
         joined = b"".join(self._pending)
         frames.append(memoryview(joined))
+        self._lent = False
         self._pending = []
         self._pending_len = 0
         self._pending_need = -1

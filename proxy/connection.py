@@ -96,6 +96,9 @@ class ClientSide(asyncio.BufferedProtocol):
         self._gate: ThrottleGate | None = None
         self._pipeline: RequestPipeline | None = None
         self._requests = FrameSplitter(settings.max_frame_bytes)
+        # A large request's start, which a read ends with, goes upstream as a view of the read buffer (the
+        # next read then takes a fresh one) instead of a copy: see data_received's `settle`.
+        self._requests.defer_copies = True
         self._responses = FrameSplitter(settings.max_frame_bytes)
         # Responses the current pass sends, written in one go.
         self._replies: list[Frame] = []
@@ -180,7 +183,8 @@ class ClientSide(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         # Reuse the read buffer unless something still holds a view of it (a bytearray cannot grow while a
-        # view of it lives): a request held, a write the transport has not flushed, a filter's reference.
+        # view of it lives): a request's start streaming upstream, a write the transport has not flushed, a
+        # filter's reference.
         settings = self._settings
         buffer = settings.read_buffer
         try:
@@ -236,6 +240,9 @@ class ClientSide(asyncio.BufferedProtocol):
             self._filter_failed(exc)
         finally:
             self._flush()
+            # What this read left pending in the splitter is copied out now (unless a request streaming on
+            # took it): a connection waiting for the rest of a request must not hold a whole read buffer.
+            requests.settle()
         if started:
             self.cpu_ns += _thread_time_ns() - started
         guard = self._guard

@@ -24,7 +24,7 @@ import bench_tls
 from measurements import Record
 
 # Kept small enough that the whole suite, process start-ups included, stays under two minutes.
-RELAY_ROUNDS, RELAY_REQUESTS = 2, 512
+RELAY_ROUNDS, RELAY_REQUESTS = 3, 1024
 SMALL_ROUNDS = 1
 LATENCY_DURATION_S = 4.0
 TLS_ROUNDS, TLS_REQUESTS, TLS_DURATION_S = 1, 256, 3.0

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from process_stats import children_cpu_seconds, cpu_seconds
+from process_stats import children_cpu_seconds, user_system_seconds
 
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
@@ -145,6 +145,7 @@ class WindowedRun:
     child: ChildRun
     result: dict[str, Any]
     window_cpu_s: dict[str, float]
+    window_user_cpu_s: dict[str, float]  # the user-space part of window_cpu_s
 
 
 def run_windowed(command: list[str], watched: dict[str, int], timeout_s: float = 300) -> WindowedRun:
@@ -152,8 +153,8 @@ def run_windowed(command: list[str], watched: dict[str, int], timeout_s: float =
     its counted window opens and closes."""
     before_children = children_cpu_seconds()
     start = time.perf_counter()
-    opened: dict[str, float] = {}
-    window: dict[str, float] = {}
+    opened: dict[str, tuple[float, float]] = {}
+    window: dict[str, tuple[float, float]] = {}
     lines: list[str] = []
     with tempfile.TemporaryFile("w+") as errors:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=REPO)
@@ -164,9 +165,11 @@ def run_windowed(command: list[str], watched: dict[str, int], timeout_s: float =
             for line in process.stdout:
                 lines.append(line)
                 if '"window_start"' in line:
-                    opened = {name: cpu_seconds(pid) for name, pid in watched.items()}
+                    opened = {name: user_system_seconds(pid) for name, pid in watched.items()}
                 elif '"window_end"' in line:
-                    window = {name: cpu_seconds(pid) - opened[name] for name, pid in watched.items()}
+                    window = {
+                        name: _minus(user_system_seconds(pid), opened[name]) for name, pid in watched.items()
+                    }
             returncode = process.wait()
         finally:
             timer.cancel()
@@ -187,7 +190,16 @@ def run_windowed(command: list[str], watched: dict[str, int], timeout_s: float =
     result = child.last_json()
     if result["errors"] or result["closed_early"]:
         raise RuntimeError(f"{display(command)}: the load was refused: {result['failures']}")
-    return WindowedRun(child, result, window)
+    return WindowedRun(
+        child,
+        result,
+        {name: user + system for name, (user, system) in window.items()},
+        {name: user for name, (user, _) in window.items()},
+    )
+
+
+def _minus(now: tuple[float, float], then: tuple[float, float]) -> tuple[float, float]:
+    return now[0] - then[0], now[1] - then[1]
 
 
 def wire_load_command(port: int, **options: object) -> list[str]:

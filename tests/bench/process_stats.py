@@ -11,11 +11,17 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time the process has used so far (all its threads)."""
+    user, system = user_system_seconds(pid)
+    return user + system
+
+
+def user_system_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU time the process has used so far (all its threads), apart."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     # The command name may hold spaces and parentheses; the fields after the last ')' are fixed.
     fields = stat.rsplit(")", 1)[1].split()
     utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5), 1-based
-    return (utime + stime) / _CLOCK_TICKS
+    return utime / _CLOCK_TICKS, stime / _CLOCK_TICKS
 
 
 def rss_bytes(pid: int) -> int:

@@ -192,3 +192,101 @@ def test_a_frame_inside_a_read_only_view_is_a_view_of_it_without_a_copy() -> Non
     frames = FrameSplitter().feed(view)
     assert [bytes(f) for f in frames] == [frame(b"abcd"), frame(b"efgh")]
     assert all(f.obj is buffer for f in frames)
+
+
+class ProxyLikeReader:
+    """A connection reading as the proxy's does, with `defer_copies`: each chunk goes into its read buffer
+    unless something still holds a view of it (a fresh buffer then), is fed as a read-only view, the
+    consumer takes over large frames, the splitter is settled, and the buffer is overwritten with junk
+    whenever nothing holds it any more. What the consumer writes is kept as views, as a transport queues
+    what it could not send yet, and joined only at the end."""
+
+    def __init__(self) -> None:
+        self.splitter = FrameSplitter()
+        self.splitter.defer_copies = True
+        self.buffer = bytearray(2048)
+        self.out: list[memoryview] = []
+        self.fresh_buffers = 0
+
+    def _take_buffer(self) -> bytearray:
+        try:
+            self.buffer.append(0)
+        except BufferError:  # something holds a view of it
+            self.buffer = bytearray(2048)
+            self.fresh_buffers += 1
+        else:
+            del self.buffer[-1]
+        return self.buffer
+
+    def feed(self, chunk: bytes) -> None:
+        buffer = self._take_buffer()
+        buffer[: len(chunk)] = chunk
+        frames = self.splitter.feed(memoryview(buffer).toreadonly()[: len(chunk)])
+        self.out += self.splitter.through
+        self.out += frames
+        if self.splitter.incomplete_head(BIG, HEAD) is not None:
+            self.out += self.splitter.pass_through()
+        self.splitter.settle()
+        self.splitter.through = []
+        del frames
+        try:
+            buffer.append(0)
+        except BufferError:
+            return  # still in use: left alone
+        del buffer[-1]
+        buffer[:] = b"\xee" * len(buffer)
+
+
+def test_deferred_copies_pass_a_large_frames_start_on_as_a_view_of_the_read_buffer() -> None:
+    big = frame(bytes(range(100)))
+    reader = ProxyLikeReader()
+    reader.feed(frame(b"abcd") + big[:60])  # the big frame starts in this read, and is taken over
+    started_in = reader.out[-1]
+    assert bytes(started_in) == big[:60]
+    assert started_in.obj is reader.buffer  # not a copy
+    reader.feed(big[60:])
+    assert reader.fresh_buffers == 1  # the first buffer was still held by what was passed on
+    assert b"".join(bytes(piece) for piece in reader.out) == frame(b"abcd") + big
+
+
+def test_settle_copies_what_a_read_left_pending_so_the_buffer_is_free_again() -> None:
+    small = frame(b"0123456789" * 3)  # too small to be taken over: it waits whole in the splitter
+    buffer = bytearray(small[:20])
+    splitter = FrameSplitter()
+    splitter.defer_copies = True
+    assert splitter.feed(memoryview(buffer).toreadonly()) == []
+    with pytest.raises(BufferError):
+        buffer.append(0)  # until settled, the splitter holds a view of it
+    splitter.settle()
+    buffer.append(0)  # free: the pending bytes were copied
+    buffer[:] = b"\xee" * len(buffer)
+    assert [bytes(f) for f in splitter.feed(small[20:])] == [small]
+
+
+def test_without_deferred_copies_a_loaned_buffer_is_never_held_after_feed() -> None:
+    big = frame(bytes(100))
+    buffer = bytearray(frame(b"abcd") + big[:60])
+    splitter = FrameSplitter()
+    frames = splitter.feed(memoryview(buffer).toreadonly())
+    assert [bytes(f) for f in frames] == [frame(b"abcd")]
+    del frames
+    buffer.append(0)  # the big frame's start was copied at once
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    payloads=st.lists(st.binary(min_size=4, max_size=120), min_size=1, max_size=10),
+    cuts=st.lists(st.integers(min_value=0, max_value=1300), max_size=30),
+)
+def test_deferred_copies_never_let_a_reused_buffer_corrupt_the_stream(
+    payloads: list[bytes], cuts: list[int]
+) -> None:
+    framed = [frame(p) for p in payloads]
+    data = b"".join(framed)
+    reader = ProxyLikeReader()
+    start = 0
+    for cut in [*sorted(c for c in cuts if c <= len(data)), len(data)]:
+        reader.feed(data[start:cut])
+        start = cut
+    assert b"".join(bytes(piece) for piece in reader.out) == data
+    reader.splitter.eof()
