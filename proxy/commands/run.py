@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -132,6 +133,10 @@ async def _serve(
     # SIGHUP (`sluice reload`) re-reads the same file with the same flags on top.
     server.enable_reload(path, overrides or {})
     await server.start()
+    # What exists now (modules, codec tables, the configuration) lives as long as the process: out of the
+    # cyclic collector's way, a full collection under load took 0.2 ms instead of 25-30 ms, a stall every
+    # requests queued behind (measured with gc.callbacks at 36,000 Produce requests/s).
+    gc.freeze()
     return await server.run_until_stopped()
 
 

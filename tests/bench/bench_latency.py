@@ -6,7 +6,9 @@ answers per second. Then open_loop.py offers 25 %, 50 % and 75 % of that rate, s
 through the proxy (order alternating), and reports p50, p99 and p99.9 of the time from each request's
 intended send moment to its answer (OpenMessaging Benchmark's method: no coordinated omission), with
 3-significant-digit histograms (latency_histogram.py). The added milliseconds are proxy minus direct at
-the same percentile and load; the target is p99 added <= 0.5 ms at 50 %.
+the same percentile and load; the target is p99 added <= 0.5 ms at 50 %. A bare uvloop relay
+(bare_relay.py, as in the CPU benchmark) runs the same loads beside them: what it adds is the floor any
+process in the middle pays on this machine, so the report shows how much of the proxy's figure is its own.
 
 On this 2-core machine the mock cluster, the proxy and the generator share the cores, so at 75 % of the
 mock's capacity the proxy competes with the broker for CPU: the rows say how busy each process was.
@@ -23,7 +25,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import PYTHON, QuietProxy, WindowedRun, display, run_windowed, wire_load_command
+from harness import (
+    PYTHON,
+    BareRelayProcess,
+    QuietProxy,
+    WindowedRun,
+    display,
+    run_windowed,
+    wire_load_command,
+)
 from measurements import Record, measurement, median
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
@@ -34,9 +44,13 @@ RECORD_BYTES = 1024
 RECORDS = 16
 CONNECTIONS = 4
 LOADS = (0.25, 0.5, 0.75)
+PATHS = ("direct", "proxy", "bare relay")
 WARMUP_S = 1.0
 DURATION_S = 8.0
 CAPACITY_ROUNDS = 2
+# The target's load runs this many times per path (paths alternating), its figures the medians: one 8 s
+# run's p99 on a shared 2-core machine moves by tenths of a millisecond from one run to the next.
+MIDDLE_ROUNDS = 3
 CAPACITY_LOAD: dict[str, object] = {
     "kind": "produce",
     "topic": TOPIC,
@@ -84,6 +98,11 @@ def ms(result: dict[str, Any], key: str) -> float:
     return result["latency_us"][key] / 1000
 
 
+def at(results: dict[tuple[float, str], list[dict[str, Any]]], load: float, path: str, key: str) -> float:
+    """A percentile (ms) of one path at one load: the median over that load's rounds."""
+    return median([ms(result, key) for result in results[(load, path)]])
+
+
 def latency_row(load: str, rate: float, path: str, run: WindowedRun) -> list[Any]:
     r = run.result
     seconds = r["window_s"]
@@ -92,41 +111,67 @@ def latency_row(load: str, rate: float, path: str, run: WindowedRun) -> list[Any
     return [
         load, f"{rate:,.0f}", path, f"{ms(r, 'p50'):.3f}", f"{ms(r, 'p99'):.3f}", f"{ms(r, 'p99.9'):.3f}",
         f"{ms(r, 'max'):.1f}", answered, f"{r['send_lag_us']['p99'] / 1000:.3f}",
-        busy.get("proxy", "—"), busy.get("mock", "—"), f"{run.child.cpu_s / run.child.wall_s:.2f}",
+        busy.get("middle", "—"), busy.get("mock", "—"), f"{run.child.cpu_s / run.child.wall_s:.2f}",
     ]  # fmt: skip
 
 
 # The generator's CPUs are over its whole run (warm-up included): with the proxy's and the mock's they say
 # how much of the machine's two cores the path had to share.
 LATENCY_COLUMNS = ["load", "requests/s", "path", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "answers counted",
-                   "generator send lag p99 ms", "proxy CPUs busy", "mock CPUs busy",
+                   "generator send lag p99 ms", "proxy or relay CPUs busy", "mock CPUs busy",
                    "generator CPUs busy"]  # fmt: skip
 
 
 def run(
-    loads: tuple[float, ...] = LOADS, duration_s: float = DURATION_S, capacity_rounds: int = CAPACITY_ROUNDS
+    loads: tuple[float, ...] = LOADS,
+    duration_s: float = DURATION_S,
+    capacity_rounds: int = CAPACITY_ROUNDS,
+    middle_rounds: int = MIDDLE_ROUNDS,
 ) -> list[Record]:
-    with MockCluster(brokers=1, topics={TOPIC: 1}) as cluster, QuietProxy(cluster.bootstrap) as proxy:
+    middle = 0.5 if 0.5 in loads else loads[len(loads) // 2]
+    with (
+        MockCluster(brokers=1, topics={TOPIC: 1}) as cluster,
+        QuietProxy(cluster.bootstrap) as proxy,
+        BareRelayProcess(cluster.bootstrap) as relay,
+    ):
         direct_port = cluster.addresses[0][1]
         full_rate, capacity_notes = capacity(direct_port, {"mock": cluster.pid}, capacity_rounds)
-        ports = {"direct": direct_port, "proxy": proxy.port}
-        watched = {"direct": {"mock": cluster.pid}, "proxy": {"proxy": proxy.pid, "mock": cluster.pid}}
-        results: dict[tuple[float, str], dict[str, Any]] = {}
+        ports = {"direct": direct_port, "proxy": proxy.port, "bare relay": relay.port}
+        watched = {
+            "direct": {"mock": cluster.pid},
+            "proxy": {"middle": proxy.pid, "mock": cluster.pid},
+            "bare relay": {"middle": relay.pid, "mock": cluster.pid},
+        }
+        results: dict[tuple[float, str], list[dict[str, Any]]] = {}
+        direct_cpus: dict[float, list[float]] = {}  # the mock's and the generator's CPUs, direct path
         rows: list[list[Any]] = []
-        for n, load in enumerate(loads):
+        turn = 0
+        for load in loads:
             rate = full_rate * load
-            order = ("direct", "proxy") if n % 2 == 0 else ("proxy", "direct")
-            for path in order:
-                run_ = open_loop_run(open_loop_command(ports[path], rate, duration_s), watched[path])
-                results[(load, path)] = run_.result
-                rows.append(latency_row(f"{load:.0%}", rate, path, run_))
-            added = {key: ms(results[(load, "proxy")], key) - ms(results[(load, "direct")], key)
-                     for key in ("p50", "p99", "p99.9")}  # fmt: skip
-            rows.append([f"{load:.0%}", f"{rate:,.0f}", "added by the proxy", f"{added['p50']:+.3f}",
-                         f"{added['p99']:+.3f}", f"{added['p99.9']:+.3f}", *[""] * 6])  # fmt: skip
-    added_p99 = {load: ms(results[(load, "proxy")], "p99") - ms(results[(load, "direct")], "p99")
+            rounds = middle_rounds if load == middle else 1
+            for round_no in range(1, rounds + 1):
+                label = f"{load:.0%}" + (f" #{round_no}" if rounds > 1 else "")
+                for path in PATHS[turn % 3 :] + PATHS[: turn % 3]:  # each pass starts with the next path
+                    run_ = open_loop_run(open_loop_command(ports[path], rate, duration_s), watched[path])
+                    results.setdefault((load, path), []).append(run_.result)
+                    if path == "direct":
+                        direct_cpus.setdefault(load, []).append(
+                            run_.window_cpu_s["mock"] / run_.result["window_s"]
+                            + run_.child.cpu_s / run_.child.wall_s
+                        )
+                    rows.append(latency_row(label, rate, path, run_))
+                turn += 1
+            for middle_path in ("proxy", "bare relay"):
+                added = {key: at(results, load, middle_path, key) - at(results, load, "direct", key)
+                         for key in ("p50", "p99", "p99.9")}  # fmt: skip
+                of = f" (medians of {rounds} rounds)" if rounds > 1 else ""
+                rows.append([f"{load:.0%}", f"{rate:,.0f}", f"added by the {middle_path}{of}",
+                             f"{added['p50']:+.3f}", f"{added['p99']:+.3f}", f"{added['p99.9']:+.3f}",
+                             *[""] * 6])  # fmt: skip
+    added_p99 = {load: at(results, load, "proxy", "p99") - at(results, load, "direct", "p99")
                  for load in loads}  # fmt: skip
-    middle = 0.5 if 0.5 in loads else loads[len(loads) // 2]
+    relay_added_p99 = {load: at(results, load, "bare relay", "p99") - at(results, load, "direct", "p99")
+                       for load in loads}  # fmt: skip
     command = display(open_loop_command(0, 0, duration_s)).replace("--port 0", "--port <PORT>")
     command = command.replace("--rate 0", "--rate <RATE>")
     records = [
@@ -142,14 +187,19 @@ def run(
                 f"direct capacity: {full_rate:,.0f} Produce requests/s (median of {len(capacity_notes)} "
                 "saturating closed-loop runs of wire_load.py: " + "; ".join(capacity_notes) + "); "
                 f"each request one batch of {RECORDS} records of {RECORD_BYTES} B (acks=1, Produce v7, "
-                f"{results[(loads[0], 'direct')]['frame_bytes']:,} B on the wire), {CONNECTIONS} "
+                f"{results[(loads[0], 'direct')][0]['frame_bytes']:,} B on the wire), {CONNECTIONS} "
                 "connections, 1-broker mock cluster, one-partition topic.",
                 f"open loop: requests due at a fixed rate whatever the answers do, {WARMUP_S:g} s not "
                 f"counted then {duration_s:g} s counted per row; latency from each request's intended send "
                 "time to its answer, so the generator's own lateness (its send lag column) counts against "
                 "the path, as in OpenMessaging Benchmark; histograms with 0.1 % relative error.",
-                "added by the proxy = proxy minus direct at the same percentile and load (a negative "
-                "figure is noise: the two runs shared the machine with different neighbours).",
+                "added by the proxy (the relay) = proxy (relay) minus direct at the same percentile and "
+                "load (a negative figure is noise: the runs shared the machine with different neighbours). "
+                f"At {middle:.0%}, p99 added by the bare relay: {relay_added_p99[middle]:+.3f} ms, by the "
+                f"proxy: {added_p99[middle]:+.3f} ms. The bare relay only copies bytes (bare_relay.py): "
+                "what it adds is what a third busy process costs the path on this machine's two cores, "
+                f"where the direct path alone kept {median(direct_cpus[middle]):.2f} CPUs busy at "
+                f"{middle:.0%} (mock and generator).",
                 "CPUs busy = CPU seconds in the counted window / window seconds. 'never': answers still "
                 "missing 10 s after the last request was due, counted in the percentiles at the latency "
                 "they had reached then (the path could not keep up with the offered rate).",
@@ -164,12 +214,16 @@ def run(
         if load != middle:
             name = f"latency_p99_added_ms_at_{load:.0%}".replace("%", "pct")
             records.append(measurement(name, round(added_p99[load], 3), "ms", better="lower"))
+    for load in loads:
+        name = f"latency_p99_added_ms_bare_relay_at_{load:.0%}".replace("%", "pct")
+        records.append(measurement(name, round(relay_added_p99[load], 3), "ms", better="lower"))
     records.append(measurement("direct_capacity_16kib_produce", round(full_rate), "requests/s"))
     for load in loads:
-        for path in ("direct", "proxy"):
+        for path in PATHS:
             for key in ("p50", "p99", "p99.9"):
-                name = f"latency_{key.replace('.', '_')}_ms_{path}_at_{load:.0%}".replace("%", "pct")
-                value = round(ms(results[(load, path)], key), 3)
+                where = path.replace(" ", "_")
+                name = f"latency_{key.replace('.', '_')}_ms_{where}_at_{load:.0%}".replace("%", "pct")
+                value = round(at(results, load, path, key), 3)
                 records.append(measurement(name, value, "ms", better="lower"))
     return records
 

@@ -108,8 +108,8 @@ def _measure(
     rate = full_rate * LOAD
     paths: dict[str, tuple[int, str | None, dict[str, int]]] = {
         "direct": (direct_port, None, {"mock": cluster.pid}),
-        "plaintext proxy": (plain.port, None, {"proxy": plain.pid, "mock": cluster.pid}),
-        "TLS proxy": (tls.port, ca, {"proxy": tls.pid, "mock": cluster.pid}),
+        "plaintext proxy": (plain.port, None, {"middle": plain.pid, "mock": cluster.pid}),
+        "TLS proxy": (tls.port, ca, {"middle": tls.pid, "mock": cluster.pid}),
     }
     results: dict[str, dict[str, Any]] = {}
     latency_rows: list[list[Any]] = []

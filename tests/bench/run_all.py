@@ -142,7 +142,7 @@ def sections() -> list[Section]:
             "latency",
             "9. Open-loop produce latency",
             "p99 added by the proxy <= 0.5 ms at 50 % of the direct path's capacity (open loop, "
-            "latency from each request's intended send time; also 25 % and 75 %)",
+            "latency from each request's intended send time; also 25 % and 75 %; a bare relay beside it)",
             bench_latency.run,
         ),
         Section(

@@ -4,6 +4,7 @@ moment a broker is first seen, and back-pressure holding a slow client's respons
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 
 import pytest
@@ -111,3 +112,31 @@ async def test_slow_client_pauses_reading_from_the_broker(cluster) -> None:
         client.close()
     finally:
         await server.shutdown()
+
+
+async def test_sluice_run_moves_what_start_up_built_out_of_the_collectors_way(cluster, monkeypatch) -> None:
+    # `sluice run` freezes the objects alive once the proxy has started (gc.freeze): a full collection
+    # under load then skips them. Served here for no time at all: stopped as soon as it is running.
+    from sluice.proxy.commands.run import _serve
+
+    async def stop_at_once(server: SluiceServer) -> int:
+        await server.shutdown()
+        return server.exit_code
+
+    monkeypatch.setattr(SluiceServer, "run_until_stopped", stop_at_once)
+    base = free_port_block(16)
+    config = load_config(
+        None,
+        {
+            "listen": f"127.0.0.1:{base}",
+            "upstream.bootstrap": cluster.bootstrap,
+            "broker_port_base": base + 1,
+            "log.level": "warning",
+        },
+    )
+    gc.unfreeze()
+    try:
+        assert await _serve(config) == 0
+        assert gc.get_freeze_count() > 10_000  # the modules, codecs and configuration loaded by then
+    finally:
+        gc.unfreeze()
