@@ -13,6 +13,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from rawclient import RawClient
 
 from sluice.config.load import load_config
+from sluice.config.model import ProxyConfig
 from sluice.proxy.ports import free_port_block
 from sluice.proxy.server import SluiceServer
 from sluice.proxy.tools.mock_cluster_process import MockCluster
@@ -29,9 +30,9 @@ def cluster():
         yield c
 
 
-async def started_server(cluster) -> SluiceServer:
+def proxy_config(cluster) -> ProxyConfig:
     base = free_port_block(16)
-    config = load_config(
+    return load_config(
         None,
         {
             "listen": f"127.0.0.1:{base}",
@@ -40,7 +41,10 @@ async def started_server(cluster) -> SluiceServer:
             "log.level": "warning",
         },
     )
-    server = SluiceServer(config)
+
+
+async def started_server(cluster) -> SluiceServer:
+    server = SluiceServer(proxy_config(cluster))
     await server.start()
     for _ in range(200):
         if len(server.directory.known_nodes()) == 3:
@@ -124,19 +128,9 @@ async def test_sluice_run_moves_what_start_up_built_out_of_the_collectors_way(cl
         return server.exit_code
 
     monkeypatch.setattr(SluiceServer, "run_until_stopped", stop_at_once)
-    base = free_port_block(16)
-    config = load_config(
-        None,
-        {
-            "listen": f"127.0.0.1:{base}",
-            "upstream.bootstrap": cluster.bootstrap,
-            "broker_port_base": base + 1,
-            "log.level": "warning",
-        },
-    )
     gc.unfreeze()
     try:
-        assert await _serve(config) == 0
+        assert await _serve(proxy_config(cluster)) == 0
         assert gc.get_freeze_count() > 10_000  # the modules, codecs and configuration loaded by then
     finally:
         gc.unfreeze()
