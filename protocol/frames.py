@@ -91,7 +91,7 @@ class FrameSplitter:
     """
 
     __slots__ = (
-        "_lent",
+        "_lent_from",
         "_max_frame_bytes",
         "_pending",
         "_pending_len",
@@ -120,7 +120,9 @@ class FrameSplitter:
         # buffer until `settle` copies them: a caller that calls `settle` before it reuses the buffer saves
         # the copy of a large frame's start that `pass_through` hands over in the meantime.
         self.defer_copies = False
-        self._lent = False  # `_pending` holds views of a loaned buffer
+        # The index in `_pending` from which pieces may be views of a loaned buffer, or -1: `settle` looks
+        # at those only, so a frame arriving in many small reads is not walked again on every read.
+        self._lent_from = -1
 
     @property
     def buffered_bytes(self) -> int:
@@ -146,7 +148,7 @@ class FrameSplitter:
         self._pending = []
         self._pending_len = 0
         self._pending_need = -1
-        self._lent = False
+        self._lent_from = -1
         self._through_left = 0
         self.through = []
 
@@ -240,6 +242,8 @@ class FrameSplitter:
                 else:
                     i += 1
             self._pending = [b"".join(parts), *pending[i:]]
+            if self._lent_from >= 0:
+                self._lent_from = 0  # the pieces moved: `settle` looks at them all (once a frame)
         return memoryview(self._pending[0]), need
 
     def pass_through(self) -> list[memoryview]:
@@ -249,7 +253,7 @@ class FrameSplitter:
             raise ValueError("no incomplete frame of known size to pass through")
         pieces = [memoryview(piece) for piece in self._pending]
         self._through_left = self._pending_need - self._pending_len
-        self._lent = False
+        self._lent_from = -1
         self._pending = []
         self._pending_len = 0
         self._pending_need = -1
@@ -261,18 +265,22 @@ class FrameSplitter:
         if not loaned:
             return rest
         if self.defer_copies:
-            self._lent = True
+            if self._lent_from < 0:
+                self._lent_from = len(self._pending)  # where `rest` is about to be appended
             return rest
         return bytes(rest)
 
     def settle(self) -> None:
         """Copy what is pending from a loaned buffer (`defer_copies`): the caller may then reuse it."""
-        if self._lent:
-            self._lent = False
-            # A view of bytes may stay (they cannot change); a view of the loaned buffer is copied.
-            self._pending = [
-                p if type(p) is bytes or type(p.obj) is bytes else bytes(p) for p in self._pending
-            ]
+        start = self._lent_from
+        if start >= 0:
+            self._lent_from = -1
+            pending = self._pending
+            for i in range(start, len(pending)):
+                piece = pending[i]
+                # A view of bytes may stay (they cannot change); a view of the loaned buffer is copied.
+                if type(piece) is not bytes and type(piece.obj) is not bytes:
+                    pending[i] = bytes(piece)
 
     def _continue_pending(self, view: memoryview, start: int, frames: list[memoryview], loaned: bool) -> int:
         """Extend the pending frame with `view[start:]`. Return the offset in `view` where parsing resumes,
@@ -298,7 +306,7 @@ class FrameSplitter:
         self._pending.append(rest[:missing])
         joined = b"".join(self._pending)
         frames.append(memoryview(joined))
-        self._lent = False
+        self._lent_from = -1
         self._pending = []
         self._pending_len = 0
         self._pending_need = -1

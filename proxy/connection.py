@@ -220,13 +220,13 @@ class ClientSide(asyncio.BufferedProtocol):
             frames = exc.frames
         pipeline = self._pipeline
         assert pipeline is not None
-        if requests.through:
-            # More of a request already on its way upstream: it goes on first, as it came.
-            ended = not requests.passing_through
-            pipeline.through(requests.through, ended)
-            if ended and self._pauses is not None:
-                self._pauses.frame_ended()
         try:  # _run's work, inline: this is the hot path
+            if requests.through:
+                # More of a request already on its way upstream: it goes on first, as it came.
+                ended = not requests.passing_through
+                pipeline.through(requests.through, ended)
+                if ended and self._pauses is not None:
+                    self._pauses.frame_ended()
             ready = pipeline.client_frames(frames)
             if ready is not None:
                 self._wait_for(ready)
@@ -239,10 +239,10 @@ class ClientSide(asyncio.BufferedProtocol):
         except Exception as exc:
             self._filter_failed(exc)
         finally:
-            self._flush()
             # What this read left pending in the splitter is copied out now (unless a request streaming on
             # took it): a connection waiting for the rest of a request must not hold a whole read buffer.
             requests.settle()
+            self._flush()
         if started:
             self.cpu_ns += _thread_time_ns() - started
         guard = self._guard
