@@ -4,6 +4,7 @@ and the bytes out are the bytes in, wherever the stream is cut."""
 from __future__ import annotations
 
 import itertools
+from typing import Protocol
 
 import pytest
 from hypothesis import given, settings
@@ -48,11 +49,24 @@ def _stream() -> tuple[bytes, list[bytes], list[bytes]]:
     return b"".join(framed), [small_a, small_c], [big, big_2]
 
 
-def _feed(consumer: PassingConsumer, data: bytes, cuts: list[int]) -> None:
+class Reader(Protocol):
+    def feed(self, chunk: bytes) -> None: ...
+
+
+def _feed(reader: Reader, data: bytes, cuts: list[int]) -> None:
+    """`data` fed in chunks cut at `cuts` (those past its end are ignored)."""
     start = 0
-    for cut in [*sorted(cuts), len(data)]:
-        consumer.feed(data[start:cut])
+    for cut in [*sorted(c for c in cuts if c <= len(data)), len(data)]:
+        reader.feed(data[start:cut])
         start = cut
+
+
+# Any frames, cut anywhere, large ones taken over or declined.
+any_frames_any_cuts = given(
+    payloads=st.lists(st.binary(min_size=4, max_size=120), min_size=1, max_size=10),
+    cuts=st.lists(st.integers(min_value=0, max_value=1300), max_size=30),
+    take_over=st.booleans(),
+)
 
 
 def test_every_single_cut_and_every_pair_of_cuts_passes_the_bytes_through_unchanged() -> None:
@@ -142,7 +156,7 @@ def test_any_chunking_any_frames_bytes_out_equal_bytes_in(payloads: list[bytes],
     framed = [frame(p) for p in payloads]
     data = b"".join(framed)
     consumer = PassingConsumer()
-    _feed(consumer, data, [c for c in cuts if c <= len(data)])
+    _feed(consumer, data, cuts)
     assert b"".join(consumer.out) == data
     assert [f for f in consumer.frames if len(f) < BIG] == [f for f in framed if len(f) < BIG]
     consumer.splitter.eof()
@@ -164,22 +178,14 @@ class ReusedBuffer:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    payloads=st.lists(st.binary(min_size=4, max_size=120), min_size=1, max_size=10),
-    cuts=st.lists(st.integers(min_value=0, max_value=1300), max_size=30),
-    take_over=st.booleans(),
-)
+@any_frames_any_cuts
 def test_a_reused_read_buffer_never_corrupts_what_the_splitter_keeps(
     payloads: list[bytes], cuts: list[int], take_over: bool
 ) -> None:
     framed = [frame(p) for p in payloads]
     data = b"".join(framed)
     consumer = PassingConsumer(take_over)
-    reader = ReusedBuffer(consumer)
-    start = 0
-    for cut in [*sorted(c for c in cuts if c <= len(data)), len(data)]:
-        reader.feed(data[start:cut])
-        start = cut
+    _feed(ReusedBuffer(consumer), data, cuts)
     assert b"".join(consumer.out) == data
     if not take_over:
         assert consumer.frames == framed
@@ -288,20 +294,12 @@ def test_without_deferred_copies_a_loaned_buffer_is_never_held_after_feed() -> N
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    payloads=st.lists(st.binary(min_size=4, max_size=120), min_size=1, max_size=10),
-    cuts=st.lists(st.integers(min_value=0, max_value=1300), max_size=30),
-    take_over=st.booleans(),
-)
+@any_frames_any_cuts
 def test_deferred_copies_leave_nothing_of_a_read_buffer_pending_and_bytes_out_equal_bytes_in(
     payloads: list[bytes], cuts: list[int], take_over: bool
 ) -> None:
-    framed = [frame(p) for p in payloads]
-    data = b"".join(framed)
+    data = b"".join(frame(p) for p in payloads)
     reader = ProxyLikeReader(take_over)
-    start = 0
-    for cut in [*sorted(c for c in cuts if c <= len(data)), len(data)]:
-        reader.feed(data[start:cut])
-        start = cut
+    _feed(reader, data, cuts)
     assert b"".join(bytes(piece) for piece in reader.out) == data
     reader.splitter.eof()
