@@ -23,6 +23,7 @@ __all__ = [
     "BadFramePrefix",
     "FrameHead",
     "FrameSplitter",
+    "buffer_in_use",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 104857600
@@ -30,6 +31,18 @@ DEFAULT_MAX_FRAME_BYTES = 104857600
 # request-header parser's business.
 MIN_FRAME_PAYLOAD_BYTES = 4
 _PREFIX = 4
+
+
+def buffer_in_use(buffer: bytearray) -> bool:
+    """Whether anything still holds a view of `buffer`, a buffer lent to `FrameSplitter.feed` that its
+    owner wants to read into again: it may be reused only when not. A bytearray cannot grow while it is
+    exported, which is how the views are told apart from nothing."""
+    try:
+        buffer.append(0)
+    except BufferError:
+        return True
+    del buffer[-1]
+    return False
 
 
 class BadFramePrefix(ProtocolError):
@@ -289,7 +302,7 @@ class FrameSplitter:
         if self._pending_need < 0:
             have = self._pending_len
             if have + len(rest) < _PREFIX:
-                self._pending.append(bytes(rest) if loaned else rest)
+                self._pending.append(self._kept(rest, loaned))
                 self._pending_len += len(rest)
                 return -1
             # At most 3 bytes are pending here, so this join is negligible.

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import BadFramePrefix, FrameSplitter
+from sluice.protocol.frames import BadFramePrefix, FrameSplitter, buffer_in_use
 from sluice.quota import ANONYMOUS
 
 from .filters.base import RawExchange
@@ -187,12 +187,8 @@ class ClientSide(asyncio.BufferedProtocol):
         # filter's reference.
         settings = self._settings
         buffer = settings.read_buffer
-        try:
-            buffer.append(0)
-        except BufferError:
+        if buffer_in_use(buffer):
             buffer = settings.read_buffer = bytearray(READ_BUFFER_BYTES)
-        else:
-            del buffer[-1]
         self._read_buffer = buffer
         return memoryview(buffer)
 

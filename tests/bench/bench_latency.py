@@ -45,6 +45,7 @@ RECORDS = 16
 CONNECTIONS = 4
 LOADS = (0.25, 0.5, 0.75)
 PATHS = ("direct", "proxy", "bare relay")
+PERCENTILES = ("p50", "p99", "p99.9")
 WARMUP_S = 1.0
 DURATION_S = 8.0
 CAPACITY_ROUNDS = 2
@@ -103,15 +104,28 @@ def at(results: dict[tuple[float, str], list[dict[str, Any]]], load: float, path
     return median([ms(result, key) for result in results[(load, path)]])
 
 
+def added(results: dict[tuple[float, str], list[dict[str, Any]]], load: float, path: str, key: str) -> float:
+    """What `path` adds to the direct path's percentile (ms) at `load` (medians over the rounds)."""
+    return at(results, load, path, key) - at(results, load, "direct", key)
+
+
+def cpus_busy(run: WindowedRun) -> dict[str, float]:
+    """CPU seconds per second of each watched process in the counted window, and of the generator (over
+    its whole run)."""
+    seconds = run.result["window_s"]
+    busy = {name: cpu / seconds for name, cpu in run.window_cpu_s.items()}
+    busy["generator"] = run.child.cpu_s / run.child.wall_s
+    return busy
+
+
 def latency_row(load: str, rate: float, path: str, run: WindowedRun) -> list[Any]:
     r = run.result
-    seconds = r["window_s"]
-    busy = {name: f"{cpu / seconds:.2f}" for name, cpu in run.window_cpu_s.items()}
+    busy = {name: f"{cpus:.2f}" for name, cpus in cpus_busy(run).items()}
     answered = f"{r['counted'] - r['missing']:,}" + (f" ({r['missing']:,} never)" if r["missing"] else "")
     return [
         load, f"{rate:,.0f}", path, f"{ms(r, 'p50'):.3f}", f"{ms(r, 'p99'):.3f}", f"{ms(r, 'p99.9'):.3f}",
         f"{ms(r, 'max'):.1f}", answered, f"{r['send_lag_us']['p99'] / 1000:.3f}",
-        busy.get("middle", "—"), busy.get("mock", "—"), f"{run.child.cpu_s / run.child.wall_s:.2f}",
+        busy.get("middle", "—"), busy.get("mock", "—"), busy["generator"],
     ]  # fmt: skip
 
 
@@ -155,23 +169,16 @@ def run(
                     run_ = open_loop_run(open_loop_command(ports[path], rate, duration_s), watched[path])
                     results.setdefault((load, path), []).append(run_.result)
                     if path == "direct":
-                        direct_cpus.setdefault(load, []).append(
-                            run_.window_cpu_s["mock"] / run_.result["window_s"]
-                            + run_.child.cpu_s / run_.child.wall_s
-                        )
+                        direct_cpus.setdefault(load, []).append(sum(cpus_busy(run_).values()))
                     rows.append(latency_row(label, rate, path, run_))
                 turn += 1
             for middle_path in ("proxy", "bare relay"):
-                added = {key: at(results, load, middle_path, key) - at(results, load, "direct", key)
-                         for key in ("p50", "p99", "p99.9")}  # fmt: skip
                 of = f" (medians of {rounds} rounds)" if rounds > 1 else ""
                 rows.append([f"{load:.0%}", f"{rate:,.0f}", f"added by the {middle_path}{of}",
-                             f"{added['p50']:+.3f}", f"{added['p99']:+.3f}", f"{added['p99.9']:+.3f}",
+                             *(f"{added(results, load, middle_path, key):+.3f}" for key in PERCENTILES),
                              *[""] * 6])  # fmt: skip
-    added_p99 = {load: at(results, load, "proxy", "p99") - at(results, load, "direct", "p99")
-                 for load in loads}  # fmt: skip
-    relay_added_p99 = {load: at(results, load, "bare relay", "p99") - at(results, load, "direct", "p99")
-                       for load in loads}  # fmt: skip
+    added_p99 = {load: added(results, load, "proxy", "p99") for load in loads}
+    relay_added_p99 = {load: added(results, load, "bare relay", "p99") for load in loads}
     command = display(open_loop_command(0, 0, duration_s)).replace("--port 0", "--port <PORT>")
     command = command.replace("--rate 0", "--rate <RATE>")
     records = [
@@ -220,7 +227,7 @@ def run(
     records.append(measurement("direct_capacity_16kib_produce", round(full_rate), "requests/s"))
     for load in loads:
         for path in PATHS:
-            for key in ("p50", "p99", "p99.9"):
+            for key in PERCENTILES:
                 where = path.replace(" ", "_")
                 name = f"latency_{key.replace('.', '_')}_ms_{where}_at_{load:.0%}".replace("%", "pct")
                 value = round(at(results, load, path, key), 3)

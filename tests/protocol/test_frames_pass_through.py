@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import FrameSplitter
+from sluice.protocol.frames import FrameSplitter, buffer_in_use
 from sluice.protocol.headers import frame
 
 BIG = 40  # frames of at least this many bytes (prefix included) are passed through by the consumer below
@@ -217,13 +217,9 @@ class ProxyLikeReader:
         self.fresh_buffers = 0
 
     def _take_buffer(self) -> bytearray:
-        try:
-            self.buffer.append(0)
-        except BufferError:  # something holds a view of it
+        if buffer_in_use(self.buffer):
             self.buffer = bytearray(2048)
             self.fresh_buffers += 1
-        else:
-            del self.buffer[-1]
         return self.buffer
 
     def feed(self, chunk: bytes) -> None:
@@ -240,8 +236,7 @@ class ProxyLikeReader:
         del frames, offered
         if any(view.obj is buffer for view in self.out):
             return  # still on its way: left alone
-        buffer.append(0)  # raises BufferError if the splitter still held a view of it
-        del buffer[-1]
+        assert not buffer_in_use(buffer)  # the splitter kept nothing of it
         buffer[:] = b"\xee" * len(buffer)
 
 
@@ -263,10 +258,9 @@ def test_settle_copies_what_a_read_left_pending_so_the_buffer_is_free_again() ->
     splitter = FrameSplitter()
     splitter.defer_copies = True
     assert splitter.feed(memoryview(buffer).toreadonly()) == []
-    with pytest.raises(BufferError):
-        buffer.append(0)  # until settled, the splitter holds a view of it
+    assert buffer_in_use(buffer)  # until settled, the splitter holds a view of it
     splitter.settle()
-    buffer.append(0)  # free: the pending bytes were copied
+    assert not buffer_in_use(buffer)  # free: the pending bytes were copied
     buffer[:] = b"\xee" * len(buffer)
     assert [bytes(f) for f in splitter.feed(small[20:])] == [small]
 
@@ -283,6 +277,15 @@ def test_settle_finds_a_lent_piece_after_the_head_was_joined_from_small_reads() 
     assert [bytes(piece) for piece in reader.out] == [big]
 
 
+def test_a_buffer_is_in_use_exactly_while_a_view_of_it_lives() -> None:
+    buffer = bytearray(b"abcdef")
+    assert not buffer_in_use(buffer)
+    view = memoryview(buffer).toreadonly()[2:4]
+    assert buffer_in_use(buffer)
+    del view
+    assert not buffer_in_use(buffer) and buffer == b"abcdef"  # the probe left it as it was
+
+
 def test_without_deferred_copies_a_loaned_buffer_is_never_held_after_feed() -> None:
     big = frame(bytes(100))
     buffer = bytearray(frame(b"abcd") + big[:60])
@@ -290,7 +293,7 @@ def test_without_deferred_copies_a_loaned_buffer_is_never_held_after_feed() -> N
     frames = splitter.feed(memoryview(buffer).toreadonly())
     assert [bytes(f) for f in frames] == [frame(b"abcd")]
     del frames
-    buffer.append(0)  # the big frame's start was copied at once
+    assert not buffer_in_use(buffer)  # the big frame's start was copied at once
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,5 +1,6 @@
 """The proxy in this test's own event loop, for what only its insides can show: a listener that opens the
-moment a broker is first seen, and back-pressure holding a slow client's responses at the broker."""
+moment a broker is first seen, back-pressure holding a slow client's responses at the broker, and the
+collector's state once `sluice run` has started it."""
 
 from __future__ import annotations
 
