@@ -18,11 +18,12 @@ $(STAMP): pyproject.toml
 demo: install
 	$(PY) -m sluice.proxy demo
 
-# Every test, on three workers (the end-to-end tests mostly wait on throttles); the 15 slowest are listed
-# before pytest's summary line, which is the last line printed.
+# Every test, on three workers (the end-to-end tests mostly wait on throttles); the tests of one xdist group
+# run on one worker, one at a time. The 15 slowest are listed before pytest's summary line, which is the
+# last line printed.
 test: install
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 3 --durations=15
+	$(PY) -m pytest -q -n 3 --dist loadgroup --durations=15
 
 # The unit and property tests: everything not marked `slow` (the end-to-end tests that start the test
 # broker, the proxy or client processes). Under a minute.

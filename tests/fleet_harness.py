@@ -99,34 +99,42 @@ def slope(series: dict[int, int], start_ms: int, end_ms: int) -> float:
 
 
 def admitted_rate(series: dict[int, int], start_ms: int, end_ms: int) -> float:
-    """The admitted bytes per second in [start, end]: over whole periods when the traffic comes in bursts
-    (a sampled window lets a flat-out client through in a burst every ~N x W seconds), else the slope.
+    """The admitted bytes per second in [start, end], over whole periods of the traffic's bursts (a sampled
+    window lets a flat-out client through in a burst every ~N x W seconds); the slope if it has none.
 
     Even the slope of a staircase depends on where its few steps fall in the span: a 60 s span holding
-    five ~12 s bursts measured 0.94-0.96 Q in four runs whose whole periods held 0.97-0.99 Q. A whole
-    period runs from just before one burst's first second to just before a later burst's, so every span
-    holds the same share of each period's burst and quiet tail.
+    five ~12 s bursts measured 0.94-0.96 Q in runs whose whole periods held 0.97-1.0 Q. A span of whole
+    periods runs between two points of the same phase: here the dips of the cumulative bytes less their
+    mean slope, where the quiet stretch before a burst ends. They are found however much a burst spreads
+    (on a loaded machine, over three to five seconds at twice the quiet rate, which no threshold on
+    single seconds told apart from the quiet ones), and in steady traffic they are just two points.
     """
     seconds: dict[int, int] = {}
     for end, admitted in series.items():
         if start_ms < end <= end_ms:
             seconds[end // 1000] = seconds.get(end // 1000, 0) + admitted
-    ordered = sorted(seconds)
-    if ordered:
-        typical = sorted(seconds.values())[len(seconds) // 2]
-        # A burst's first second: at least 3x the median second, after a second that was not (under load a
-        # burst spreads over three to five seconds of about 3-4x the quiet ones).
-        onsets = [
-            i
-            for i in range(1, len(ordered))
-            if seconds[ordered[i]] >= 3 * typical and seconds[ordered[i - 1]] < 3 * typical
-        ]
-        if len(onsets) >= 2:
-            first, last = onsets[0], onsets[-1]
-            span_s = ordered[last - 1] - ordered[first - 1]
-            if span_s * 2 >= (end_ms - start_ms) / 1000:  # whole periods covering at least half the span
-                return sum(seconds[second] for second in ordered[first:last]) / span_s
+    if seconds:
+        first_second = min(seconds)
+        per_second = [seconds.get(s, 0) for s in range(first_second, max(seconds) + 1)]
+        dips = _dips(per_second)
+        if len(dips) >= 2 and (dips[-1] - dips[0]) * 2 >= (end_ms - start_ms) / 1000:
+            return sum(per_second[dips[0] : dips[-1]]) / (dips[-1] - dips[0])
     return slope(series, start_ms, end_ms)
+
+
+def _dips(per_second: list[int], reach_s: int = 3) -> list[int]:
+    """The offsets (in seconds, before that second's bytes) where the cumulative bytes less their mean
+    slope are lowest within `reach_s` either side: in bursty traffic, the last moment before each burst.
+    Offsets closer than `reach_s` to either end are left out, since what lies beyond the end is unknown."""
+    mean = sum(per_second) / len(per_second)
+    deviation = [0.0]
+    for admitted in per_second:
+        deviation.append(deviation[-1] + admitted - mean)
+    return [
+        i
+        for i in range(reach_s, len(deviation) - reach_s)
+        if deviation[i] == min(deviation[i - reach_s : i + reach_s + 1])
+    ]
 
 
 def instances_with_traffic(batches: Iterable[UsageBatch], client_id: str = CLIENT_ID) -> set[str]:

@@ -2,11 +2,17 @@
 topic read back with a real client.
 
 Three `sluice run` processes, one flat-out producer of client-id `pump` through each, quota Q. What the
-fleet admitted is read from the usage records (tests/fleet_harness.py). The issue asks for 120 s runs;
-these run 85 s to stay within the suite's time per test: 25 s for the start (every process grants its
-own initial allowance before it hears of the others, and the fleet then pays that back), then 60 s
-measured over whole periods of the window's bursts, or as the slope of the cumulative bytes when there are
-none (fleet_harness.admitted_rate; docs/fleet.md explains why not a plain sum).
+fleet admitted is read from the usage records (tests/fleet_harness.py). The first 25 s are the start
+(every process grants its own initial allowance before it hears of the others, and the fleet then pays
+that back). The fleet's rate is then measured over the 120 s the issue asks for; the other checks (a
+death, sharing off, two workers) over 60 s, to stay within the suite's time. A rate is taken over whole
+periods of the window's bursts, or as the slope of the cumulative bytes when there are none
+(fleet_harness.admitted_rate; docs/fleet.md explains why not a plain sum).
+
+These tests run one at a time (one xdist group). Three fleets at once on two cores, in one round of
+five, all held 0.95-0.96 Q with the window sensor, over whole periods whose bursts spread over five
+seconds; one fleet beside two busy loops held 0.99-1.03 Q in three rounds. A fleet's sampled window turns
+conservative when the others' reports come late (docs/fleet.md, "Error bounds").
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ from throttle_harness import FlatOutProducer, metric_value
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fleet")]
 
 TOPIC = "fleet"
 PARTITIONS = 6
 START_S = 25
 RUN_S = 85
+FULL_RUN_S = START_S + 120
 
 
 @pytest.fixture
@@ -75,7 +82,7 @@ def _stop_now(producer: FlatOutProducer) -> None:
     producer.producer.flush(5)
 
 
-def _run_fleet(cluster, config, *, processes: int = 3, kill_at_s: float | None = None):
+def _run_fleet(cluster, config, *, processes: int = 3, kill_at_s: float | None = None, run_s: float = RUN_S):
     proxies = [ProxyProcess(cluster.bootstrap, config, log_level="warning") for _ in range(processes)]
     try:
         producers = [_producer(p.bootstrap) for p in proxies]
@@ -88,7 +95,7 @@ def _run_fleet(cluster, config, *, processes: int = 3, kill_at_s: float | None =
             proxies[0].process.kill()
             killed_at = _wall_ms()
             _stop_now(producers[0])
-        time.sleep(max(0.0, RUN_S - (_wall_ms() - t0) / 1000))
+        time.sleep(max(0.0, run_s - (_wall_ms() - t0) / 1000))
         for producer in producers[1 if kill_at_s is not None else 0 :]:
             _stop_now(producer)
         for proxy in proxies:
@@ -101,9 +108,9 @@ def _run_fleet(cluster, config, *, processes: int = 3, kill_at_s: float | None =
 
 @pytest.mark.parametrize("sensor", ["window", "token_bucket"])
 def test_three_processes_hold_one_quota(cluster, sensor: str) -> None:
-    t0, _, batches = _run_fleet(cluster, fleet_config(sensor))
+    t0, _, batches = _run_fleet(cluster, fleet_config(sensor), run_s=FULL_RUN_S)
     series = admitted_per_interval(batches)
-    rate = admitted_rate(series, t0 + START_S * 1000, t0 + RUN_S * 1000)
+    rate = admitted_rate(series, t0 + START_S * 1000, t0 + FULL_RUN_S * 1000)
     print(f"{sensor}: fleet admitted {rate:.0f} B/s = {rate / QUOTA:.3f} Q")
     assert len(instances_with_traffic(batches)) == 3  # each process admitted its producer's share
     assert rate == pytest.approx(QUOTA, rel=0.05), f"fleet admitted {rate:.0f} B/s for a quota of {QUOTA}"
