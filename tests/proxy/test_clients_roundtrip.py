@@ -175,12 +175,38 @@ def test_kafka_python_roundtrip(proxy, cluster) -> None:
     assert partitions == set(range(PARTITIONS))
 
 
-@pytest.mark.parametrize("api", ["Produce", "Fetch", "Metadata", "FindCoordinator"])
-def test_metrics_count_requests_by_api(proxy, api: str) -> None:
-    # Runs after the round trips in this module, which used all four APIs through the proxy.
-    text = proxy.metrics_text()
-    line = next(
-        (ln for ln in text.splitlines() if ln.startswith(f'sluice_requests_total{{api="{api}"}}')), None
+def requests_by_api(metrics_text: str) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        if line.startswith('sluice_requests_total{api="'):
+            counts[line.split('"')[1]] = float(line.split()[-1])
+    return counts
+
+
+def test_metrics_count_requests_by_api(proxy) -> None:
+    """A produce and a consumer group's read through the proxy are counted under each API they use."""
+    from confluent_kafka import Consumer, Producer
+
+    topic = "metrics-by-api"
+    before = requests_by_api(proxy.metrics_text())
+    producer = Producer({"bootstrap.servers": proxy.bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"v%d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": proxy.bootstrap,
+            "group.id": f"g-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+        }
     )
-    assert line is not None, text
-    assert float(line.split()[-1]) > 0
+    consumer.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while seen < 10 and time.monotonic() < deadline:
+        seen += len([m for m in consumer.consume(10, timeout=1.0) if m.error() is None])
+    consumer.close()
+    assert seen == 10
+    after = requests_by_api(proxy.metrics_text())
+    for api in ("Produce", "Fetch", "Metadata", "FindCoordinator"):
+        assert after.get(api, 0) > before.get(api, 0), (api, before, after)

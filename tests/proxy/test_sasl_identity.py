@@ -174,7 +174,8 @@ def test_aiokafka_principal_becomes_the_user(proxy, user, mechanism):
     assert metric_value(proxy.metrics_text(), "sluice_quota_bound", type="Produce", user=user) == bound
 
 
-def test_wrong_password_fails_with_the_brokers_error_and_leaves_no_principal(proxy, upstream):
+def connect_with_the_wrong_password(proxy) -> list[KafkaError]:
+    """Bob with WRONG_PASSWORD over PLAIN, until the client reports an error (or 15 s pass): its errors."""
     errors: list[KafkaError] = []
     producer = Producer(
         {
@@ -187,6 +188,11 @@ def test_wrong_password_fails_with_the_brokers_error_and_leaves_no_principal(pro
     while not errors and time.monotonic() < deadline:
         producer.poll(0.5)
     producer.flush(0)
+    return errors
+
+
+def test_wrong_password_fails_with_the_brokers_error_and_leaves_no_principal(proxy, upstream):
+    errors = connect_with_the_wrong_password(proxy)
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
     assert any("Invalid username or password" in e.str() for e in errors), errors  # the broker's words
     failed = proxy.wait_for_event("sasl_failed", mechanism="PLAIN")
@@ -300,8 +306,16 @@ def test_oauthbearer_principal_is_the_sub_claim(proxy):
 
 
 def test_logs_of_whole_authenticated_sessions_hold_no_password(proxy):
-    # Runs after the sessions above (module order): every password was used, the wrong one too.
-    produce_confluent(sasl_config(proxy.bootstrap, "alice", USERS["alice"], "SCRAM-SHA-256"), count=2)
+    """Every password crosses the proxy here (each user's with each mechanism, PLAIN in the clear, and a
+    wrong one), and none reaches its log or its metrics."""
+    for user, password in USERS.items():
+        for mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            client_id = f"secrets-{user}-{mechanism}"
+            config = sasl_config(proxy.bootstrap, user, password, mechanism, **{"client.id": client_id})
+            produce_confluent(config, count=2)
+            proxy.wait_for_event("sasl_authenticated", user=user, mechanism=mechanism, client_id=client_id)
+    connect_with_the_wrong_password(proxy)
+    proxy.wait_for_event("sasl_failed", mechanism="PLAIN")
     log = proxy.log_path.read_text()
     metrics = proxy.metrics_text()
     assert "sasl_authenticated" in log and "sasl_failed" in log
