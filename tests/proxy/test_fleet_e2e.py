@@ -10,7 +10,7 @@ periods of the window's bursts, or as the slope of the cumulative bytes when the
 (fleet_harness.admitted_rate; docs/fleet.md explains why not a plain sum).
 
 These tests run one at a time (one xdist group). Three fleets at once on two cores, in one round of
-five, all held 0.95-0.96 Q with the window sensor, over whole periods whose bursts spread over five
+four, all held 0.95-0.96 Q with the window sensor, over whole periods whose bursts spread over five
 seconds; one fleet beside two busy loops held 0.99-1.03 Q in three rounds. A fleet's sampled window turns
 conservative when the others' reports come late (docs/fleet.md, "Error bounds").
 """
