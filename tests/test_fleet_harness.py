@@ -48,7 +48,7 @@ def test_whole_periods_are_found_when_each_burst_spreads_over_seconds(phase_s: i
 
 def test_periods_of_different_lengths_are_measured_whole() -> None:
     """Bursts 11, 13, 12 and 14 s apart: the span runs from the first burst's start to the last's."""
-    starts = [3, 14, 27, 39, 53]
+    starts = [5, 16, 29, 41, 55]
     series = {START_MS + (t + 1) * 1000: 800_000 if t in starts else 20_000 for t in range(60)}
     between = range(starts[0], starts[-1])
     true_rate = sum(series[START_MS + (t + 1) * 1000] for t in between) / len(between)
@@ -64,12 +64,24 @@ def test_the_slope_of_a_few_bursts_depends_on_where_they_fall() -> None:
     assert max(abs(rate / true_rate - 1) for rate in rates) > 0.015  # 2 % here; 5 % on real traffic
 
 
-def test_steady_traffic_is_measured_over_most_of_the_span() -> None:
+def test_a_span_starting_in_settling_traffic_begins_at_the_first_burst() -> None:
+    """A real run's 42 s (KB per second): bursts begin at 12, 24 and 36 s; the lesser dip at 5 s, in
+    traffic still settling, is no period's start."""
+    kilobytes = [222, 303, 0, 202, 0, 192, 80, 90, 30, 30, 0, 30, 363, 80, 202, 10, 171, 30, 141, 30, 90]
+    kilobytes += [30, 30, 20, 323, 101, 121, 111, 80, 141, 40, 90, 101, 40, 20, 20, 232, 192, 101, 101]
+    kilobytes += [111, 121]
+    series = {START_MS + (t + 1) * 1000: kb * 1000 for t, kb in enumerate(kilobytes)}
+    whole_periods = sum(kilobytes[12:36]) * 1000 / 24
+    assert admitted_rate(series, START_MS, START_MS + 42_000) == pytest.approx(whole_periods)
+
+
+def test_steady_traffic_is_measured_at_its_mean_rate() -> None:
     series = {START_MS + (t + 1) * 1000: 100_000 + (t % 3) * 1_000 for t in range(60)}
     assert admitted_rate(series, START_MS, START_MS + 60_000) == pytest.approx(101_000, rel=0.001)
 
 
-def test_traffic_without_two_dips_half_a_span_apart_is_measured_by_its_slope() -> None:
-    """One burst only, in the middle: no span of whole periods covers half the time."""
-    series = {START_MS + (t + 1) * 1000: 900_000 if t == 30 else 30_000 for t in range(60)}
+@pytest.mark.parametrize("bursts_at", [[30], [24, 36]])
+def test_without_whole_periods_over_half_the_span_the_slope_is_taken(bursts_at: list[int]) -> None:
+    """One burst, or two only 12 s apart in 60 s: no span of whole periods covers half the time."""
+    series = {START_MS + (t + 1) * 1000: 900_000 if t in bursts_at else 30_000 for t in range(60)}
     assert admitted_rate(series, START_MS, START_MS + 60_000) == slope(series, START_MS, START_MS + 60_000)
