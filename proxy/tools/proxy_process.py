@@ -125,10 +125,12 @@ class ProxyProcess:
                 out.append(json.loads(line))
         return out
 
-    def wait_for_event(self, name: str, timeout_s: float = 10.0, **match: object) -> dict:
+    def wait_for_event(self, name: str, timeout_s: float = 10.0, *, since: int = 0, **match: object) -> dict:
+        """The first event `name` with the fields in `match`, among the log's events from index `since` on
+        (`len(events())` taken before an action waits for that action's event, not an earlier one's)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for event in self.events():
+            for event in self.events()[since:]:
                 if event.get("event") == name and all(event.get(k) == v for k, v in match.items()):
                     return event
             if self.process.poll() is not None:

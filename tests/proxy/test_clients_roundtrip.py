@@ -10,6 +10,7 @@ import uuid
 import pytest
 from records import digest, make_records
 from sockets import connected_remote_ports
+from throttle_harness import metric_value
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients
 
@@ -175,12 +176,12 @@ def test_kafka_python_roundtrip(proxy, cluster) -> None:
     assert partitions == set(range(PARTITIONS))
 
 
-def requests_by_api(metrics_text: str) -> dict[str, float]:
-    counts: dict[str, float] = {}
-    for line in metrics_text.splitlines():
-        if line.startswith('sluice_requests_total{api="'):
-            counts[line.split('"')[1]] = float(line.split()[-1])
-    return counts
+APIS = ("Produce", "Fetch", "Metadata", "FindCoordinator")
+
+
+def requests_by_api(proxy) -> dict[str, float]:
+    text = proxy.metrics_text()
+    return {api: metric_value(text, "sluice_requests_total", api=api) for api in APIS}
 
 
 def test_metrics_count_requests_by_api(proxy) -> None:
@@ -188,7 +189,7 @@ def test_metrics_count_requests_by_api(proxy) -> None:
     from confluent_kafka import Consumer, Producer
 
     topic = "metrics-by-api"
-    before = requests_by_api(proxy.metrics_text())
+    before = requests_by_api(proxy)
     producer = Producer({"bootstrap.servers": proxy.bootstrap})
     for i in range(10):
         producer.produce(topic, b"v%d" % i)
@@ -207,6 +208,6 @@ def test_metrics_count_requests_by_api(proxy) -> None:
         seen += len([m for m in consumer.consume(10, timeout=1.0) if m.error() is None])
     consumer.close()
     assert seen == 10
-    after = requests_by_api(proxy.metrics_text())
-    for api in ("Produce", "Fetch", "Metadata", "FindCoordinator"):
-        assert after.get(api, 0) > before.get(api, 0), (api, before, after)
+    after = requests_by_api(proxy)
+    for api in APIS:
+        assert after[api] > before[api], (api, before, after)

@@ -314,8 +314,9 @@ def test_logs_of_whole_authenticated_sessions_hold_no_password(proxy):
             config = sasl_config(proxy.bootstrap, user, password, mechanism, **{"client.id": client_id})
             produce_confluent(config, count=2)
             proxy.wait_for_event("sasl_authenticated", user=user, mechanism=mechanism, client_id=client_id)
+    logged = len(proxy.events())
     connect_with_the_wrong_password(proxy)
-    proxy.wait_for_event("sasl_failed", mechanism="PLAIN")
+    proxy.wait_for_event("sasl_failed", since=logged, mechanism="PLAIN")  # this one, not an earlier test's
     log = proxy.log_path.read_text()
     metrics = proxy.metrics_text()
     assert "sasl_authenticated" in log and "sasl_failed" in log
