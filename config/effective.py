@@ -51,6 +51,7 @@ def effective_config(config: ProxyConfig, reveal: bool = False) -> dict[str, Any
         "client": _client(config.client, reveal),
         "usage": _usage(config.usage),
         "fleet": {"enabled": config.fleet.enabled, "share": sorted(key.value for key in config.fleet.share)},
+        "protocol": {"unvetted_apis": config.protocol.unvetted_apis.value},
     }
 
 

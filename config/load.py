@@ -22,6 +22,7 @@ from sluice.config.model import (
     LogConfig,
     ProxyConfig,
 )
+from sluice.config.protocol_section import parse_protocol_section
 from sluice.config.quota_section import parse_quota_section
 from sluice.config.sources import apply_overrides, read_yaml_file
 from sluice.config.usage_section import parse_fleet_section, parse_usage_section
@@ -58,6 +59,7 @@ TOP_LEVEL_KEYS = (
     "usage",
     "fleet",
     "client",
+    "protocol",
 )
 # Sections whose keys we know here; broker_ports is keyed by node id, quota is checked by quota_section.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
@@ -104,6 +106,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     usage = parse_usage_section(_get(tree, "usage"), "usage")
     fleet = parse_fleet_section(_get(tree, "fleet"), usage, "fleet")
     client = parse_client_section(_get(tree, "client"), "client")
+    protocol = parse_protocol_section(_get(tree, "protocol"), "protocol")
 
     listen = parse_host_port(_required(tree, "listen"), "listen")
     bootstrap = parse_bootstrap(_required(upstream, "upstream.bootstrap"), "upstream.bootstrap")
@@ -166,6 +169,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         usage=usage,
         fleet=fleet,
         client=client,
+        protocol=protocol,
     )
 
 

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from sluice.config.client_settings import ClientSettings
 from sluice.config.errors import MISSING, ConfigError
 from sluice.config.identity_settings import SaslSettings, TlsSettings
+from sluice.config.protocol_settings import ProtocolSettings
 from sluice.config.quota_settings import QuotaSettings
 from sluice.config.usage_settings import FleetSettings, UsageSettings
 
@@ -64,6 +65,7 @@ class ProxyConfig:
     usage: UsageSettings = field(default_factory=UsageSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
     client: ClientSettings = field(default_factory=ClientSettings)  # the proxy's own Kafka client
+    protocol: ProtocolSettings = field(default_factory=ProtocolSettings)  # what clients may use of it
 
     def __post_init__(self) -> None:
         # Read-only copies, so a config shared between tasks cannot be changed behind their backs.

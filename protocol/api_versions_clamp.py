@@ -5,6 +5,10 @@ in place: the entries are fixed-size int16 triples, so the patch is a few bytes 
 and everything else (tagged fields, features, throttle_time_ms) stays byte-for-byte as the broker
 wrote it.
 
+Given the versions the proxy has vetted (protocol/api_vetting.py), the clamp also hides what is not
+vetted: an entry for an API with no vetted version is left out (the array is rebuilt without it), and the
+others are capped at their newest vetted version as well.
+
 The proxy also answers some APIs itself (DescribeClientQuotas and AlterClientQuotas), whatever the
 brokers support: `advertise_apis` sets those entries to the proxy's own range, adding them when the
 broker lacks them.
@@ -39,12 +43,15 @@ def clamp_api_versions(
     body: memoryview | bytes,
     max_versions: Mapping[int, int],
     on_unclampable: UnclampableReport | None = None,
+    vetted: Mapping[int, int] | None = None,
 ) -> bytes | None:
-    """Lower each listed API's max_version to its cap in an ApiVersions response body.
+    """Lower each listed API's max_version to its cap in an ApiVersions response body; given `vetted` (per
+    API key, its newest vetted version), leave out every API it lacks and cap the others at it too.
 
     Never raises a version. Returns the new body, or None when nothing changed or when the response
     carries an error (error responses, including the v0-format UNSUPPORTED_VERSION answer, pass
-    untouched so the client can retry with a lower version).
+    untouched so the client can retry with a lower version). An entry whose lowest version is above its
+    vetted cap is left out: nothing the broker offers of it is vetted.
 
     A cap below the broker's min_version cannot be honoured without advertising a range the broker
     rejects, and dropping the entry would tell the client the broker lacks the API entirely. Such an
@@ -53,7 +60,7 @@ def clamp_api_versions(
     closes that connection instead of leaking real broker addresses.
     """
     try:
-        return _clamp(api_version, body, max_versions, on_unclampable)
+        return _clamp(api_version, body, max_versions, on_unclampable, vetted)
     except ProtocolError as exc:
         raise ProtocolError("bad_api_versions_response", exc.detail or exc.reason) from None
 
@@ -94,24 +101,44 @@ def _clamp(
     body: memoryview | bytes,
     max_versions: Mapping[int, int],
     on_unclampable: UnclampableReport | None,
+    vetted: Mapping[int, int] | None,
 ) -> bytes | None:
     found = _api_keys(api_version, body)
     if found is None:
         return None
     patches: list[tuple[int, int]] = []
+    dropped: set[int] = set()  # positions of the entries left out
     for pos, api_key, min_version, max_version in found.entries:
         cap = max_versions.get(api_key)
+        if vetted is not None:
+            newest = vetted.get(api_key)
+            if newest is None or newest < min_version:
+                dropped.add(pos)
+                continue
+            cap = newest if cap is None else min(cap, newest)
         if cap is not None and max_version > cap:
             if cap >= min_version:
                 patches.append((pos + _MAX_VERSION_OFFSET, cap))
             elif on_unclampable is not None:
                 on_unclampable(api_key, min_version, max_version, cap)
-    if not patches:
+    if not patches and not dropped:
         return None
     patched = bytearray(body)
     for offset, cap in patches:
         _INT16.pack_into(patched, offset, cap)
-    return bytes(patched)
+    if not dropped:
+        return bytes(patched)
+    return _without(found, patched, dropped)
+
+
+def _without(found: _Entries, body: bytearray, dropped: set[int]) -> bytes:
+    """The body with the entries starting at `dropped` left out of the api_keys array."""
+    starts = [entry[0] for entry in found.entries]
+    ends = [*starts[1:], found.end]
+    kept = [body[pos:end] for pos, end in zip(starts, ends, strict=True) if pos not in dropped]
+    total = len(kept)
+    count = encode_uvarint(total + 1) if found.flexible else INT32_PACK(total)
+    return b"".join((bytes(body[: found.count_at]), count, *kept, bytes(body[found.end :])))
 
 
 def advertise_apis(

@@ -45,6 +45,7 @@ __all__ = [
     "THROTTLE_PATCHABLE_MAX_VERSIONS",
     "patch_frame_throttle_ms",
     "patch_throttle_ms",
+    "produce_flexible_responses_end",
     "raise_frame_throttle_ms",
     "raise_throttle_ms",
     "read_throttle_ms",
@@ -241,10 +242,10 @@ def _produce_offset(api_version: int, body: Buffer) -> int:
         if len(body) < _FIELD_SIZE:
             raise ProtocolError("truncated", f"{len(body)} bytes")
         return len(body) - _FIELD_SIZE
-    return _field_then_end(body, _produce_flexible_responses_end(api_version, body), True)
+    return _field_then_end(body, produce_flexible_responses_end(api_version, body), True)
 
 
-def _produce_flexible_responses_end(api_version: int, body: Buffer) -> int:
+def produce_flexible_responses_end(api_version: int, body: Buffer) -> int:
     """Offset after the Responses array of a Produce v9+ body.
 
     Per topic: name (compact string; a 16-byte uuid from v13), partitions, tagged fields. Per

@@ -29,6 +29,7 @@ def api_name(api_key: int) -> str:
 
 class ProxyMetrics:
     __slots__ = (
+        "addresses_rewritten",
         "broker_listener_failures",
         "broker_listeners",
         "brokers_not_advertised",
@@ -49,6 +50,8 @@ class ProxyMetrics:
         self.request_bytes = [0] * _KEYS
         self.responses = [0] * _KEYS
         self.response_bytes = [0] * _KEYS
+        # Broker addresses rewritten (or left out) in answers other than Metadata, by API key.
+        self.addresses_rewritten = [0] * _KEYS
         self.connections_active = 0
         self.connections_total = 0
         self.muted_connections = 0
@@ -132,6 +135,12 @@ class ProxyCollector(Collector):
             ("sluice_request_bytes", "Request bytes received from clients, by API", m.request_bytes),
             ("sluice_responses", "Responses returned to clients, by API", m.responses),
             ("sluice_response_bytes", "Response bytes sent to clients, by API", m.response_bytes),
+            (
+                "sluice_addresses_rewritten",
+                "Broker addresses rewritten to the proxy's (or left out: no listener) in answers other than "
+                "Metadata, by API",
+                m.addresses_rewritten,
+            ),
         ):
             family = CounterMetricFamily(name, doc, labels=["api"])
             for slot, value in enumerate(values):

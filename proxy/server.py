@@ -23,6 +23,7 @@ from typing import Any
 
 from sluice.config.errors import ConfigError
 from sluice.config.model import ProxyConfig
+from sluice.config.protocol_settings import UnvettedApis
 from sluice.config.quota_settings import AdminMode
 from sluice.config.quota_state import QuotaState
 
@@ -37,6 +38,7 @@ from .filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from .filters.sasl_inspector import SaslInspectorFactory
 from .filters.topic_cache import TopicCache
 from .filters.topic_quotas import TopicQuotasFactory
+from .filters.unadvertised_requests import UnadvertisedRequestsFactory
 from .kafka_client import KafkaClient
 from .listener_failures import EntityOverflowLog, ListenerFailures
 from .listeners import PendingServer, bind_listening_socket, format_address
@@ -173,10 +175,14 @@ class SluiceServer:
             admin.append(
                 QuotaAdminFactory(QuotaAdministration(self.quota_state), self._write_quota_store, ready)
             )
+        # First: a request for what the ApiVersions clamp did not offer goes no further.
+        hide = self.config.protocol.unvetted_apis is UnvettedApis.HIDE
+        gate: list[FilterFactory] = [UnadvertisedRequestsFactory()] if hide else []
         return [
+            *gate,
             SaslInspectorFactory(self.config.sasl.oauthbearer_principal_claim),
-            BrokerAddressRewriteFactory(self.directory),
-            ApiVersionsClampFactory(),
+            BrokerAddressRewriteFactory(self.directory, self.metrics.addresses_rewritten),
+            ApiVersionsClampFactory(self.config.protocol.unvetted_apis),
             *admin,
             MutationQuotasFactory(
                 self.quota_managers,

@@ -170,6 +170,10 @@ class Filter:
     # The newest version of each API this filter can handle; the ApiVersions clamp keeps clients at or
     # below it. APIs it does not name are not limited by it.
     max_versions: ClassVar[Mapping[int, int]] = {}
+    # Per API key, the newest response version in which this filter rewrites every broker address the
+    # schemas show (from version 0 up): what the ApiVersions clamp may offer clients of an API whose
+    # answers carry addresses (protocol/api_vetting.py).
+    rewrites_addresses: ClassVar[Mapping[int, int]] = {}
     # Request APIs whose on_request reads only the header and len(frame), and returns the frame itself or
     # Forward(frame, throttle_ms): the proxy may then forward a large request while it arrives, handing
     # the filter a protocol.frames.FrameHead (the first bytes and the size) instead of the whole frame.
@@ -207,6 +211,7 @@ class FilterFactory:
         True, the connection measures it and the filter sees every response, of whatever API."""
         return False
 
-    def chain_built(self, max_versions: Mapping[int, int]) -> None:
+    def chain_built(self, max_versions: Mapping[int, int], address_rewrites: Mapping[int, int]) -> None:
         """Called once the chain that holds this factory is complete, with the newest version of each API
-        its filters can handle (what the ApiVersions clamp advertises)."""
+        its filters can handle and the newest whose broker addresses they rewrite (what the ApiVersions
+        clamp advertises)."""

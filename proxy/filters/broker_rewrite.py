@@ -1,40 +1,103 @@
-"""BrokerAddressRewrite: clients only learn proxy addresses, so every later connection comes back here."""
+"""BrokerAddressRewrite: clients only learn proxy addresses, so every later connection comes back here.
+
+Every response field that names a broker's host and port is rewritten to the listener the proxy advertises
+for that node (`BrokerDirectory.advertise`, which opens a listener for a node it has not seen):
+* Metadata, FindCoordinator, DescribeCluster: the brokers (or coordinators) a client connects to;
+* Produce v10+, Fetch v16+, ShareFetch, ShareAcknowledge: `NodeEndpoints` (KIP-951), the new leader's
+  address a broker adds when it answers NOT_LEADER_OR_FOLLOWER (protocol/node_endpoints.py).
+
+A node the proxy has no listener for is left out of the answer (the client then asks Metadata again).
+Every address rewritten or left out outside Metadata counts in `sluice_addresses_rewritten_total{api}`.
+The filter declares what it rewrites (`rewrites_addresses`), which is what the ApiVersions clamp offers of
+these APIs: nothing newer than this filter can read.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS, rewrite_broker_addresses
 from sluice.protocol.headers import response_header_size
+from sluice.protocol.node_endpoints import (
+    NODE_ENDPOINTS_FROM,
+    NODE_ENDPOINTS_MAX_VERSIONS,
+    rewrite_node_endpoints,
+)
 
-from ..brokers import BrokerDirectory
+from ..brokers import Address, BrokerDirectory
 from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
+from .chain import TABLE_SIZE
 from .frames import with_body
+
+_METADATA = ApiKey.METADATA
+_REWRITTEN: Mapping[int, int] = {**REWRITABLE_MAX_VERSIONS, **NODE_ENDPOINTS_MAX_VERSIONS}
+# Per API key, the first version whose answers may carry NodeEndpoints; beyond any version for the others.
+_ENDPOINTS_FROM = [NODE_ENDPOINTS_FROM.get(key, 1 << 15) for key in range(TABLE_SIZE)]
 
 
 class BrokerAddressRewrite(Filter):
-    response_api_keys = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER})
-    max_versions = REWRITABLE_MAX_VERSIONS
+    response_api_keys = frozenset(_REWRITTEN)
+    max_versions: ClassVar[Mapping[int, int]] = _REWRITTEN
+    rewrites_addresses: ClassVar[Mapping[int, int]] = _REWRITTEN
 
-    __slots__ = ("_directory",)
+    __slots__ = ("_counts", "_directory")
 
-    def __init__(self, conn: ConnectionInfo, directory: BrokerDirectory) -> None:
+    def __init__(self, conn: ConnectionInfo, directory: BrokerDirectory, counts: list[int]) -> None:
         super().__init__(conn)
         self._directory = directory
+        self._counts = counts
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame:
-        header_size = response_header_size(request.header.api_key, request.header.api_version, frame)
+        header = request.header
+        key, version = header.api_key, header.api_version
+        if key in NODE_ENDPOINTS_FROM:
+            # Produce and Fetch answers: every one comes here, so the old versions leave at once.
+            if version < _ENDPOINTS_FROM[key]:
+                return frame
+            header_size = response_header_size(key, version, frame)
+            new_body, rewritten = rewrite_node_endpoints(
+                key, version, memoryview(frame)[4 + header_size :], self._directory.advertise
+            )
+            if new_body is None:
+                return frame
+            self._counts[key] += rewritten
+            return with_body(frame, header_size, new_body)
+        header_size = response_header_size(key, version, frame)
         body = memoryview(frame)[4 + header_size :]
-        new_body = rewrite_broker_addresses(
-            request.header.api_key, request.header.api_version, body, self._directory.advertise
-        )
+        if key == _METADATA:
+            new_body = rewrite_broker_addresses(key, version, body, self._directory.advertise)
+        else:
+            counted = _Counted(self._directory)
+            new_body = rewrite_broker_addresses(key, version, body, counted)
+            self._counts[key] += counted.rewritten
         return frame if new_body is None else with_body(frame, header_size, new_body)
+
+
+class _Counted:
+    """The directory's advertise, counting the addresses it changes or leaves out."""
+
+    __slots__ = ("_directory", "rewritten")
+
+    def __init__(self, directory: BrokerDirectory) -> None:
+        self._directory = directory
+        self.rewritten = 0
+
+    def __call__(self, node_id: int, host: str, port: int) -> Address | None:
+        advertised = self._directory.advertise(node_id, host, port)
+        if advertised != (host, port):
+            self.rewritten += 1
+        return advertised
 
 
 class BrokerAddressRewriteFactory(FilterFactory):
     filter_class = BrokerAddressRewrite
 
-    def __init__(self, directory: BrokerDirectory) -> None:
+    def __init__(self, directory: BrokerDirectory, counts: list[int] | None = None) -> None:
         self._directory = directory
+        # Addresses rewritten or left out, by API key (ProxyMetrics.addresses_rewritten).
+        self.counts = counts if counts is not None else [0] * TABLE_SIZE
 
     def create(self, conn: ConnectionInfo) -> BrokerAddressRewrite:
-        return BrokerAddressRewrite(conn, self._directory)
+        return BrokerAddressRewrite(conn, self._directory, self.counts)

@@ -45,6 +45,7 @@ class FilterChain:
         "_by_request_key",
         "_by_response_key",
         "_cpu_response_key",
+        "address_rewrites",
         "factories",
         "max_versions",
     )
@@ -79,8 +80,13 @@ class FilterChain:
             for key, version in cls.max_versions.items():
                 versions[int(key)] = min(version, versions.get(int(key), version))
         self.max_versions: Mapping[int, int] = versions
+        rewrites: dict[int, int] = {}
+        for cls in classes:
+            for key, version in cls.rewrites_addresses.items():
+                rewrites[int(key)] = max(version, rewrites.get(int(key), version))
+        self.address_rewrites: Mapping[int, int] = rewrites
         for factory in self.factories:
-            factory.chain_built(self.max_versions)
+            factory.chain_built(self.max_versions, self.address_rewrites)
 
     def may_stream(self, key: int) -> bool:
         """Whether no filter reads the body of a request of API `key` now (live: quotas come and go)."""

@@ -43,7 +43,9 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from kafka_schemas import SHARED_MISSING
 from sample_messages import sample_body
+from schema_codec import encode, message_schema, sample
 
 import sluice.protocol
 from sluice.protocol import (
@@ -58,6 +60,7 @@ from sluice.protocol import (
     headers,
     message_codec,
     metadata_brokers,
+    node_endpoints,
     primitives,
     produce,
     produce_topics,
@@ -208,6 +211,39 @@ def _throttle(fn: Callable[..., object]) -> Callable[[int, bytes], object]:
         return fn(api_key, version, data)
 
     return call
+
+
+def _node_endpoints(fn: Callable[..., object]) -> Callable[[int, bytes], object]:
+    """Version encodes (api key, version), as for the throttle field."""
+
+    def call(key_and_version: int, data: bytes) -> object:
+        api_key, version = divmod(key_and_version, 100)
+        if fn is node_endpoints.rewrite_node_endpoints:
+            return fn(api_key, version, data, lambda n, h, p: None if n % 3 == 0 else _address(n, h, p))
+        return fn(api_key, version, data)
+
+    return call
+
+
+def _node_endpoints_seeds() -> tuple[list[int], dict[int, list[bytes]]]:
+    """Every version of the four answers (one past the newest too); Produce and Fetch from kafka-python's
+    schemas, the share answers from Kafka's own where the reference copies are (random bytes otherwise)."""
+    versions = [
+        key * 100 + v
+        for key, newest in node_endpoints.NODE_ENDPOINTS_MAX_VERSIONS.items()
+        for v in range(newest + 2)
+    ]
+    seeds = {
+        key * 100 + v: bodies
+        for key, cls in ((0, ProduceResponse), (1, FetchResponse))
+        for v, bodies in _samples(cls).items()
+    }
+    if SHARED_MISSING is None:
+        for key in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE):
+            for v in range(node_endpoints.NODE_ENDPOINTS_MAX_VERSIONS[key] + 1):
+                schema = message_schema(key, "response", v)
+                seeds[key * 100 + v] = [encode(schema, v, sample(schema, v))]
+    return versions, seeds
 
 
 def _throttle_versions() -> tuple[list[int], dict[int, list[bytes]]]:
@@ -370,6 +406,16 @@ def _targets() -> list[Target]:
             _request_frames(0, ProduceRequest),
         ),
         Target("record_sets.produce_topic_bytes", record_sets.produce_topic_bytes, _samples(ProduceRequest)),
+        *(
+            Target(f"node_endpoints.{fn.__name__}", _node_endpoints(fn), seeds, versions)
+            for fn in (node_endpoints.rewrite_node_endpoints, node_endpoints.decode_node_endpoints)
+            for versions, seeds in [_node_endpoints_seeds()]
+        ),
+        Target(
+            "throttle_field.produce_flexible_responses_end",
+            throttle_field.produce_flexible_responses_end,
+            {v: bodies for v, bodies in _samples(ProduceResponse).items() if v >= 9},
+        ),
         Target("record_sets.fetch_topic_bytes", record_sets.fetch_topic_bytes, _samples(FetchResponse)),
         Target(
             "primitives.read_array_count",
@@ -546,6 +592,8 @@ def test_only_protocol_error_escapes(target: Target) -> None:
 
 # Public functions of protocol/ that read no untrusted bytes, and why.
 NOT_DECODERS = {
+    # Which API versions are vetted: a table over API keys and the filters' declarations.
+    "vetted_max_versions",
     # Sums what produce_partition_sizes decoded (fuzzed with it).
     "topic_sizes",
     # Encoders and builders: their input is the proxy's own values.

@@ -1,0 +1,297 @@
+"""Rewriting `NodeEndpoints`, the broker addresses in Produce, Fetch, ShareFetch and ShareAcknowledge answers.
+
+Since KIP-951 a broker that answers NOT_LEADER_OR_FOLLOWER (or FENCED_LEADER_EPOCH) names the new leader per
+partition (`CurrentLeader`: id and epoch) and that leader's real address in `NodeEndpoints`, and clients
+that implement it (librdkafka 2.4+, the Java client 3.7+) connect there without asking Metadata. The
+share-group answers (KIP-932) carry the same array. Each entry:
+
+    node_id int32, host compact string, port int32, rack compact nullable string, tagged fields
+
+Where the array sits:
+* Produce v10+ and Fetch v16+: tagged field 0 of the top-level tagged-field block, the last thing in the
+  body. Finding that block means walking past every topic and partition (never reading a record); the
+  common answer has an empty block (one zero byte) and costs that walk and nothing more.
+* ShareFetch and ShareAcknowledge (every version): a plain array after the responses, before the
+  top-level tagged fields.
+
+The array is re-encoded with the addresses `address_for` gives; an entry it has no address for (the
+proxy has no listener for that node) is left out, and the client, finding no endpoint for the leader it
+was told of, falls back to a Metadata request. Rack and tagged fields are copied as they came. Malformed
+bodies raise ProtocolError('bad_response_body'), versions beyond NODE_ENDPOINTS_MAX_VERSIONS
+ProtocolError('unsupported_version').
+
+Why this module is long: four answers' walks to the array, each trusting a layout written out beside it,
+and the one rewrite they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.metadata_brokers import AddressMap
+from sluice.protocol.primitives import (
+    INT32_PACK,
+    INT32_UNPACK,
+    Buffer,
+    encode_uvarint,
+    read_uvarint,
+    skip_compact_nullable_string,
+    skip_tagged_fields,
+)
+from sluice.protocol.throttle_field import produce_flexible_responses_end
+
+__all__ = [
+    "NODE_ENDPOINTS_FROM",
+    "NODE_ENDPOINTS_MAX_VERSIONS",
+    "decode_node_endpoints",
+    "rewrite_node_endpoints",
+]
+
+_PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+_SHARE_FETCH, _SHARE_ACKNOWLEDGE = ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
+
+# The first response version that can carry the array, and the last whose layout this module knows.
+NODE_ENDPOINTS_FROM: Mapping[int, int] = {_PRODUCE: 10, _FETCH: 16, _SHARE_FETCH: 0, _SHARE_ACKNOWLEDGE: 0}
+NODE_ENDPOINTS_MAX_VERSIONS: Mapping[int, int] = {
+    _PRODUCE: 13,
+    _FETCH: 18,
+    _SHARE_FETCH: 2,
+    _SHARE_ACKNOWLEDGE: 2,
+}
+_NODE_ENDPOINTS_TAG = 0
+_UUID = 16
+# Fetch v16+ partition: index int32, error_code int16, high_watermark, last_stable_offset, log_start_offset.
+_FETCH_PARTITION_FIXED = 4 + 2 + 8 + 8 + 8
+_ABORTED_TRANSACTION = 8 + 8  # producer_id, first_offset
+_PREFERRED_READ_REPLICA = 4
+_ACQUIRED_RECORDS = 8 + 8 + 2  # first_offset, last_offset, delivery_count
+_LEADER_ID_AND_EPOCH = 4 + 4
+
+Endpoint = tuple[int, str, int]  # node_id, host, port
+
+
+def rewrite_node_endpoints(
+    api_key: int, api_version: int, body: Buffer, address_for: AddressMap
+) -> tuple[bytes | None, int]:
+    """The body with every NodeEndpoints address replaced by `address_for(node_id, host, port)` (entries it
+    answers None for left out), or None when nothing changed; and how many entries were rewritten or left
+    out (what `sluice_addresses_rewritten_total` counts)."""
+    found = _find(api_key, api_version, body)
+    if found is None:
+        return None, 0
+    start, end, endpoints = found
+    entries: list[bytes] = []
+    kept = changed = 0
+    for node_id, host, port, tail_start, tail_end in endpoints:
+        advertised = address_for(node_id, host, port)
+        if advertised is None:
+            changed += 1
+            continue
+        new_host, new_port = advertised
+        if (new_host, new_port) != (host, port):
+            changed += 1
+        kept += 1
+        encoded_host = new_host.encode("utf-8")
+        entries += (INT32_PACK(node_id), encode_uvarint(len(encoded_host) + 1), encoded_host)
+        entries += (INT32_PACK(new_port), bytes(body[tail_start:tail_end]))
+    if not changed:
+        return None, 0
+    array = encode_uvarint(kept + 1) + b"".join(entries)
+    if api_key in (_SHARE_FETCH, _SHARE_ACKNOWLEDGE):
+        return b"".join((body[:start], array, body[end:])), changed
+    # In the top-level tagged block: the field's size prefix changes with it.
+    return b"".join((body[:start], encode_uvarint(len(array)), array, body[end:])), changed
+
+
+def decode_node_endpoints(api_key: int, api_version: int, body: Buffer) -> list[Endpoint]:
+    """(node_id, host, port) of every NodeEndpoints entry in a response body (empty when it has none)."""
+    found = _find(api_key, api_version, body)
+    return [] if found is None else [(node, host, port) for node, host, port, _a, _b in found[2]]
+
+
+# ---- finding the array --------------------------------------------------------------------------------
+
+_Parsed = tuple[int, int, list[tuple[int, str, int, int, int]]]
+
+
+def _find(api_key: int, api_version: int, body: Buffer) -> _Parsed | None:
+    """Where the array's bytes sit to be replaced ([start, end): for Produce and Fetch the tagged field's
+    size prefix and value, for the share answers the array itself) and its entries (node_id, host, port,
+    and where the rack and tagged fields that follow the port sit); None when the body carries none."""
+    first = NODE_ENDPOINTS_FROM.get(api_key)
+    if first is None or api_version < first:
+        return None
+    if api_version > NODE_ENDPOINTS_MAX_VERSIONS[api_key]:
+        raise ProtocolError("unsupported_version", f"api {api_key} v{api_version}")
+    try:
+        if api_key == _PRODUCE:
+            return _in_tagged_block(body, produce_flexible_responses_end(api_version, body) + 4)
+        if api_key == _FETCH:
+            return _in_tagged_block(body, _fetch_responses_end(body))
+        if api_key == _SHARE_FETCH:
+            return _share_array(body, _share_fetch_responses_end(api_version, body))
+        return _share_array(body, _share_acknowledge_responses_end(api_version, body))
+    except IndexError:
+        raise ProtocolError("bad_response_body", f"api {api_key} v{api_version}: truncated") from None
+    except ProtocolError as exc:
+        detail = exc.detail or exc.reason
+        raise ProtocolError("bad_response_body", f"api {api_key} v{api_version}: {detail}") from None
+
+
+def _in_tagged_block(body: Buffer, pos: int) -> _Parsed | None:
+    """The top-level tagged block at `pos` must end the body; tag 0, if there, is NodeEndpoints."""
+    size = len(body)
+    if pos == size - 1 and body[pos] == 0:
+        return None  # the usual empty block: no NodeEndpoints
+    count, pos = read_uvarint(body, pos)
+    found: _Parsed | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(body, pos)
+        length_at = pos
+        length, pos = read_uvarint(body, pos)
+        end = pos + length
+        if end > size:
+            raise ProtocolError("truncated", f"tagged field {tag}")
+        if tag == _NODE_ENDPOINTS_TAG:
+            array_end, endpoints = _endpoints(body, pos)
+            if array_end != end:
+                raise ProtocolError(
+                    "bad_tagged_field", f"NodeEndpoints of {length} bytes used {array_end - pos}"
+                )
+            found = (length_at, end, endpoints)
+        pos = end
+    if pos != size:
+        raise ProtocolError("trailing_bytes", f"{size - pos} after the tagged fields")
+    return found
+
+
+def _share_array(body: Buffer, pos: int) -> _Parsed | None:
+    if body[pos] == 1 and pos + 1 < len(body):  # an empty array, the usual case
+        end = pos + 1
+        endpoints: list[tuple[int, str, int, int, int]] = []
+    else:
+        end, endpoints = _endpoints(body, pos)
+    if skip_tagged_fields(body, end) != len(body):
+        raise ProtocolError("trailing_bytes", "after the top-level tagged fields")
+    return (pos, end, endpoints) if endpoints else None
+
+
+def _endpoints(body: Buffer, pos: int) -> tuple[int, list[tuple[int, str, int, int, int]]]:
+    count_plus_one, pos = read_uvarint(body, pos)
+    if count_plus_one == 0:
+        raise ProtocolError("null_array", "NodeEndpoints is not nullable")
+    endpoints = []
+    for _ in range(count_plus_one - 1):
+        node_id = INT32_UNPACK(body, pos)[0]
+        length_plus_one, pos = read_uvarint(body, pos + 4)
+        if length_plus_one == 0:
+            raise ProtocolError("null_string", "host is not nullable")
+        host_end = pos + length_plus_one - 1
+        if host_end + 4 > len(body):
+            raise ProtocolError("truncated", "host or port")
+        try:
+            host = str(body[pos:host_end], "utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError("bad_string", "host is not UTF-8") from None
+        port = INT32_UNPACK(body, host_end)[0]
+        tail = host_end + 4
+        pos = skip_tagged_fields(body, skip_compact_nullable_string(body, tail))  # rack, tagged fields
+        endpoints.append((node_id, host, port, tail, pos))
+    return pos, endpoints
+
+
+# ---- the walks past the responses -----------------------------------------------------------------------
+
+
+def _fetch_responses_end(body: Buffer) -> int:
+    """Offset after the responses of a Fetch v16+ body: throttle_time_ms, error_code, session_id, then per
+    topic a topic id and partitions (the fixed fields, aborted transactions, preferred read replica,
+    records, tagged fields), tagged fields.
+
+    Every consumer's every Fetch answer is walked, so the one-byte cases are inlined (a varint below 0x80,
+    an empty or null aborted-transactions array, an empty tagged block); the rest go through the helpers.
+    Reading past the end raises IndexError, which the caller turns into ProtocolError.
+    """
+    pos = 4 + 2 + 4
+    b = body[pos]
+    topics, pos = (b - 1, pos + 1) if b < 0x80 else _count(body, pos)
+    for _ in range(topics):
+        pos += _UUID
+        b = body[pos]
+        partitions, pos = (b - 1, pos + 1) if b < 0x80 else _count(body, pos)
+        for _ in range(partitions):
+            pos += _FETCH_PARTITION_FIXED
+            b = body[pos]
+            if b <= 1:  # aborted transactions: null or empty
+                pos += 1
+            else:
+                aborted, pos = _count(body, pos)
+                for _ in range(aborted):
+                    pos = _skip_tags(body, pos + _ABORTED_TRANSACTION)
+            pos += _PREFERRED_READ_REPLICA
+            b = body[pos]  # records: compact nullable bytes
+            if b < 0x80:
+                pos += b if b else 1
+            else:
+                length_plus_one, pos = read_uvarint(body, pos)
+                pos += length_plus_one - 1
+            pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
+        pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
+    if pos > len(body):
+        raise IndexError("records")
+    return pos
+
+
+def _share_fetch_responses_end(api_version: int, body: Buffer) -> int:
+    """throttle_time_ms, error_code, error_message, acquisition_lock_timeout_ms (v1+), then per topic a topic
+    id and partitions: index, error_code, error_message, acknowledge_error_code, acknowledge_error_message,
+    current_leader (leader id, epoch, tagged fields), records, acquired_records (first and last offset,
+    delivery count, tagged fields), tagged fields; tagged fields."""
+    pos = skip_compact_nullable_string(body, 4 + 2)
+    if api_version >= 1:
+        pos += 4
+    topics, pos = _count(body, pos)
+    for _ in range(topics):
+        partitions, pos = _count(body, pos + _UUID)
+        for _ in range(partitions):
+            pos = skip_compact_nullable_string(body, pos + 4 + 2)
+            pos = skip_compact_nullable_string(body, pos + 2)
+            pos = _skip_tags(body, pos + _LEADER_ID_AND_EPOCH)
+            pos = skip_compact_nullable_string(body, pos)  # records: compact bytes share the encoding
+            acquired, pos = _count(body, pos)
+            for _ in range(acquired):
+                pos = _skip_tags(body, pos + _ACQUIRED_RECORDS)
+            pos = _skip_tags(body, pos)
+        pos = _skip_tags(body, pos)
+    return pos
+
+
+def _share_acknowledge_responses_end(api_version: int, body: Buffer) -> int:
+    """throttle_time_ms, error_code, error_message, acquisition_lock_timeout_ms (v2+), then per topic a topic
+    id and partitions: index, error_code, error_message, current_leader, tagged fields; tagged fields."""
+    pos = skip_compact_nullable_string(body, 4 + 2)
+    if api_version >= 2:
+        pos += 4
+    topics, pos = _count(body, pos)
+    for _ in range(topics):
+        partitions, pos = _count(body, pos + _UUID)
+        for _ in range(partitions):
+            pos = skip_compact_nullable_string(body, pos + 4 + 2)
+            pos = _skip_tags(body, _skip_tags(body, pos + _LEADER_ID_AND_EPOCH))
+        pos = _skip_tags(body, pos)
+    return pos
+
+
+def _count(body: Buffer, pos: int) -> tuple[int, int]:
+    """A compact array's element count (null counts as empty); a count beyond the bytes left is malformed."""
+    count_plus_one, pos = read_uvarint(body, pos)
+    count = count_plus_one - 1
+    if count > len(body) - pos:
+        raise ProtocolError("bad_array_length", f"{count} elements in {len(body) - pos} bytes")
+    return max(count, 0), pos
+
+
+def _skip_tags(body: Buffer, pos: int) -> int:
+    return pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)

@@ -1,0 +1,67 @@
+"""UnadvertisedRequests: a request for an API or version the proxy did not offer closes its connection.
+
+A well-behaved client only uses what ApiVersions offered it; one that asks for more might get an answer
+the proxy cannot read, with broker addresses in it. A broker treats a request for an API it does not
+serve, or a version outside the range it supports, as invalid and closes that connection (Kafka's
+SocketServer: "Received request api key ... which is not enabled"); the proxy does the same for what its
+clamp hid or capped, on that connection only: the requests read before it are answered first, and it is
+logged (`protocol_error`, reason `unadvertised_api_version`) and counted. ApiVersions itself is never
+refused: Kafka accepts every version of it and answers an unknown one with UNSUPPORTED_VERSION.
+
+In the chain only with `protocol.unvetted_apis: hide` (the default). The check reads the header alone,
+so a large request still streams through as it arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.api_vetting import vetted_max_versions
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import RequestHeader
+from sluice.protocol.schema_table import KNOWN_APIS
+
+from .base import ConnectionInfo, Filter, FilterFactory, Frame
+from .chain import TABLE_SIZE
+
+_CHECKED_KEYS = frozenset(range(TABLE_SIZE)) - {ApiKey.API_VERSIONS}
+
+
+class UnadvertisedRequests(Filter):
+    request_api_keys = _CHECKED_KEYS
+    head_only_api_keys = _CHECKED_KEYS
+
+    __slots__ = ("_newest",)
+
+    def __init__(self, conn: ConnectionInfo, newest: list[int]) -> None:
+        super().__init__(conn)
+        self._newest = newest
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+        if header.api_version <= self._newest[header.api_key]:
+            return frame
+        raise ProtocolError("unadvertised_api_version", _refusal(header, self._newest[header.api_key]))
+
+
+def _refusal(header: RequestHeader, newest: int) -> str:
+    known = KNOWN_APIS.get(header.api_key)
+    name = known.name if known is not None else f"api key {header.api_key}"
+    offered = f"up to v{newest} was offered" if newest >= 0 else "it was not offered"
+    return f"{name} v{header.api_version}: {offered} (protocol.unvetted_apis: hide)"
+
+
+class UnadvertisedRequestsFactory(FilterFactory):
+    filter_class = UnadvertisedRequests
+
+    def __init__(self) -> None:
+        # Per API key (the list index), the newest version offered; -1: none.
+        self.newest = [-1] * TABLE_SIZE
+
+    def chain_built(self, max_versions: Mapping[int, int], address_rewrites: Mapping[int, int]) -> None:
+        vetted = vetted_max_versions(address_rewrites)
+        for key in range(TABLE_SIZE):
+            self.newest[key] = min(vetted.get(key, -1), max_versions.get(key, TABLE_SIZE))
+
+    def create(self, conn: ConnectionInfo) -> UnadvertisedRequests:
+        return UnadvertisedRequests(conn, self.newest)
