@@ -64,6 +64,7 @@ _NODE_ENDPOINTS_TAG = 0
 _UUID = 16
 # Fetch v16+ partition: index int32, error_code int16, high_watermark, last_stable_offset, log_start_offset.
 _FETCH_PARTITION_FIXED = 4 + 2 + 8 + 8 + 8
+assert _FETCH_PARTITION_FIXED == 30  # written out in _fetch_responses_end
 _ABORTED_TRANSACTION = 8 + 8  # producer_id, first_offset
 _PREFERRED_READ_REPLICA = 4
 _ACQUIRED_RECORDS = 8 + 8 + 2  # first_offset, last_offset, delivery_count
@@ -218,25 +219,27 @@ def _fetch_responses_end(body: Buffer) -> int:
     b = body[pos]
     topics, pos = (b - 1, pos + 1) if b < 0x80 else _count(body, pos)
     for _ in range(topics):
-        pos += _UUID
-        b = body[pos]
-        partitions, pos = (b - 1, pos + 1) if b < 0x80 else _count(body, pos)
+        b = body[pos + 16]  # after the topic id
+        partitions, pos = (b - 1, pos + 17) if b < 0x80 else _count(body, pos + 16)
         for _ in range(partitions):
-            pos += _FETCH_PARTITION_FIXED
-            b = body[pos]
-            if b <= 1:  # aborted transactions: null or empty
-                pos += 1
+            pos += 30  # _FETCH_PARTITION_FIXED, written out: a global lookup per partition shows
+            if body[pos] <= 1:  # aborted transactions: null or empty
+                pos += 5  # and the preferred read replica
             else:
                 aborted, pos = _count(body, pos)
                 for _ in range(aborted):
                     pos = _skip_tags(body, pos + _ABORTED_TRANSACTION)
-            pos += _PREFERRED_READ_REPLICA
-            b = body[pos]  # records: compact nullable bytes
+                pos += 4
+            b = body[pos]  # records: compact nullable bytes, length + 1 as a varint
             if b < 0x80:
-                pos += b if b else 1
+                pos += b or 1
             else:
-                length_plus_one, pos = read_uvarint(body, pos)
-                pos += length_plus_one - 1
+                c = body[pos + 1]
+                if c < 0x80:  # up to 16 KiB
+                    pos += 1 + ((b & 0x7F) | c << 7)
+                else:
+                    length_plus_one, pos = read_uvarint(body, pos)
+                    pos += length_plus_one - 1
             pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
         pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
     if pos > len(body):

@@ -1,9 +1,9 @@
 """What the server does when a broker listener cannot open (issue 14 item 1), and when an entity finds the
 quota engine's entity cap reached: logs and metrics, kept out of the server's life cycle.
 
-* A node learnt later (from a client's answer) whose listener cannot open is not advertised
-  (`BrokerDirectory`): logged `broker_not_advertised`, counted, and `broker_advertised_again` once its
-  listener opens on a later try.
+* A node learnt later (from a client's answer: Metadata, a coordinator, a KIP-951 NodeEndpoints entry)
+  whose listener cannot open is not advertised (`BrokerDirectory`): logged `broker_not_advertised` once
+  per node, counted at every try, and `broker_advertised_again` once its listener opens on a later try.
 * Nodes found by the start-up discovery whose listeners cannot open stop the proxy: exit 2 when the
   configuration makes the port impossible (a `broker_ports` key is named), 1 when the machine refused.
 """
@@ -39,10 +39,16 @@ class ListenerFailures:
         self._metrics = metrics
         self._directory = directory
         self._fail = fail
+        self._logged: set[int] = set()  # nodes whose failure is logged and not yet mended
 
     def unavailable(self, failure: ListenerUnavailable) -> None:
+        """Counted at every try; logged once per node (every answer naming it would otherwise say it again),
+        and again only after its listener opened and then failed anew."""
         self._metrics.broker_listener_failures += 1
         self._metrics.brokers_not_advertised = len(self._directory().unavailable())
+        if failure.node_id in self._logged:
+            return
+        self._logged.add(failure.node_id)
         _log.error(
             "broker_not_advertised",
             node_id=failure.node_id,
@@ -52,6 +58,7 @@ class ListenerFailures:
         )
 
     def recovered(self, node_id: int) -> None:
+        self._logged.discard(node_id)
         self._metrics.brokers_not_advertised = len(self._directory().unavailable())
         _log.warning("broker_advertised_again", node_id=node_id)
 

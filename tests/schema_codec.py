@@ -6,7 +6,8 @@ that must build or read any API at any version, the ones kafka-python has no cla
     assert decode(schema, 2, body)["NodeEndpoints"][0]["Host"] == ...
 
 Messages are plain dicts keyed by the schema's field names; a field left out takes its default (0, "",
-false, an empty array, null where the schema says so), and a tagged field left out is not written. It
+false, an empty array, null where the schema says so), and a tagged field left out is not written. A tag
+the schema does not know is `_tag<N>`: its raw bytes. It
 follows Kafka's encoding rules: compact strings, arrays and bytes and tagged-field blocks in flexible
 versions, nullable structs with an int8 presence byte. It is the reference the guard and the hand-written
 walkers are checked against, so it shares no code with protocol/.
@@ -84,11 +85,15 @@ def _encode_fields(out: bytearray, fields: list[Schema], version: int, flex: boo
             continue
         _encode_value(out, field, version, flex, values.get(field["name"], _default(field, version)))
     if flex:
-        _uvarint(out, len(tagged))
-        for field in sorted(tagged, key=lambda f: f["tag"]):
+        # Unknown tags, as decode gives them: "_tag<N>" -> the field's raw bytes.
+        blocks = [(int(name[4:]), bytes(value)) for name, value in values.items() if name.startswith("_tag")]
+        for field in tagged:
             data = bytearray()
             _encode_value(data, field, version, flex, values[field["name"]])
-            _uvarint(out, field["tag"])
+            blocks.append((field["tag"], bytes(data)))
+        _uvarint(out, len(blocks))
+        for tag, data in sorted(blocks):
+            _uvarint(out, tag)
             _uvarint(out, len(data))
             out += data
 

@@ -6,7 +6,8 @@
 
 One listener per mock broker (127.0.0.1, kernel-chosen port, optional TLS). Each connection goes through
 the states of Kafka's SaslServerAuthenticator, then relays frames both ways unchanged except the broker
-addresses in Metadata, FindCoordinator and DescribeCluster answers, which point at the double's listeners.
+addresses in Metadata, FindCoordinator and DescribeCluster answers and the NodeEndpoints of Produce, Fetch
+and the share answers, which point at the double's listeners (as a SASL broker names its own).
 
 * Before authentication only ApiVersions (relayed; SaslHandshake and SaslAuthenticate are added to the
   answer), SaslHandshake and SaslAuthenticate are allowed; anything else closes the connection. ApiVersions
@@ -67,6 +68,7 @@ from sluice.protocol.headers import (
 from sluice.protocol.headers import (
     frame as framed,
 )
+from sluice.protocol.node_endpoints import NODE_ENDPOINTS_MAX_VERSIONS, rewrite_node_endpoints
 from sluice.protocol.produce import produce_acks
 from sluice.protocol.sasl import (
     decode_authenticate_request,
@@ -84,6 +86,8 @@ _log = logging.getLogger("sluice.tests.sasl_broker")
 
 PRODUCE, API_VERSIONS = 0, 18
 ADDRESS_APIS = frozenset({3, 10, 60})  # Metadata, FindCoordinator, DescribeCluster
+# Produce, Fetch and the share answers name a new leader's address after NOT_LEADER_OR_FOLLOWER (KIP-951).
+ENDPOINT_APIS = frozenset(NODE_ENDPOINTS_MAX_VERSIONS)
 MOCK_API_VERSIONS_MAX = 2  # the mock answers ApiVersions v0-2 only (proxy/mock_cluster.py)
 SASL_AUTHENTICATE_MAX = 2
 UNSUPPORTED_VERSION = 35
@@ -585,12 +589,15 @@ class _Connection:
             await self._client_writer.drain()
 
     def _rewrite(self, api_key: int, api_version: int, frame: bytes) -> bytes:
-        if api_key not in ADDRESS_APIS and api_key != API_VERSIONS:
+        if api_key not in ADDRESS_APIS and api_key not in ENDPOINT_APIS and api_key != API_VERSIONS:
             return frame
         start = 4 + response_header_size(api_key, api_version, frame)
         body = memoryview(frame)[start:]
         if api_key == API_VERSIONS:
             new_body = _with_sasl_apis(api_version, body, self._double.handshake_max_version)
+        elif api_key in ENDPOINT_APIS:
+            address_for = self._double.address_for
+            new_body, _rewritten = rewrite_node_endpoints(api_key, api_version, body, address_for)
         else:
             new_body = rewrite_broker_addresses(api_key, api_version, body, self._double.address_for)
         if new_body is None:
@@ -625,7 +632,7 @@ def _with_sasl_apis(version: int, body: memoryview, handshake_max_version: int) 
         if entry.api_key not in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
     ]
     for entry in entries:
-        cap = REWRITABLE_MAX_VERSIONS.get(entry.api_key)
+        cap = REWRITABLE_MAX_VERSIONS.get(entry.api_key, NODE_ENDPOINTS_MAX_VERSIONS.get(entry.api_key))
         if cap is not None and entry.min_version <= cap < entry.max_version:
             entry.max_version = cap
     ApiVersion = ApiVersionsResponse.ApiVersion
