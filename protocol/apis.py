@@ -5,7 +5,9 @@ APIs it lists as having no throttle field. kafka-python 3.0.12 bundles Kafka 4.x
 newer versions of some APIs (Produce 13, Fetch 18, ListOffsets 11, Metadata 13, OffsetCommit 10,
 OffsetFetch 10, DescribeGroups 6, InitProducerId 6, WriteTxnMarkers 2, TxnOffsetCommit 5,
 DescribeLogDirs 5, AlterPartitionReassignments 1, DescribeCluster 2, ListTransactions 2,
-ListClientMetricsResources 1): the table keeps the spec's minimum (older brokers still speak those
+ListClientMetricsResources 1), and Kafka's own 2026 trunk schemas newer versions of the KIP-848 and KIP-932
+APIs (ConsumerGroupDescribe 1, ShareGroupHeartbeat 1, ShareGroupDescribe 1, ShareFetch 2, ShareAcknowledge
+2): the table keeps the spec's minimum (older brokers still speak those
 versions; KIP-896 only dropped them in 4.0) and takes the newer maximum, so the range covers every
 version a client or broker of either generation may put on the wire. Flexible versions, throttle
 field versions and positions agree with the schemas; tests/protocol/test_api_table.py checks that.
@@ -125,17 +127,17 @@ _ROWS: tuple[
     (ApiKey.LIST_TRANSACTIONS, "ListTransactions", 0, 2, 0, 0, _NEVER, _F),
     (ApiKey.ALLOCATE_PRODUCER_IDS, "AllocateProducerIds", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat", 0, 1, 0, 0, _NEVER, _F),
-    (ApiKey.CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribe", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribe", 0, 1, 0, 0, _NEVER, _F),
     (ApiKey.CONTROLLER_REGISTRATION, "ControllerRegistration", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, "GetTelemetrySubscriptions", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.PUSH_TELEMETRY, "PushTelemetry", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.ASSIGN_REPLICAS_TO_DIRS, "AssignReplicasToDirs", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.LIST_CLIENT_METRICS_RESOURCES, "ListClientMetricsResources", 0, 1, 0, 0, _NEVER, _F),
     (ApiKey.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions", 0, 0, 0, 0, 0, _F),
-    (ApiKey.SHARE_GROUP_HEARTBEAT, "ShareGroupHeartbeat", 0, 0, 0, 0, _NEVER, _F),
-    (ApiKey.SHARE_GROUP_DESCRIBE, "ShareGroupDescribe", 0, 0, 0, 0, _NEVER, _F),
-    (ApiKey.SHARE_FETCH, "ShareFetch", 0, 0, 0, 0, _NEVER, _F),
-    (ApiKey.SHARE_ACKNOWLEDGE, "ShareAcknowledge", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.SHARE_GROUP_HEARTBEAT, "ShareGroupHeartbeat", 0, 1, 0, 0, _NEVER, _F),
+    (ApiKey.SHARE_GROUP_DESCRIBE, "ShareGroupDescribe", 0, 1, 0, 0, _NEVER, _F),
+    (ApiKey.SHARE_FETCH, "ShareFetch", 0, 2, 0, 0, _NEVER, _F),
+    (ApiKey.SHARE_ACKNOWLEDGE, "ShareAcknowledge", 0, 2, 0, 0, _NEVER, _F),
     (ApiKey.ADD_RAFT_VOTER, "AddRaftVoter", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.REMOVE_RAFT_VOTER, "RemoveRaftVoter", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.UPDATE_RAFT_VOTER, "UpdateRaftVoter", 0, 0, 0, 0, _NEVER, _F),

@@ -127,10 +127,14 @@ def _find(api_key: int, api_version: int, body: Buffer) -> _Parsed | None:
     if api_version > NODE_ENDPOINTS_MAX_VERSIONS[api_key]:
         raise ProtocolError("unsupported_version", f"api {api_key} v{api_version}")
     try:
-        if api_key == _PRODUCE:
-            return _in_tagged_block(body, produce_flexible_responses_end(api_version, body) + 4)
-        if api_key == _FETCH:
-            return _in_tagged_block(body, _fetch_responses_end(body))
+        if api_key <= _FETCH:  # Produce or Fetch: every answer of theirs comes here
+            if api_key == _PRODUCE:
+                pos = produce_flexible_responses_end(api_version, body) + 4  # and throttle_time_ms
+            else:
+                pos = _fetch_responses_end(body)
+            if pos == len(body) - 1 and body[pos] == 0:
+                return None  # the usual empty top-level tagged block: no NodeEndpoints
+            return _in_tagged_block(body, pos)
         if api_key == _SHARE_FETCH:
             return _share_array(body, _share_fetch_responses_end(api_version, body))
         return _share_array(body, _share_acknowledge_responses_end(api_version, body))
@@ -144,8 +148,6 @@ def _find(api_key: int, api_version: int, body: Buffer) -> _Parsed | None:
 def _in_tagged_block(body: Buffer, pos: int) -> _Parsed | None:
     """The top-level tagged block at `pos` must end the body; tag 0, if there, is NodeEndpoints."""
     size = len(body)
-    if pos == size - 1 and body[pos] == 0:
-        return None  # the usual empty block: no NodeEndpoints
     count, pos = read_uvarint(body, pos)
     found: _Parsed | None = None
     for _ in range(count):

@@ -259,7 +259,8 @@ def produce_flexible_responses_end(api_version: int, body: Buffer) -> int:
     Reading past the end raises IndexError, turned into ProtocolError once, outside the loops.
     """
     topic_id = api_version >= _PRODUCE_FIRST_WITH_TOPIC_ID
-    topics, pos = _array_length(body, 0, True)
+    b = body[0] if len(body) else 0x80
+    topics, pos = (b - 1, 1) if b < 0x80 else _array_length(body, 0, True)
     try:
         for _ in range(topics):
             if topic_id:

@@ -33,8 +33,8 @@ from .frames import with_body
 
 _METADATA = ApiKey.METADATA
 _REWRITTEN: Mapping[int, int] = {**REWRITABLE_MAX_VERSIONS, **NODE_ENDPOINTS_MAX_VERSIONS}
-# Per API key, the first version whose answers may carry NodeEndpoints; beyond any version for the others.
-_ENDPOINTS_FROM = [NODE_ENDPOINTS_FROM.get(key, 1 << 15) for key in range(TABLE_SIZE)]
+# Per API key (the index), the first version whose answers may carry NodeEndpoints; -1 for the others.
+_ENDPOINTS_FROM = [NODE_ENDPOINTS_FROM.get(key, -1) for key in range(TABLE_SIZE)]
 
 
 class BrokerAddressRewrite(Filter):
@@ -52,11 +52,13 @@ class BrokerAddressRewrite(Filter):
     def on_response(self, request: InFlight, frame: Frame) -> Frame:
         header = request.header
         key, version = header.api_key, header.api_version
-        if key in NODE_ENDPOINTS_FROM:
+        first = _ENDPOINTS_FROM[key]
+        if first >= 0:
             # Produce and Fetch answers: every one comes here, so the old versions leave at once.
-            if version < _ENDPOINTS_FROM[key]:
+            if version < first:
                 return frame
-            header_size = response_header_size(key, version, frame)
+            # Flexible versions: the header is the correlation id and (nearly always) no tagged fields.
+            header_size = 5 if frame[8] == 0 else response_header_size(key, version, frame)
             new_body, rewritten = rewrite_node_endpoints(
                 key, version, memoryview(frame)[4 + header_size :], self._directory.advertise
             )

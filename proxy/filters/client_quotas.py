@@ -3,7 +3,8 @@
 What is charged (spec 2.7, 3):
 * Produce: the request's size, header + body without the 4-byte length, to `producer_byte_rate`;
 * Fetch: the response body's size + 4 to `consumer_byte_rate`; the request's `max_bytes` is first capped to
-  what the quota window can hold (KAFKA-9677);
+  what the quota window can hold (KAFKA-9677). A share group's ShareFetch (KIP-932) likewise, as Kafka
+  charges it, except that a throttled one keeps its records (below);
 * every API: the proxy's own CPU time on the connection to `request_percentage` (a deliberate difference
   from a broker, which charges its handler threads; see docs/quotas.md). SaslHandshake, SaslAuthenticate
   and ApiVersions are not charged and create no sensor: a broker's authenticator answers them outside the
@@ -19,7 +20,10 @@ How the client is held (`quota.throttle_mode`):
 * `kip219`: responses leave at once carrying `throttle_time_ms` = the larger of the broker's value and the
   time the connection stays muted; the connection is muted. A throttled Fetch is answered with an empty
   response that keeps the broker's session id, and its bytes are un-charged (`quota.fetch_throttle: empty`),
-  or passed with the field set (`pass`).
+  or passed with the field set (`pass`). A throttled ShareFetch is always passed with the field set: its
+  records were acquired for this consumer when the broker answered, and an empty answer would leave them
+  locked until the acquisition lock times out, then count a delivery that never happened (a broker
+  throttles before it acquires; docs/quotas.md).
 * `delay`: the response is held for the throttle (bandwidth and request throttles summed, spec 2.9).
 * `auto`: `kip219` for request versions whose clients back off, `delay` for older ones.
 
@@ -54,6 +58,11 @@ from sluice.protocol.fetch import (
 )
 from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, response_header_size
+from sluice.protocol.share_fetch import (
+    SHARE_FETCH_MAX_VERSION,
+    cap_share_fetch_request,
+    share_fetch_request_limits,
+)
 from sluice.protocol.throttle_field import (
     THROTTLE_PATCHABLE_MAX_VERSIONS,
     read_throttle_ms,
@@ -66,7 +75,8 @@ from .entity_gate import TIMED_OUT, EntityGates, produce_deadline_ms, timed_out_
 from .frames import with_body
 from .quota_metrics import ThrottleStats
 
-_PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+_PRODUCE, _FETCH, _SHARE_FETCH = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH
+_FETCHES = frozenset({_FETCH, _SHARE_FETCH})  # charged to consumer_byte_rate
 _UNCHARGED_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.API_VERSIONS})
 _INT32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
@@ -76,13 +86,14 @@ _TOUCHED_LIMIT = 64
 class ClientQuotas(Filter):
     # Produce is charged on the way in, Fetch capped; responses carry throttles. While a request_percentage
     # quota is configured the factory needs CPU time, so the chain shows this filter every response.
-    request_api_keys = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
-    response_api_keys = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
+    request_api_keys = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH})
+    response_api_keys = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH})
     # A Produce is charged its size, read from the header and len(frame): a large one may stream through.
     head_only_api_keys = frozenset({ApiKey.PRODUCE})
     max_versions: ClassVar[Mapping[int, int]] = {
         **THROTTLE_PATCHABLE_MAX_VERSIONS,
         ApiKey.FETCH: FETCH_MAX_VERSION,
+        ApiKey.SHARE_FETCH: SHARE_FETCH_MAX_VERSION,
     }
 
     __slots__ = (
@@ -208,9 +219,13 @@ class ClientQuotas(Filter):
         cap = self._fetch.max_value_in_quota_window(self.conn.user, header.client_id)
         if cap >= _INT32_MAX:
             return frame
+        share = header.api_key == _SHARE_FETCH
         view = memoryview(frame)[4 + header.size :]
         try:
-            limits = fetch_request_limits(header.api_version, view)
+            if share:
+                limits: tuple[int, int] | None = share_fetch_request_limits(header.api_version, view)
+            else:
+                limits = fetch_request_limits(header.api_version, view)
         except ProtocolError as exc:
             if exc.reason != "unsupported_version":
                 raise
@@ -218,7 +233,7 @@ class ClientQuotas(Filter):
         if limits is None or limits[1] <= cap:
             return frame
         body = bytearray(view)
-        cap_fetch_request(header.api_version, body, cap)
+        (cap_share_fetch_request if share else cap_fetch_request)(header.api_version, body, cap)
         return with_body(frame, header.size, bytes(body))
 
     # ---- responses ------------------------------------------------------------------------------
@@ -246,7 +261,7 @@ class ClientQuotas(Filter):
             conn.take_cpu_ns()  # dropped, not charged to the request after it
             return frame
         charges_request = self._request_rules.enabled_bits != 0
-        charges_fetch = key == _FETCH and self._fetch_rules.enabled_bits != 0
+        charges_fetch = key in _FETCHES and self._fetch_rules.enabled_bits != 0
         muted_ms = max(conn.mute_remaining_ms(), request.throttle_ms)
         if not (charges_request or charges_fetch or muted_ms):
             return frame  # nothing to charge, nothing to tell (no quota of these keys is configured)
@@ -271,7 +286,7 @@ class ClientQuotas(Filter):
         header_size = -1
         if charges_fetch:
             header_size = response_header_size(key, header.api_version, frame)
-            # FetchResponse.sizeOf: the body as serialised, + 4 (spec 2.7).
+            # FetchResponse.sizeOf: the body as serialised, + 4 (spec 2.7); ShareFetch is charged alike.
             fetch_size = len(frame) - 4 - header_size + 4
             self._touch("Fetch", self._fetch, user, client_id)
             fetch_throttle = self._fetch.record_and_get_throttle_ms(user, client_id, fetch_size, now)

@@ -70,6 +70,7 @@ from sluice.protocol import (
     sasl_client,
     sasl_exchange,
     sasl_mechanisms,
+    share_fetch,
     throttle_field,
     topic_metadata,
     topic_mutations,
@@ -246,6 +247,17 @@ def _node_endpoints_seeds() -> tuple[list[int], dict[int, list[bytes]]]:
     return versions, seeds
 
 
+def _share_fetch_requests() -> dict[int, list[bytes]]:
+    """ShareFetch request bodies, from Kafka's own schemas where the reference copies are."""
+    if SHARED_MISSING is not None:
+        return {}
+    seeds = {}
+    for version in range(share_fetch.SHARE_FETCH_MAX_VERSION + 1):
+        schema = message_schema(ApiKey.SHARE_FETCH, "request", version)
+        seeds[version] = [encode(schema, version, sample(schema, version))]
+    return seeds
+
+
 def _throttle_versions() -> tuple[list[int], dict[int, list[bytes]]]:
     versions = [key * 100 + v for key, spec in apis.API_SPECS.items() for v in range(spec.max_version + 2)]
     seeds = {
@@ -410,6 +422,18 @@ def _targets() -> list[Target]:
             Target(f"node_endpoints.{fn.__name__}", _node_endpoints(fn), seeds, versions)
             for fn in (node_endpoints.rewrite_node_endpoints, node_endpoints.decode_node_endpoints)
             for versions, seeds in [_node_endpoints_seeds()]
+        ),
+        Target(
+            "share_fetch.share_fetch_request_limits",
+            share_fetch.share_fetch_request_limits,
+            _share_fetch_requests(),
+            versions=range(share_fetch.SHARE_FETCH_MAX_VERSION + 2),
+        ),
+        Target(
+            "share_fetch.cap_share_fetch_request",
+            lambda v, d: share_fetch.cap_share_fetch_request(v, bytearray(d), 1000.0),
+            _share_fetch_requests(),
+            versions=range(share_fetch.SHARE_FETCH_MAX_VERSION + 2),
         ),
         Target(
             "throttle_field.produce_flexible_responses_end",
