@@ -25,6 +25,8 @@ It runs until SIGTERM or SIGINT, so it can be started in the background (``&``, 
       rtt <broker_id> <ms>      delay every response of that broker by <ms>
       topic <name> <partitions> [<replication>]
       leader <topic> <partition> <broker_id>   move a partition's leadership (-1: no leader)
+      advertise <broker_id> <host> <port>      name host:port for the broker in every answer (Metadata,
+                                               FindCoordinator, NodeEndpoints); it still listens where it did
 
   ``<broker_id>`` is 1..N, or -1 for every broker. Commands are only read when asked for: a mock cluster
   started in the background must not stop because its stdin is closed or is a terminal it may not read.
@@ -99,7 +101,11 @@ _MAX_PARTITIONS = 10_000
 # Kafka's own rule for topic names (kafka.common.internals.Topic).
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_COMMANDS = "down ID | up ID | rtt ID MS | topic NAME PARTITIONS [REPLICATION] | leader TOPIC PARTITION ID"
+_COMMANDS = (
+    "down ID | up ID | rtt ID MS | topic NAME PARTITIONS [REPLICATION] | leader TOPIC PARTITION ID"
+    " | advertise ID HOST PORT"
+)
+_HOST = re.compile(r"^[A-Za-z0-9.:_-]{1,253}$")
 
 
 class MockClusterError(Exception):
@@ -327,6 +333,11 @@ def apply_command(cluster: LibrdkafkaMockCluster, line: str) -> None:
         partition = _int_in_range("partition", args[1], 0, _MAX_PARTITIONS - 1)
         broker_id = _int_in_range("broker id", args[2], -1, cluster.brokers)
         cluster.set_leader(spec.name, partition, broker_id)
+    elif verb == "advertise" and len(args) == 3:
+        if not _HOST.match(args[1]):
+            raise MockClusterError(f"host {args[1]!r}: expected a host name or address")
+        broker_id = _int_in_range("broker id", args[0], 1, cluster.brokers)  # one broker: each has its own
+        cluster.advertise(broker_id, args[1], _int_in_range("port", args[2], 1, 65535))
     elif verb == "topic" and len(args) in (2, 3):
         cluster.create_topic(_topic_spec(args[0], args[1], args[2] if len(args) == 3 else "1"))
     else:

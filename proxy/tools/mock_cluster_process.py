@@ -88,6 +88,12 @@ class MockCluster:
             raise MockClusterError(f"topic name {topic!r}: no whitespace allowed")
         self._command(f"leader {topic} {partition} {broker_id}")
 
+    def advertise(self, broker_id: int, host: str, port: int) -> None:
+        """Have every answer name host:port for `broker_id` (it still listens on its own port)."""
+        if not host or any(char.isspace() for char in host):
+            raise MockClusterError(f"host {host!r}: no whitespace allowed")
+        self._command(f"advertise {broker_id} {host} {port}")
+
     def create_topic(self, name: str, partitions: int, replication: int = 1) -> None:
         if not name or any(char.isspace() for char in name):
             # Whitespace would split (or, with a newline, multiply) the one-line command.

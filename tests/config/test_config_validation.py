@@ -271,3 +271,20 @@ def test_listen_backlog_range(value: object) -> None:
 def test_listen_backlog_default_and_value() -> None:
     assert load_config(overrides=BASE).listen_backlog == 4096
     assert load_config(overrides={**BASE, "listen_backlog": 50}).listen_backlog == 50
+
+
+def test_protocol_unvetted_apis_is_hide_by_default_pass_on_request_and_nothing_else() -> None:
+    from sluice.config.protocol_settings import UnvettedApis
+
+    assert load_config(None, dict(BASE)).protocol.unvetted_apis is UnvettedApis.HIDE
+    assert (
+        load_config(None, {**BASE, "protocol.unvetted_apis": "PASS"}).protocol.unvetted_apis
+        is UnvettedApis.PASS
+    )
+    check(error_for({"protocol.unvetted_apis": "allow"}), "protocol.unvetted_apis", "one of hide, pass")
+    check(
+        error_for({"protocol.unvetted": "pass"}),
+        "protocol.unvetted",
+        "known keys under protocol: unvetted_apis",
+    )
+    check(error_for({"protocol": "hide"}), "protocol", "a mapping")

@@ -13,6 +13,8 @@ from kafka.protocol.metadata import (
 )
 from rawclient import RawClient
 
+from sluice.protocol.headers import encode_request
+
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients
 
 METADATA, FIND_COORDINATOR = 3, 10
@@ -62,3 +64,35 @@ def test_find_coordinator_every_advertised_version(proxy, key_type: int) -> None
             assert response.error_code == 0, (version, response)
             found = [(response.host, response.port)]
         assert set(found) <= proxy_addresses(proxy), (version, found)
+
+
+def offered(proxy) -> dict[int, tuple[int, int]]:
+    with RawClient("127.0.0.1", proxy.port) as client:
+        response = client.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+    return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+
+def test_only_vetted_versions_are_offered_and_what_was_not_offered_is_refused(proxy, cluster) -> None:
+    """The mock offers the KIP-951, KIP-848 and KIP-932 APIs: they come through, each at a version whose
+    answers the proxy rewrites or that carries no address. A request beyond the offer closes its own
+    connection, after answering what came before it, and no other."""
+    from sluice.protocol.schema_table import KNOWN_APIS
+
+    offer = offered(proxy)
+    for api in ("Produce", "Fetch", "ConsumerGroupHeartbeat", "ShareGroupHeartbeat", "ShareFetch"):
+        assert any(KNOWN_APIS[key].name == api for key in offer), api
+    assert all(key in KNOWN_APIS and high <= KNOWN_APIS[key].versions[1] for key, (_l, high) in offer.items())
+    assert offer[0][1] >= 10 and offer[1][1] >= 16  # NodeEndpoints versions, rewritten
+
+    since = len(proxy.events())
+    with RawClient("127.0.0.1", proxy.port) as bystander, RawClient("127.0.0.1", proxy.port) as refused:
+        newest = offer[METADATA][1]
+        body = bytes(MetadataRequest[newest](topics=[]).encode(version=newest))
+        refused.send(MetadataRequest[newest](topics=[]), newest)  # answered: it was offered
+        refused.sock.sendall(encode_request(METADATA, newest + 1, 99, "raw", body))  # was not
+        assert refused.receive_frame()
+        assert refused.is_closed_by_peer()
+        event = proxy.wait_for_event("protocol_error", since=since, reason="unadvertised_api_version")
+        assert "Metadata v" in event["detail"] and "offered" in event["detail"]
+        response = bystander.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+        assert response.error_code == 0

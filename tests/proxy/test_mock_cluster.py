@@ -175,6 +175,18 @@ def test_produce_to_an_unknown_topic_auto_creates_it_with_four_partitions(cluste
     assert len(metadata.topics["never-created"].partitions) == 4
 
 
+def test_advertise_names_another_address_for_a_broker_in_its_answers() -> None:
+    with MockCluster(brokers=2) as own:
+        own.advertise(2, "127.0.0.1", 1)  # nothing listens there: only the answers change
+        metadata = _producer(own).list_topics(timeout=10)
+        assert (metadata.brokers[2].host, metadata.brokers[2].port) == ("127.0.0.1", 1)
+        assert metadata.brokers[1].port == own.addresses[0][1]
+        with pytest.raises(MockClusterError, match="broker id"):
+            own.advertise(-1, "127.0.0.1", 1)
+        with pytest.raises(MockClusterError, match="port"):
+            own.advertise(1, "127.0.0.1", 70000)
+
+
 def test_bad_commands_are_answered_with_an_error_and_the_cluster_carries_on(cluster: MockCluster) -> None:
     with pytest.raises(MockClusterError, match="broker id 4"):
         cluster.broker_down(4)
