@@ -27,6 +27,8 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequ
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     MetadataRequest,
     MetadataResponse,
 )
@@ -44,6 +46,7 @@ _PAIRS: tuple[tuple[type[ApiMessage], type[ApiMessage]], ...] = (
     (DeleteTopicsRequest, DeleteTopicsResponse),
     (DescribeConfigsRequest, DescribeConfigsResponse),
     (CreatePartitionsRequest, CreatePartitionsResponse),
+    (FindCoordinatorRequest, FindCoordinatorResponse),
     # The proxy's own Kafka client (protocol/client_requests.py).
     (ProduceRequest, ProduceResponse),
     (FetchRequest, FetchResponse),

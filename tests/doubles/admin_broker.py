@@ -80,6 +80,7 @@ class AdminBrokerDouble:
         self.metadata_requests = 0
         self.describe_configs_requests = 0
         self.requests_seen: list[tuple[int, int]] = []  # (api_key, version) of every request, in order
+        self.advertised: dict[int, tuple[int, int]] = dict(ADVERTISED_VERSIONS)  # what ApiVersions offers
         self.port = 0
         self.bootstrap = ""
         self._server: asyncio.AbstractServer | None = None
@@ -143,7 +144,7 @@ class AdminBrokerDouble:
         handler = self._handlers.get(header.api_key)
         if handler is None:
             return None
-        low, high = ADVERTISED_VERSIONS[header.api_key]
+        low, high = self.advertised[header.api_key]
         if not low <= header.api_version <= high and header.api_key != API_VERSIONS:
             return None
         try:
@@ -154,7 +155,7 @@ class AdminBrokerDouble:
 
     def _api_versions(self, header: RequestHeader, body: memoryview) -> bytes:
         version = header.api_version
-        low, high = ADVERTISED_VERSIONS[API_VERSIONS]
+        low, high = self.advertised[API_VERSIONS]
         if version > high:
             # Kafka answers a version it cannot parse with UNSUPPORTED_VERSION in v0, listing only its
             # own ApiVersions range so the client can retry with one it knows.
@@ -167,7 +168,7 @@ class AdminBrokerDouble:
         decode_request_body(API_VERSIONS, version, body)
         keys = [
             {"api_key": key, "min_version": low, "max_version": high}
-            for key, (low, high) in sorted(ADVERTISED_VERSIONS.items())
+            for key, (low, high) in sorted(self.advertised.items())
         ]
         return encode_response_body(API_VERSIONS, version, error_code=NONE, api_keys=keys, throttle_time_ms=0)
 
