@@ -74,15 +74,18 @@ Endpoint = tuple[int, str, int]  # node_id, host, port
 
 
 def rewrite_node_endpoints(
-    api_key: int, api_version: int, body: Buffer, address_for: AddressMap
+    api_key: int, api_version: int, body: Buffer, address_for: AddressMap, start: int = 0
 ) -> tuple[bytes | None, int]:
     """The body with every NodeEndpoints address replaced by `address_for(node_id, host, port)` (entries it
     answers None for left out), or None when nothing changed; and how many entries were rewritten or left
-    out (what `sluice_addresses_rewritten_total` counts)."""
-    found = _find(api_key, api_version, body)
+    out (what `sluice_addresses_rewritten_total` counts).
+
+    The body begins at `start` in `body` (a caller holding the whole frame passes it and the body's offset,
+    saving a view per answer); what is returned is the new body alone."""
+    found = _find(api_key, api_version, body, start)
     if found is None:
         return None, 0
-    start, end, endpoints = found
+    at, end, endpoints = found
     entries: list[bytes] = []
     kept = changed = 0
     for node_id, host, port, tail_start, tail_end in endpoints:
@@ -101,14 +104,14 @@ def rewrite_node_endpoints(
         return None, 0
     array = encode_uvarint(kept + 1) + b"".join(entries)
     if api_key in (_SHARE_FETCH, _SHARE_ACKNOWLEDGE):
-        return b"".join((body[:start], array, body[end:])), changed
+        return b"".join((body[start:at], array, body[end:])), changed
     # In the top-level tagged block: the field's size prefix changes with it.
-    return b"".join((body[:start], encode_uvarint(len(array)), array, body[end:])), changed
+    return b"".join((body[start:at], encode_uvarint(len(array)), array, body[end:])), changed
 
 
-def decode_node_endpoints(api_key: int, api_version: int, body: Buffer) -> list[Endpoint]:
+def decode_node_endpoints(api_key: int, api_version: int, body: Buffer, start: int = 0) -> list[Endpoint]:
     """(node_id, host, port) of every NodeEndpoints entry in a response body (empty when it has none)."""
-    found = _find(api_key, api_version, body)
+    found = _find(api_key, api_version, body, start)
     return [] if found is None else [(node, host, port) for node, host, port, _a, _b in found[2]]
 
 
@@ -117,10 +120,11 @@ def decode_node_endpoints(api_key: int, api_version: int, body: Buffer) -> list[
 _Parsed = tuple[int, int, list[tuple[int, str, int, int, int]]]
 
 
-def _find(api_key: int, api_version: int, body: Buffer) -> _Parsed | None:
-    """Where the array's bytes sit to be replaced ([start, end): for Produce and Fetch the tagged field's
-    size prefix and value, for the share answers the array itself) and its entries (node_id, host, port,
-    and where the rack and tagged fields that follow the port sit); None when the body carries none."""
+def _find(api_key: int, api_version: int, body: Buffer, start: int) -> _Parsed | None:
+    """Where the array's bytes sit to be replaced ([at, end): for Produce and Fetch the tagged field's size
+    prefix and value, for the share answers the array itself) and its entries (node_id, host, port, and
+    where the rack and tagged fields that follow the port sit), all as offsets in `body`; None when the
+    body carries none."""
     first = NODE_ENDPOINTS_FROM.get(api_key)
     if first is None or api_version < first:
         return None
@@ -129,15 +133,15 @@ def _find(api_key: int, api_version: int, body: Buffer) -> _Parsed | None:
     try:
         if api_key <= _FETCH:  # Produce or Fetch: every answer of theirs comes here
             if api_key == _PRODUCE:
-                pos = produce_flexible_responses_end(api_version, body) + 4  # and throttle_time_ms
+                pos = produce_flexible_responses_end(api_version, body, start) + 4  # and throttle_time_ms
             else:
-                pos = _fetch_responses_end(body)
+                pos = _fetch_responses_end(body, start)
             if pos == len(body) - 1 and body[pos] == 0:
                 return None  # the usual empty top-level tagged block: no NodeEndpoints
             return _in_tagged_block(body, pos)
         if api_key == _SHARE_FETCH:
-            return _share_array(body, _share_fetch_responses_end(api_version, body))
-        return _share_array(body, _share_acknowledge_responses_end(api_version, body))
+            return _share_array(body, _share_fetch_responses_end(api_version, body, start))
+        return _share_array(body, _share_acknowledge_responses_end(api_version, body, start))
     except IndexError:
         raise ProtocolError("bad_response_body", f"api {api_key} v{api_version}: truncated") from None
     except ProtocolError as exc:
@@ -208,7 +212,7 @@ def _endpoints(body: Buffer, pos: int) -> tuple[int, list[tuple[int, str, int, i
 # ---- the walks past the responses -----------------------------------------------------------------------
 
 
-def _fetch_responses_end(body: Buffer) -> int:
+def _fetch_responses_end(body: Buffer, start: int) -> int:
     """Offset after the responses of a Fetch v16+ body: throttle_time_ms, error_code, session_id, then per
     topic a topic id and partitions (the fixed fields, aborted transactions, preferred read replica,
     records, tagged fields), tagged fields.
@@ -217,7 +221,7 @@ def _fetch_responses_end(body: Buffer) -> int:
     an empty or null aborted-transactions array, an empty tagged block); the rest go through the helpers.
     Reading past the end raises IndexError, which the caller turns into ProtocolError.
     """
-    pos = 4 + 2 + 4
+    pos = start + 4 + 2 + 4
     b = body[pos]
     topics, pos = (b - 1, pos + 1) if b < 0x80 else _count(body, pos)
     for _ in range(topics):
@@ -249,12 +253,12 @@ def _fetch_responses_end(body: Buffer) -> int:
     return pos
 
 
-def _share_fetch_responses_end(api_version: int, body: Buffer) -> int:
+def _share_fetch_responses_end(api_version: int, body: Buffer, start: int) -> int:
     """throttle_time_ms, error_code, error_message, acquisition_lock_timeout_ms (v1+), then per topic a topic
     id and partitions: index, error_code, error_message, acknowledge_error_code, acknowledge_error_message,
     current_leader (leader id, epoch, tagged fields), records, acquired_records (first and last offset,
     delivery count, tagged fields), tagged fields; tagged fields."""
-    pos = skip_compact_nullable_string(body, 4 + 2)
+    pos = skip_compact_nullable_string(body, start + 4 + 2)
     if api_version >= 1:
         pos += 4
     topics, pos = _count(body, pos)
@@ -273,10 +277,10 @@ def _share_fetch_responses_end(api_version: int, body: Buffer) -> int:
     return pos
 
 
-def _share_acknowledge_responses_end(api_version: int, body: Buffer) -> int:
+def _share_acknowledge_responses_end(api_version: int, body: Buffer, start: int) -> int:
     """throttle_time_ms, error_code, error_message, acquisition_lock_timeout_ms (v2+), then per topic a topic
     id and partitions: index, error_code, error_message, current_leader, tagged fields; tagged fields."""
-    pos = skip_compact_nullable_string(body, 4 + 2)
+    pos = skip_compact_nullable_string(body, start + 4 + 2)
     if api_version >= 2:
         pos += 4
     topics, pos = _count(body, pos)

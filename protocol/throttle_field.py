@@ -245,8 +245,9 @@ def _produce_offset(api_version: int, body: Buffer) -> int:
     return _field_then_end(body, produce_flexible_responses_end(api_version, body), True)
 
 
-def produce_flexible_responses_end(api_version: int, body: Buffer) -> int:
-    """Offset after the Responses array of a Produce v9+ body.
+def produce_flexible_responses_end(api_version: int, body: Buffer, start: int = 0) -> int:
+    """Offset after the Responses array of a Produce v9+ body (which begins at `start` in `body`: a caller
+    holding a whole frame saves making a view of the body).
 
     Per topic: name (compact string; a 16-byte uuid from v13), partitions, tagged fields. Per
     partition: the fixed fields, record_errors (batch_index int32, message compact nullable string,
@@ -259,8 +260,8 @@ def produce_flexible_responses_end(api_version: int, body: Buffer) -> int:
     Reading past the end raises IndexError, turned into ProtocolError once, outside the loops.
     """
     topic_id = api_version >= _PRODUCE_FIRST_WITH_TOPIC_ID
-    b = body[0] if len(body) else 0x80
-    topics, pos = (b - 1, 1) if b < 0x80 else _array_length(body, 0, True)
+    b = body[start] if len(body) > start else 0x80
+    topics, pos = (b - 1, start + 1) if b < 0x80 else _array_length(body, start, True)
     try:
         for _ in range(topics):
             if topic_id:

@@ -4,7 +4,9 @@ Every response field that names a broker's host and port is rewritten to the lis
 for that node (`BrokerDirectory.advertise`, which opens a listener for a node it has not seen):
 * Metadata, FindCoordinator, DescribeCluster: the brokers (or coordinators) a client connects to;
 * Produce v10+, Fetch v16+, ShareFetch, ShareAcknowledge: `NodeEndpoints` (KIP-951), the new leader's
-  address a broker adds when it answers NOT_LEADER_OR_FOLLOWER (protocol/node_endpoints.py).
+  address a broker adds when it answers NOT_LEADER_OR_FOLLOWER (protocol/node_endpoints.py). An answer in
+  a version newer than that module can read closes the connection (ProtocolError): for Produce and Fetch
+  this is where a version the clamp did not offer is refused (UnadvertisedRequests leaves them alone).
 
 A node the proxy has no listener for is left out of the answer (the client then asks Metadata again).
 Every address rewritten or left out outside Metadata counts in `sluice_addresses_rewritten_total{api}`.
@@ -51,21 +53,23 @@ class BrokerAddressRewrite(Filter):
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame:
         header = request.header
-        key, version = header.api_key, header.api_version
+        key = header.api_key
         first = _ENDPOINTS_FROM[key]
         if first >= 0:
             # Produce and Fetch answers: every one comes here, so the old versions leave at once.
+            version = header.api_version
             if version < first:
                 return frame
             # Flexible versions: the header is the correlation id and (nearly always) no tagged fields.
             header_size = 5 if frame[8] == 0 else response_header_size(key, version, frame)
             new_body, rewritten = rewrite_node_endpoints(
-                key, version, memoryview(frame)[4 + header_size :], self._directory.advertise
+                key, version, frame, self._directory.advertise, 4 + header_size
             )
             if new_body is None:
                 return frame
             self._counts[key] += rewritten
             return with_body(frame, header_size, new_body)
+        version = header.api_version
         header_size = response_header_size(key, version, frame)
         body = memoryview(frame)[4 + header_size :]
         if key == _METADATA:

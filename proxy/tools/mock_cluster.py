@@ -46,6 +46,10 @@ What the mock is, and is not (librdkafka 2.16.0; checked by tests/proxy/test_moc
   OffsetForLeaderEpoch 2..2, AddPartitionsToTxn 0..1, AddOffsetsToTxn 0..1, EndTxn 0..1,
   TxnOffsetCommit 0..3, ConsumerGroupHeartbeat 1..1, GetTelemetrySubscriptions 0..0, PushTelemetry 0..0,
   ShareGroupHeartbeat 1..1, ShareFetch 1..1, ShareAcknowledge 1..1.
+* KIP-951: a Produce (v10) or Fetch (v16) sent to a partition's former leader is answered
+  NOT_LEADER_OR_FOLLOWER with the new leader and its address (`NodeEndpoints`, the advertised one). The
+  KIP-848 consumer protocol and share groups (KIP-932: ShareFetch answers carry NodeEndpoints too) work; a
+  share group starts at the latest offset. ConsumerGroupDescribe and ShareGroupDescribe are not served.
 * ApiVersions v3 and later get UNSUPPORTED_VERSION in a non-standard body (a one-byte array count
   followed by v0-style entries and a throttle time). librdkafka and aiokafka cope; kafka-python 3.0.12
   cannot decode it and never bootstraps unless given ``api_version=(2, 3)`` or older.

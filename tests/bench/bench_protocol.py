@@ -1,5 +1,6 @@
 """Benchmarks for protocol/: Metadata broker rewrite, frame splitting + header parsing, feed throughput,
-patching throttle_time_ms in Produce and Fetch responses.
+patching throttle_time_ms in Produce and Fetch responses, and the NodeEndpoints walk every Produce v10+ and
+Fetch v16+ answer takes (the common answer, with none, and one naming two new leaders).
 
 Run: `.venv/bin/python tests/bench/bench_protocol.py` prints one JSON object per line.
 `run()` returns the same records as dicts: {"name", "value", "unit", "target"} (target None = no
@@ -22,6 +23,7 @@ from kafka.protocol.producer import ProduceResponse
 from sluice.protocol.broker_addresses import rewrite_broker_addresses, rewrite_metadata_with_codec
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request_header, frame, parse_request_header
+from sluice.protocol.node_endpoints import rewrite_node_endpoints
 from sluice.protocol.throttle_field import patch_throttle_ms
 
 METADATA_TARGET_MS = 1.0
@@ -187,6 +189,57 @@ def bench_throttle_patch(name: str, api_key: int, version: int, body: bytes) -> 
     return {"name": name, "value": round(per_call * 1e9, 1), "unit": "ns/call", "target": None}
 
 
+def _fetch_partitions_body(version: int, partitions: int, endpoints: bool) -> bytes:
+    """A Fetch answer of `partitions` partitions of one 1 kB record set each; with `endpoints`, the last
+    partition moved and the answer names two leaders' addresses."""
+    topic_cls = FetchResponse.FetchableTopicResponse
+    parts = [
+        topic_cls.PartitionData(partition_index=p, error_code=0, high_watermark=1000, records=b"\x00" * 1024)
+        for p in range(partitions)
+    ]
+    nodes = [
+        FetchResponse.NodeEndpoint(node_id=n, host=f"kafka-{n}.internal", port=9092, rack=None)
+        for n in (2, 3)
+    ]
+    message = FetchResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=7,
+        responses=[topic_cls(topic="bench-topic", topic_id=uuid.UUID(int=1), partitions=parts)],
+        node_endpoints=nodes if endpoints else [],
+    )
+    return bytes(message.encode(version=version))
+
+
+def bench_node_endpoints() -> list[dict[str, Any]]:
+    """What finding (and, when present, rewriting) NodeEndpoints costs per answer."""
+    cases = [("produce_v10_1_partition", 0, 10, produce_response_body(10, partitions=1))]
+    cases.append(("produce_v10_10_partitions", 0, 10, produce_response_body(10)))
+    for partitions in (1, 10, 100):
+        cases.append(
+            (f"fetch_v16_{partitions}_partitions", 1, 16, _fetch_partitions_body(16, partitions, False))
+        )
+    cases.append(("fetch_v16_100_partitions_with_endpoints", 1, 16, _fetch_partitions_body(16, 100, True)))
+    records = []
+    for label, api_key, version, body in cases:
+        view = memoryview(body)
+        per_call = _best_seconds(
+            lambda k=api_key, v=version, b=view: rewrite_node_endpoints(k, v, b, _advertise),
+            repeats=7,
+            number=2000,
+        )
+        records.append(
+            {
+                "name": f"node_endpoints_{label}",
+                "value": round(per_call * 1e6, 2),
+                "unit": "us",
+                "target": None,
+            }
+        )
+    return records
+
+
 def run() -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     for version in (12, 1):
@@ -200,6 +253,7 @@ def run() -> list[dict[str, Any]]:
         bench_throttle_patch("patch_throttle_produce_v7_10_partitions", 0, 7, produce_response_body(7))
     )
     results.append(bench_throttle_patch("patch_throttle_fetch_v12", 1, 12, fetch_response_body(12)))
+    results.extend(bench_node_endpoints())
     return results
 
 

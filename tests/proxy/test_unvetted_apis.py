@@ -5,7 +5,7 @@
   the directory has no listener for, logged once per node;
 * ApiVersionsClamp offers only vetted versions (hide) or the chain's caps alone (pass);
 * UnadvertisedRequests refuses a request for what was not offered, reads nothing but the header, and never
-  refuses ApiVersions.
+  refuses ApiVersions; Produce and Fetch are refused by their answers instead.
 """
 
 from __future__ import annotations
@@ -182,8 +182,19 @@ def test_a_request_for_what_was_not_offered_is_refused(key: int, version: int, r
 
 def test_the_gate_reads_only_the_header_so_large_requests_still_stream() -> None:
     chain = gated_chain()
-    assert chain.may_stream(ApiKey.PRODUCE)
+    assert chain.may_stream(ApiKey.DELETE_RECORDS)
     filters = chain.for_connection(Connection(), lambda _ms: None)
-    frame = encode_request(ApiKey.PRODUCE, 9, 3, "client", b"\x00" * 100)
-    head = FrameHead(frame[:40], len(frame))
+    frame = encode_request(ApiKey.DELETE_RECORDS, 2, 3, "client", b"\x00" * 100)
+    head = FrameHead(memoryview(frame)[:40], len(frame))
     assert filters.on_request(parse_request_header(frame), head) is head
+
+
+def test_produce_and_fetch_beyond_the_offer_are_refused_by_their_answer_not_on_the_way_in() -> None:
+    filters = gated_chain().for_connection(Connection(), lambda _ms: None)
+    for key, too_new in ((ApiKey.PRODUCE, 14), (ApiKey.FETCH, 19)):
+        frame = encode_request(key, too_new, 3, "client", b"\x00" * 8)
+        assert filters.on_request(parse_request_header(frame), frame) is frame  # no filter call on the way
+        answer = encode_response(key, too_new, 3, b"\x00" * 16)
+        with pytest.raises(ProtocolError) as caught:
+            filters.on_response(InFlight(RequestHeader(key, too_new, 3, "client", 0)), answer)
+        assert caught.value.reason == "unsupported_version"
