@@ -39,7 +39,9 @@ _MAX_CLASSIC_STRING = 0x7FFF
 AddressMap = Callable[[int, str, int], tuple[str, int] | None]
 
 
-class _Broker:
+class BrokerEntry:
+    """One broker of an answer: its id and address, and where the rest of its entry sits in the body."""
+
     __slots__ = ("host", "node_id", "port", "tail_end", "tail_start")
 
     def __init__(self, node_id: int, host: str, port: int, tail_start: int, tail_end: int) -> None:
@@ -51,8 +53,8 @@ class _Broker:
         self.tail_end = tail_end
 
 
-def _parse_brokers(version: int, body: memoryview | bytes) -> tuple[int, int, list[_Broker]]:
-    """Return (offset of the brokers array's first entry, offset after its last entry, brokers)."""
+def _parse_brokers(version: int, body: memoryview | bytes) -> tuple[int, list[BrokerEntry]]:
+    """Return (offset after the brokers array, brokers)."""
     if not 0 <= version <= METADATA_FAST_PATH_MAX_VERSION:
         raise ProtocolError("unsupported_version", f"Metadata v{version}")
     try:
@@ -63,10 +65,17 @@ def _parse_brokers(version: int, body: memoryview | bytes) -> tuple[int, int, li
         ) from None
 
 
-def _parse_brokers_unchecked(version: int, body: memoryview | bytes) -> tuple[int, int, list[_Broker]]:
-    flexible = version >= _FIRST_FLEXIBLE
-    has_rack = version >= _FIRST_WITH_RACK
+def _parse_brokers_unchecked(version: int, body: memoryview | bytes) -> tuple[int, list[BrokerEntry]]:
     pos = 4 if version >= _FIRST_WITH_THROTTLE else 0
+    return parse_broker_entries(body, pos, version >= _FIRST_FLEXIBLE, has_rack=version >= _FIRST_WITH_RACK)
+
+
+def parse_broker_entries(
+    body: memoryview | bytes, pos: int, flexible: bool, has_rack: bool = True
+) -> tuple[int, list[BrokerEntry]]:
+    """The array of broker entries at `pos` (node_id int32, host string, port int32, rack nullable string,
+    tagged fields when flexible; compact encodings when flexible): the offset after it, and its entries.
+    Metadata's brokers and KIP-951's NodeEndpoints share this shape. Raises ProtocolError."""
     if flexible:
         count_plus_one, pos = read_uvarint(body, pos)
         if count_plus_one == 0:
@@ -76,9 +85,8 @@ def _parse_brokers_unchecked(version: int, body: memoryview | bytes) -> tuple[in
         count, pos = read_int32(body, pos)
         if count < 0:
             raise ProtocolError("negative_array_length", str(count))
-    start = pos
     size = len(body)
-    brokers: list[_Broker] = []
+    brokers: list[BrokerEntry] = []
     for _ in range(count):
         if pos + 4 > size:
             raise ProtocolError("truncated", "node_id")
@@ -109,13 +117,13 @@ def _parse_brokers_unchecked(version: int, body: memoryview | bytes) -> tuple[in
             pos = skip_compact_nullable_string(body, pos) if flexible else skip_nullable_string(body, pos)
         if flexible:
             pos = skip_tagged_fields(body, pos)
-        brokers.append(_Broker(node_id, host, port, tail_start, pos))
-    return start, pos, brokers
+        brokers.append(BrokerEntry(node_id, host, port, tail_start, pos))
+    return pos, brokers
 
 
 def metadata_brokers(version: int, body: memoryview | bytes) -> list[tuple[int, str, int]]:
     """(node_id, host, port) of every broker in a Metadata response body."""
-    _start, _end, brokers = _parse_brokers(version, body)
+    _end, brokers = _parse_brokers(version, body)
     return [(b.node_id, b.host, b.port) for b in brokers]
 
 
@@ -126,30 +134,39 @@ def rewrite_metadata_brokers(version: int, body: memoryview | bytes, address_for
 
     Returns the new body, or None when no broker's address changed (forward the original).
     """
-    _start, end, brokers = _parse_brokers(version, body)
+    end, brokers = _parse_brokers(version, body)
     flexible = version >= _FIRST_FLEXIBLE
+    array, changed = rewrite_broker_entries(body, brokers, address_for, flexible)
+    if not changed:
+        return None
+    count_at = 4 if version >= _FIRST_WITH_THROTTLE else 0
+    view = body if isinstance(body, memoryview) else memoryview(body)
+    return b"".join([view[:count_at], array, view[end:]])
+
+
+def rewrite_broker_entries(
+    body: memoryview | bytes, brokers: list[BrokerEntry], address_for: AddressMap, flexible: bool
+) -> tuple[bytes, int]:
+    """The array (count included) of `brokers` with the addresses `address_for` gives, entries it answers
+    None for left out, the rest of each entry copied from `body`; and how many entries changed or left."""
     view = body if isinstance(body, memoryview) else memoryview(body)
     entries: list[bytes | memoryview] = []
-    changed = False
-    kept = 0
+    changed = kept = 0
     for broker in brokers:
         advertised = address_for(broker.node_id, broker.host, broker.port)
         if advertised is None:
-            changed = True
+            changed += 1
             continue
         host, port = advertised
         if host != broker.host or port != broker.port:
-            changed = True
+            changed += 1
         kept += 1
         entries.append(INT32_PACK(broker.node_id))
         entries.append(_encode_host(host, flexible))
         entries.append(INT32_PACK(port))
         entries.append(view[broker.tail_start : broker.tail_end])
-    if not changed:
-        return None
-    count_at = 4 if version >= _FIRST_WITH_THROTTLE else 0
     count = encode_uvarint(kept + 1) if flexible else INT32_PACK(kept)
-    return b"".join([view[:count_at], count, *entries, view[end:]])
+    return b"".join([count, *entries]), changed
 
 
 def _encode_host(host: str, flexible: bool) -> bytes:

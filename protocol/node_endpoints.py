@@ -26,14 +26,17 @@ and the one rewrite they share.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.metadata_brokers import AddressMap
+from sluice.protocol.metadata_brokers import (
+    AddressMap,
+    BrokerEntry,
+    parse_broker_entries,
+    rewrite_broker_entries,
+)
 from sluice.protocol.primitives import (
-    INT32_PACK,
-    INT32_UNPACK,
     Buffer,
     encode_uvarint,
     read_uvarint,
@@ -86,23 +89,9 @@ def rewrite_node_endpoints(
     if found is None:
         return None, 0
     at, end, endpoints = found
-    entries: list[bytes] = []
-    kept = changed = 0
-    for node_id, host, port, tail_start, tail_end in endpoints:
-        advertised = address_for(node_id, host, port)
-        if advertised is None:
-            changed += 1
-            continue
-        new_host, new_port = advertised
-        if (new_host, new_port) != (host, port):
-            changed += 1
-        kept += 1
-        encoded_host = new_host.encode("utf-8")
-        entries += (INT32_PACK(node_id), encode_uvarint(len(encoded_host) + 1), encoded_host)
-        entries += (INT32_PACK(new_port), bytes(body[tail_start:tail_end]))
+    array, changed = rewrite_broker_entries(body, endpoints, address_for, flexible=True)
     if not changed:
         return None, 0
-    array = encode_uvarint(kept + 1) + b"".join(entries)
     if api_key in (_SHARE_FETCH, _SHARE_ACKNOWLEDGE):
         return b"".join((body[start:at], array, body[end:])), changed
     # In the top-level tagged block: the field's size prefix changes with it.
@@ -112,12 +101,12 @@ def rewrite_node_endpoints(
 def decode_node_endpoints(api_key: int, api_version: int, body: Buffer, start: int = 0) -> list[Endpoint]:
     """(node_id, host, port) of every NodeEndpoints entry in a response body (empty when it has none)."""
     found = _find(api_key, api_version, body, start)
-    return [] if found is None else [(node, host, port) for node, host, port, _a, _b in found[2]]
+    return [] if found is None else [(entry.node_id, entry.host, entry.port) for entry in found[2]]
 
 
 # ---- finding the array --------------------------------------------------------------------------------
 
-_Parsed = tuple[int, int, list[tuple[int, str, int, int, int]]]
+_Parsed = tuple[int, int, list[BrokerEntry]]
 
 
 def _find(api_key: int, api_version: int, body: Buffer, start: int) -> _Parsed | None:
@@ -139,9 +128,7 @@ def _find(api_key: int, api_version: int, body: Buffer, start: int) -> _Parsed |
             if pos == len(body) - 1 and body[pos] == 0:
                 return None  # the usual empty top-level tagged block: no NodeEndpoints
             return _in_tagged_block(body, pos)
-        if api_key == _SHARE_FETCH:
-            return _share_array(body, _share_fetch_responses_end(api_version, body, start))
-        return _share_array(body, _share_acknowledge_responses_end(api_version, body, start))
+        return _share_array(body, _share_responses_end(api_key, api_version, body, start))
     except IndexError:
         raise ProtocolError("bad_response_body", f"api {api_key} v{api_version}: truncated") from None
     except ProtocolError as exc:
@@ -162,7 +149,7 @@ def _in_tagged_block(body: Buffer, pos: int) -> _Parsed | None:
         if end > size:
             raise ProtocolError("truncated", f"tagged field {tag}")
         if tag == _NODE_ENDPOINTS_TAG:
-            array_end, endpoints = _endpoints(body, pos)
+            array_end, endpoints = parse_broker_entries(body, pos, flexible=True)
             if array_end != end:
                 raise ProtocolError(
                     "bad_tagged_field", f"NodeEndpoints of {length} bytes used {array_end - pos}"
@@ -177,36 +164,12 @@ def _in_tagged_block(body: Buffer, pos: int) -> _Parsed | None:
 def _share_array(body: Buffer, pos: int) -> _Parsed | None:
     if body[pos] == 1 and pos + 1 < len(body):  # an empty array, the usual case
         end = pos + 1
-        endpoints: list[tuple[int, str, int, int, int]] = []
+        endpoints: list[BrokerEntry] = []
     else:
-        end, endpoints = _endpoints(body, pos)
+        end, endpoints = parse_broker_entries(body, pos, flexible=True)
     if skip_tagged_fields(body, end) != len(body):
         raise ProtocolError("trailing_bytes", "after the top-level tagged fields")
     return (pos, end, endpoints) if endpoints else None
-
-
-def _endpoints(body: Buffer, pos: int) -> tuple[int, list[tuple[int, str, int, int, int]]]:
-    count_plus_one, pos = read_uvarint(body, pos)
-    if count_plus_one == 0:
-        raise ProtocolError("null_array", "NodeEndpoints is not nullable")
-    endpoints = []
-    for _ in range(count_plus_one - 1):
-        node_id = INT32_UNPACK(body, pos)[0]
-        length_plus_one, pos = read_uvarint(body, pos + 4)
-        if length_plus_one == 0:
-            raise ProtocolError("null_string", "host is not nullable")
-        host_end = pos + length_plus_one - 1
-        if host_end + 4 > len(body):
-            raise ProtocolError("truncated", "host or port")
-        try:
-            host = str(body[pos:host_end], "utf-8")
-        except UnicodeDecodeError:
-            raise ProtocolError("bad_string", "host is not UTF-8") from None
-        port = INT32_UNPACK(body, host_end)[0]
-        tail = host_end + 4
-        pos = skip_tagged_fields(body, skip_compact_nullable_string(body, tail))  # rack, tagged fields
-        endpoints.append((node_id, host, port, tail, pos))
-    return pos, endpoints
 
 
 # ---- the walks past the responses -----------------------------------------------------------------------
@@ -253,42 +216,45 @@ def _fetch_responses_end(body: Buffer, start: int) -> int:
     return pos
 
 
-def _share_fetch_responses_end(api_version: int, body: Buffer, start: int) -> int:
-    """throttle_time_ms, error_code, error_message, acquisition_lock_timeout_ms (v1+), then per topic a topic
-    id and partitions: index, error_code, error_message, acknowledge_error_code, acknowledge_error_message,
-    current_leader (leader id, epoch, tagged fields), records, acquired_records (first and last offset,
-    delivery count, tagged fields), tagged fields; tagged fields."""
+def _share_fetch_partition_end(body: Buffer, pos: int) -> int:
+    """index, error_code, error_message, acknowledge_error_code, acknowledge_error_message, current_leader
+    (leader id, epoch, tagged fields), records, acquired_records (first and last offset, delivery count,
+    tagged fields), tagged fields."""
+    pos = skip_compact_nullable_string(body, pos + 4 + 2)
+    pos = skip_compact_nullable_string(body, pos + 2)
+    pos = _skip_tags(body, pos + _LEADER_ID_AND_EPOCH)
+    pos = skip_compact_nullable_string(body, pos)  # records: compact bytes share the encoding
+    acquired, pos = _count(body, pos)
+    for _ in range(acquired):
+        pos = _skip_tags(body, pos + _ACQUIRED_RECORDS)
+    return _skip_tags(body, pos)
+
+
+def _share_acknowledge_partition_end(body: Buffer, pos: int) -> int:
+    """index, error_code, error_message, current_leader (leader id, epoch, tagged fields), tagged fields."""
+    pos = skip_compact_nullable_string(body, pos + 4 + 2)
+    return _skip_tags(body, _skip_tags(body, pos + _LEADER_ID_AND_EPOCH))
+
+
+# api key -> (first version with acquisition_lock_timeout_ms, the walk past one partition)
+_SHARE_LAYOUTS: Mapping[int, tuple[int, Callable[[Buffer, int], int]]] = {
+    _SHARE_FETCH: (1, _share_fetch_partition_end),
+    _SHARE_ACKNOWLEDGE: (2, _share_acknowledge_partition_end),
+}
+
+
+def _share_responses_end(api_key: int, api_version: int, body: Buffer, start: int) -> int:
+    """throttle_time_ms, error_code, error_message, acquisition_lock_timeout_ms (ShareFetch v1+,
+    ShareAcknowledge v2+), then per topic a topic id, its partitions and tagged fields."""
+    lock_timeout_from, partition_end = _SHARE_LAYOUTS[api_key]
     pos = skip_compact_nullable_string(body, start + 4 + 2)
-    if api_version >= 1:
+    if api_version >= lock_timeout_from:
         pos += 4
     topics, pos = _count(body, pos)
     for _ in range(topics):
         partitions, pos = _count(body, pos + _UUID)
         for _ in range(partitions):
-            pos = skip_compact_nullable_string(body, pos + 4 + 2)
-            pos = skip_compact_nullable_string(body, pos + 2)
-            pos = _skip_tags(body, pos + _LEADER_ID_AND_EPOCH)
-            pos = skip_compact_nullable_string(body, pos)  # records: compact bytes share the encoding
-            acquired, pos = _count(body, pos)
-            for _ in range(acquired):
-                pos = _skip_tags(body, pos + _ACQUIRED_RECORDS)
-            pos = _skip_tags(body, pos)
-        pos = _skip_tags(body, pos)
-    return pos
-
-
-def _share_acknowledge_responses_end(api_version: int, body: Buffer, start: int) -> int:
-    """throttle_time_ms, error_code, error_message, acquisition_lock_timeout_ms (v2+), then per topic a topic
-    id and partitions: index, error_code, error_message, current_leader, tagged fields; tagged fields."""
-    pos = skip_compact_nullable_string(body, start + 4 + 2)
-    if api_version >= 2:
-        pos += 4
-    topics, pos = _count(body, pos)
-    for _ in range(topics):
-        partitions, pos = _count(body, pos + _UUID)
-        for _ in range(partitions):
-            pos = skip_compact_nullable_string(body, pos + 4 + 2)
-            pos = _skip_tags(body, _skip_tags(body, pos + _LEADER_ID_AND_EPOCH))
+            pos = partition_end(body, pos)
         pos = _skip_tags(body, pos)
     return pos
 

@@ -247,6 +247,22 @@ def _node_endpoints_seeds() -> tuple[list[int], dict[int, list[bytes]]]:
     return versions, seeds
 
 
+def _broker_entries(version: int, data: bytes) -> object:
+    """Version 0-3: (flexible, has_rack) = (version >= 2, version is odd); parsed, then rewritten."""
+    flexible, has_rack = version >= 2, version % 2 == 1
+    _end, entries = metadata_brokers.parse_broker_entries(data, 0, flexible, has_rack)
+    return metadata_brokers.rewrite_broker_entries(data, entries, _address, flexible)
+
+
+def _broker_entries_seeds() -> dict[int, list[bytes]]:
+    """Metadata brokers arrays: v0 (classic, no rack), v1 (classic), v9 (flexible, after throttle_time_ms)."""
+    return {
+        0: [sample_body(MetadataResponse, 0)],
+        1: [sample_body(MetadataResponse, 1)],
+        3: [sample_body(MetadataResponse, 9)[4:]],
+    }
+
+
 def _share_fetch_requests() -> dict[int, list[bytes]]:
     """ShareFetch request bodies, from Kafka's own schemas where the reference copies are."""
     if SHARED_MISSING is not None:
@@ -423,6 +439,8 @@ def _targets() -> list[Target]:
             for fn in (node_endpoints.rewrite_node_endpoints, node_endpoints.decode_node_endpoints)
             for versions, seeds in [_node_endpoints_seeds()]
         ),
+        Target("metadata_brokers.parse_broker_entries", _broker_entries, _broker_entries_seeds(), range(4)),
+        Target("metadata_brokers.rewrite_broker_entries", _broker_entries, _broker_entries_seeds(), range(4)),
         Target(
             "share_fetch.share_fetch_request_limits",
             share_fetch.share_fetch_request_limits,
