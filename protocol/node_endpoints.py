@@ -19,9 +19,6 @@ proxy has no listener for that node) is left out, and the client, finding no end
 was told of, falls back to a Metadata request. Rack and tagged fields are copied as they came. Malformed
 bodies raise ProtocolError('bad_response_body'), versions beyond NODE_ENDPOINTS_MAX_VERSIONS
 ProtocolError('unsupported_version').
-
-Why this module is long: four answers' walks to the array, each trusting a layout written out beside it,
-and the one rewrite they share.
 """
 
 from __future__ import annotations

@@ -86,6 +86,21 @@ def test_node_endpoints_are_rewritten_counted_and_a_node_without_listener_left_o
     assert metrics.brokers_not_advertised == 1
 
 
+def test_a_node_first_named_in_node_endpoints_gets_its_listener_before_the_answer_leaves() -> None:
+    opened: list[int] = []
+
+    def open_listener(node_id: int) -> int:
+        opened.append(node_id)
+        return 9000 + node_id
+
+    directory = BrokerDirectory("sluice.example", open_listener)
+    chain = FilterChain([BrokerAddressRewriteFactory(directory)])
+    out = respond(chain, ApiKey.PRODUCE, 11, answer(ApiKey.PRODUCE, 11, [(7, "kafka-7.internal", 9092)])[1])
+    assert opened == [7]  # a broker the proxy had never heard of, learnt from this answer
+    assert decode_node_endpoints(ApiKey.PRODUCE, 11, memoryview(out)[9:]) == [(7, "sluice.example", 9007)]
+    assert directory.upstream_address(7) == ("kafka-7.internal", 9092)
+
+
 def test_find_coordinator_rewrites_are_counted_and_metadata_ones_are_not() -> None:
     metrics = ProxyMetrics()
     chain, _ = rewriting_chain(metrics)
