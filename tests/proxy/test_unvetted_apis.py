@@ -213,3 +213,22 @@ def test_produce_and_fetch_beyond_the_offer_are_refused_by_their_answer_not_on_t
         with pytest.raises(ProtocolError) as caught:
             filters.on_response(InFlight(RequestHeader(key, too_new, 3, "client", 0)), answer)
         assert caught.value.reason == "unsupported_version"
+
+
+@pytest.mark.parametrize("unvetted", list(UnvettedApis))
+def test_the_server_gates_requests_only_while_it_hides_unvetted_apis(unvetted: UnvettedApis) -> None:
+    from sluice.config.load import config_from_mapping
+    from sluice.proxy.server import SluiceServer
+
+    config = config_from_mapping(
+        {
+            "listen": "127.0.0.1:9092",
+            "upstream": {"bootstrap": ["127.0.0.1:19092"]},
+            "protocol": {"unvetted_apis": unvetted.value},
+        }
+    )
+    factories = SluiceServer(config).settings.chain.factories
+    gated = any(isinstance(f, UnadvertisedRequestsFactory) for f in factories)
+    assert gated is (unvetted is UnvettedApis.HIDE)
+    clamp = next(f for f in factories if isinstance(f, ApiVersionsClampFactory))
+    assert (clamp.vetted is not None) is (unvetted is UnvettedApis.HIDE)
