@@ -202,7 +202,7 @@ def run_demo(seconds: int, chart: Path, sensor: str, usage_out: Path = DEFAULT_U
         "flat_out": [c for c in clients if c.plan.label == "delta"],
     }
     draw_chart(panels, seconds, warm_up_s, BROKERS, (sensor, sensors["other"]), chart)
-    return _report_checks(clients, read, exit_codes, chart, (usage, usage_out))
+    return _report_checks(clients, read, exit_codes, chart, (usage, usage_out), filled)
 
 
 def _report_checks(
@@ -211,6 +211,7 @@ def _report_checks(
     exit_codes: dict[str, int],
     chart: Path,
     saved: tuple[SavedUsage, Path],
+    history_records: int,
 ) -> int:
     checks: list[tuple[str, bool]] = []
     for c in clients:
@@ -229,7 +230,14 @@ def _report_checks(
                 )
             )
         else:
-            checks.append((f"{c.plan.label}: received {getattr(c, 'received', 0):,} records", not c.errors))
+            received = getattr(c, "received", 0)
+            # Records left unread at the end: the consumer's rate was the quota's doing, not the data's end.
+            checks.append(
+                (
+                    f"{c.plan.label}: received {received:,} of {history_records:,} records, never ran out",
+                    not c.errors and 0 < received < history_records,
+                )
+            )
         if c.plan.quota:
             checks.append((f"{c.plan.label} was throttled and told so", bool(c.told())))
         else:
