@@ -65,7 +65,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     ),
     Subcommand(
         "quotas",
-        "manage Sluice's quota store: `quotas import` adopts the brokers' client quotas",
+        "client quotas, kafka-configs.sh style: describe, alter; import the brokers' quotas",
         "sluice.proxy.tools.quotas",
     ),
 )
