@@ -65,7 +65,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     ),
     Subcommand(
         "quotas",
-        "client quotas, kafka-configs.sh style: describe, alter; import the brokers' quotas",
+        "client quotas: describe, alter (kafka-configs.sh's), import the brokers'",
         "sluice.proxy.tools.quotas",
     ),
 )
