@@ -12,6 +12,9 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	# The distribution was once named `sluice` (another project's name on PyPI): drop that older install
+	# first, since uninstalling it removes the `sluice` script both install.
+	$(PY) -m pip uninstall --quiet --yes sluice 2>/dev/null || true
 	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

@@ -21,6 +21,8 @@ import re
 import sys
 from collections.abc import Sequence
 
+from sluice.config.distribution import install_hint
+
 EXIT_INPUT, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
 DESCRIPTION = "Capacity planning on Spark from Sluice's usage records (docs/pipeline.md)."
 JOB_HELP = {
@@ -151,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        print("sluice pipeline: needs the pipeline extra: pip install 'sluice[pipeline]'", file=sys.stderr)
+        print(f"sluice pipeline: needs the pipeline extra: {install_hint('pipeline')}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     from sluice.config.errors import ConfigError
 

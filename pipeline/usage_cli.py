@@ -13,6 +13,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from sluice.config.distribution import install_hint
+
 from .cli import _OUR_ERRORS, EXIT_ENVIRONMENT, EXIT_INPUT, explain
 
 DESCRIPTION = "Sluice's usage records (docs/usage-records.md, docs/pipeline.md)."
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        print("sluice usage: needs the pipeline extra: pip install 'sluice[pipeline]'", file=sys.stderr)
+        print(f"sluice usage: needs the pipeline extra: {install_hint('pipeline')}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     from .java_check import JavaError
     from .session import spark_session

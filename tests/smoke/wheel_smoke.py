@@ -1,6 +1,6 @@
 """Smoke test of the installed wheel, run by .ci/run with a fresh venv's Python from outside the checkout.
 
-What a new user gets from `pip install sluice[broker]`: the `sluice` command runs the test broker and the
+What a new user gets from `pip install 'sluice-kafka[broker]'`: the `sluice` command runs the test broker and the
 proxy in front of it, a real client produces and consumes through the proxy, and nothing but `sluice`
 sits at the top of site-packages (`import config` fails).
 """
@@ -23,7 +23,7 @@ RECORDS = 200
 
 
 def check_top_level() -> None:
-    files = importlib.metadata.files("sluice") or []
+    files = importlib.metadata.files("sluice-kafka") or []
     tops = {
         f.parts[0] for f in files if not f.parts[0].endswith((".dist-info", ".data")) and f.parts[0] != ".."
     }
@@ -75,7 +75,7 @@ def main() -> int:
     check_top_level()
     roundtrip()
     print(
-        f"wheel smoke: sluice {importlib.metadata.version('sluice')} installed alone, {RECORDS} records "
+        f"wheel smoke: sluice {importlib.metadata.version('sluice-kafka')} installed alone, {RECORDS} records "
         "produced and consumed through `sluice run`"
     )
     return 0
