@@ -144,7 +144,9 @@ def _header(seconds: int, sensor: str, client_plans: Sequence[ClientPlan]) -> No
         print(f"  {p.label:<13} {quota:<33} {does:<32} through the {where}")
 
 
-def run_demo(seconds: int, chart: Path, sensor: str, usage_out: Path = DEFAULT_USAGE_OUT) -> int:
+def run_demo(
+    seconds: int, chart: Path, sensor: str, usage_out: Path = DEFAULT_USAGE_OUT, verbose: bool = False
+) -> int:
     client_plans = plans(sensor)
     _header(seconds, sensor, client_plans)
     warm_up_s = min(MAX_WARM_UP_S, seconds * 2 // 5)
@@ -152,7 +154,13 @@ def run_demo(seconds: int, chart: Path, sensor: str, usage_out: Path = DEFAULT_U
     sensors = {"main": sensor, "other": other_sensor(sensor)}
     print(f"\nStarting the test broker: librdkafka's mock cluster, {BROKERS} brokers, topics:")
     print(f"  {', '.join(topics)}")
-    with MockCluster(brokers=BROKERS, topics=topics) as cluster:
+    # The test broker's own lines (librdkafka's "Mock cluster enabled" notice, its start and stop) go to a
+    # file beside the chart unless asked for: they say nothing about quotas.
+    broker_log = None if verbose else chart.parent / "demo-broker.log"
+    if broker_log is not None:
+        broker_log.parent.mkdir(parents=True, exist_ok=True)
+        broker_log.write_bytes(b"")
+    with MockCluster(brokers=BROKERS, topics=topics, log_path=broker_log) as cluster:
         reader = next(p for p in client_plans if p.consumer)
         history = min(MAX_HISTORY_BYTES, int((reader.quota or 0) * (seconds * 1.5 + 11)))
         filled = fill_topic(cluster.bootstrap, reader.topic, history)
@@ -283,6 +291,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where to save the main Sluice's usage records (JSON lines) for `sluice pipeline demo --input`",
     )
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="the test broker's own log lines too (default: in demo-broker.log)",
+    )
+    parser.add_argument(
         "--sensor",
         choices=SENSORS,
         default=SENSORS[0],
@@ -292,7 +305,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_demo(args.seconds, args.chart, args.sensor, args.usage_out)
+    return run_demo(args.seconds, args.chart, args.sensor, args.usage_out, args.verbose)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

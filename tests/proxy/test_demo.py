@@ -94,6 +94,8 @@ def test_demo_holds_the_quota_clients_and_leaves_the_others_alone(tmp_path, caps
     assert re.search(r"^\s+Produce\s+[\d,]+", output, re.M) and re.search(r"^\s+Fetch\s+[\d,]+", output, re.M)
     assert chart.read_bytes().startswith(PNG_SIGNATURE)
     assert f"Chart of the per-second rates: {chart}" in output
+    # The test broker's own lines went to a file beside the chart, not to the terminal.
+    assert "Mock cluster enabled" in (chart.parent / "demo-broker.log").read_text()
 
 
 def test_record_values_are_distinct_per_client_and_index() -> None:
