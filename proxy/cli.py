@@ -27,7 +27,7 @@ PROG = "sluice"
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "broker": ("confluent_kafka",),
     "demo": ("confluent_kafka", "matplotlib"),
-    "pipeline": ("pyspark", "pandas", "pyarrow", "confluent_kafka"),
+    "pipeline": ("pyspark", "pandas", "pyarrow", "confluent_kafka", "plotly"),
 }
 # A subcommand whose extra is missing exits with this code, as `sluice pipeline` does without Spark.
 EXIT_MISSING_EXTRA = 3
