@@ -90,7 +90,10 @@ def test_the_page_is_self_contained_and_escapes_what_clients_chose(report) -> No
     with open(report, encoding="utf-8") as stream:
         html = stream.read()
     assert not re.search(r"<script[^>]*\ssrc=", html)  # plotly.js is in the page, not fetched
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)  # nothing fetched from anywhere
+    # The markup fetches nothing from anywhere (plotly.js itself mentions its web site in strings it never
+    # loads; the browser test below sees no console error, which a blocked fetch would log).
+    markup = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.S)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", markup)
     assert HOSTILE not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
@@ -112,7 +115,7 @@ def test_it_renders_in_chromium_with_its_charts(report, tmp_path) -> None:
         "Throttled share",
         "Before / after",
         "Daily peak",
-        "per minute",
+        "per hour",
     ):
         assert caption in dom
     assert "<script>alert(1)</script>" not in dom and "alert(1)" in dom
