@@ -113,7 +113,10 @@ class UsageRecording:
             return
         try:
             header_size = response_header_size(METADATA, header.api_version, frame)
-            found = decode_topic_partitions(header.api_version, memoryview(frame)[4 + header_size :])
+            # Only names are read: an answer with bytes past its schema still names its topics.
+            found = decode_topic_partitions(
+                header.api_version, memoryview(frame)[4 + header_size :], allow_trailing=True
+            )
         except ProtocolError:
             return  # an answer it cannot read costs only the names
         seen = self._names_seen
