@@ -29,7 +29,7 @@ test: install
 	$(PY) -m pytest -q -n 3 --dist loadgroup --durations=15
 
 # The unit and property tests: everything not marked `slow` (the end-to-end tests that start the test
-# broker, the proxy or client processes). Under a minute.
+# broker, the proxy or client processes). About 2 1/2 minutes on 2 cores.
 test-fast: install
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -m "not slow" --durations=10
