@@ -48,7 +48,8 @@ def _figure_html(figure, height: int) -> str:
     figure.update_layout(
         height=height,
         margin={"l": 60, "r": 20, "t": 10, "b": 40},
-        legend={"orientation": "h", "y": -0.18, "font": {"size": 11}},
+        # At the right, one entry a line: every series named, a click hides or shows it.
+        legend={"orientation": "v", "x": 1.02, "y": 0.9, "font": {"size": 11}},
         hovermode="x unified",
         template="plotly_white",
     )

@@ -96,30 +96,7 @@ def _report_section(directory: str) -> str:
             axis,
         )
     )
-    profile = read_csv(directory, "daily_profile")
-    hours = [cell(r, "hour_of_day") for r in profile]
-    parts.append(
-        line_chart(
-            LineChart(
-                "Daily profile (UTC hour of day): cluster rate",
-                [
-                    Series("produce mean", hours, [cell(r, "produce_mean") for r in profile], "#1f77b4"),
-                    Series(
-                        "produce p95",
-                        hours,
-                        [cell(r, "produce_p95") for r in profile],
-                        "#1f77b4",
-                        dashed=True,
-                    ),
-                    Series("fetch mean", hours, [cell(r, "fetch_mean") for r in profile], "#2ca02c"),
-                    Series(
-                        "fetch p95", hours, [cell(r, "fetch_p95") for r in profile], "#2ca02c", dashed=True
-                    ),
-                ],
-                time_axis=False,
-            )
-        )
-    )
+    parts.append(_daily_profile(directory, resolution))
     parts.append("<h3>Top talkers</h3>")
     parts.append(
         table(
@@ -135,6 +112,42 @@ def _report_section(directory: str) -> str:
             ],
         )
     )
+    parts.append(
+        "<p><i>throttled</i>: the throttle time Sluice told the entity, summed over its responses, over "
+        "its active time. Its connections (and a connection's pipelined requests) are told at once, so "
+        "this passes 100 % when several were held in the same second.</p>"
+    )
+    return "".join(parts) + _rest_of_report(directory, unit)
+
+
+def _daily_profile(directory: str, resolution: dict[str, str]) -> str:
+    first, last = resolution.get("first"), resolution.get("last")
+    if first and last and ts(last) - ts(first) < 86_400:
+        return "<p>(The daily profile, by hour of day, needs a day of records or more.)</p>"
+    profile = read_csv(directory, "daily_profile")
+    hours = [cell(r, "hour_of_day") for r in profile]
+    return line_chart(
+        LineChart(
+            "Daily profile (UTC hour of day): cluster rate",
+            [
+                Series("produce mean", hours, [cell(r, "produce_mean") for r in profile], "#1f77b4"),
+                Series(
+                    "produce p95",
+                    hours,
+                    [cell(r, "produce_p95") for r in profile],
+                    "#1f77b4",
+                    dashed=True,
+                ),
+                Series("fetch mean", hours, [cell(r, "fetch_mean") for r in profile], "#2ca02c"),
+                Series("fetch p95", hours, [cell(r, "fetch_p95") for r in profile], "#2ca02c", dashed=True),
+            ],
+            time_axis=False,
+        )
+    )
+
+
+def _rest_of_report(directory: str, unit: str) -> str:
+    parts = []
     parts.append(_heatmap(read_csv(directory, "throttle_heatmap"), unit))
     parts.append("<h3>Topics</h3>")
     parts.append(
