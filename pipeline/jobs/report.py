@@ -194,22 +194,18 @@ def run_report(
 
     with progress.step("report: chart data"):
         chart = summary.limit(options.chart_entities).select(*ENTITY)
-        written["top_entities_hourly"] = write_csv_df(
-            entities.join(chart, on=[*ENTITY], how="left_semi")
-            .groupBy(*ENTITY, hour)
-            .agg(F.avg("produce_rate").alias("produce_mean"), F.avg("fetch_rate").alias("fetch_mean"))
-            .orderBy(*ENTITY, "hour"),
-            directory,
-            "top_entities_hourly",
-        )
-        written["top_entities_over_time"] = write_csv_df(
-            entities.join(chart, on=[*ENTITY], how="left_semi")
-            .groupBy(*ENTITY, when)
-            .agg(F.avg("produce_rate").alias("produce_mean"), F.avg("fetch_rate").alias("fetch_mean"))
-            .orderBy(*ENTITY, "time"),
-            directory,
-            "top_entities_over_time",
-        )
+        chosen = entities.join(chart, on=[*ENTITY], how="left_semi")
+        for name, when_column, column in (
+            ("top_entities_hourly", hour, "hour"),
+            ("top_entities_over_time", when, "time"),
+        ):
+            written[name] = write_csv_df(
+                chosen.groupBy(*ENTITY, when_column)
+                .agg(F.avg("produce_rate").alias("produce_mean"), F.avg("fetch_rate").alias("fetch_mean"))
+                .orderBy(*ENTITY, column),
+                directory,
+                name,
+            )
         throttled = (
             summary.where(F.col("throttle_ms") > 0)
             .orderBy(F.desc("throttle_ms"), *ENTITY)
