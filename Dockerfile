@@ -12,7 +12,7 @@ RUN pip wheel --no-cache-dir --no-deps -w /dist .
 FROM python:3.11-slim
 COPY --from=build /dist /dist
 # The `broker` extra brings the test broker (librdkafka's mock cluster) for the compose demo's smoke runs.
-RUN pip install --no-cache-dir "$(ls /dist/sluice-*.whl)[broker]" && rm -rf /dist
+RUN pip install --no-cache-dir "$(ls /dist/sluice_kafka-*.whl)[broker]" && rm -rf /dist
 # Bootstrap listener 9092, broker N on 9100 + N, Prometheus on 9404.
 EXPOSE 9092 9100-9110 9404
 ENTRYPOINT ["sluice"]

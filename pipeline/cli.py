@@ -21,6 +21,8 @@ import re
 import sys
 from collections.abc import Sequence
 
+from sluice.config.distribution import install_hint
+
 EXIT_INPUT, EXIT_CONFIG, EXIT_ENVIRONMENT = 1, 2, 3
 DESCRIPTION = "Capacity planning on Spark from Sluice's usage records (docs/pipeline.md)."
 JOB_HELP = {
@@ -37,12 +39,35 @@ JOBS = tuple(JOB_HELP)
 _OUR_ERRORS = re.compile(r"(?:UsageSourceError|UsageRecordError|UsageTableError): (.+)")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Each option's default after its help, unless there is none (None, False, an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS, [])
+        if shown and "%(default)" not in text and "default" not in text and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
 def _spark_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("Spark")
-    g.add_argument("--master", help="Spark master (default local[*]; ignored under spark-submit)")
-    g.add_argument("--driver-memory", metavar="SIZE", help="driver heap, e.g. 4g (local mode: all of Spark)")
-    g.add_argument("--shuffle-partitions", type=int, metavar="N", help="spark.sql.shuffle.partitions")
-    g.add_argument("--quiet", action="store_true", help="no progress lines")
+    g.add_argument("--master", help="Spark master, ignored under spark-submit (default: local[*])")
+    g.add_argument(
+        "--driver-memory",
+        metavar="SIZE",
+        help="driver heap, e.g. 4g; in local mode all of Spark (default: Spark's, 1g)",
+    )
+    g.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        metavar="N",
+        help="spark.sql.shuffle.partitions (default: Spark's, 200)",
+    )
+    g.add_argument("--quiet", action="store_true", help="no progress lines (default: a line per step)")
+    g.add_argument(
+        "--verbose", action="store_true", help="Spark's and librdkafka's own log lines, and full tracebacks"
+    )
 
 
 def _input_options(p: argparse.ArgumentParser) -> None:
@@ -55,7 +80,7 @@ def _input_options(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a sluice-usage source option, e.g. kafka.security.protocol=SSL (repeatable)",
+        help="a sluice-usage source option, e.g. kafka.security.protocol=SSL (repeatable; default: none)",
     )
 
 
@@ -67,42 +92,102 @@ def _job_options(p: argparse.ArgumentParser, job: str) -> None:
             metavar="FILE",
             help="candidate quotas: a sluice.yaml or its quota: section",
         )
-        p.add_argument("--events", action="store_true", help="also write every throttle (events.parquet)")
-        p.add_argument("--request-bytes", type=int, default=1_048_576, help="largest produce request")
         p.add_argument(
-            "--no-fast-forward", action="store_true", help="step every second (slower, same result)"
+            "--events", action="store_true", help="also write every throttle (events.parquet) (default: off)"
+        )
+        p.add_argument(
+            "--request-bytes",
+            type=int,
+            default=1_048_576,
+            metavar="BYTES",
+            help="the largest Produce request the replay sends (a client's max.request.size)",
+        )
+        p.add_argument(
+            "--no-fast-forward",
+            action="store_true",
+            help="step every second (slower, same result) (default: skip quiet spans)",
         )
     if job in ("propose", "all"):
-        p.add_argument("--percentile", type=float, default=0.99)
-        p.add_argument("--headroom", type=float, default=1.2)
-        p.add_argument("--produce-capacity", type=float, metavar="B/S", help="budget for all produce quotas")
-        p.add_argument("--fetch-capacity", type=float, metavar="B/S", help="budget for all fetch quotas")
-        p.add_argument("--by", choices=("auto", "user", "client-id", "user-client-id"), default="auto")
-        p.add_argument("--bootstrap", default="SLUICE_HOST:9092", help="for the kafka-configs.sh commands")
+        p.add_argument(
+            "--percentile",
+            type=float,
+            default=0.99,
+            metavar="P",
+            help="each entity's per-second rate at this percentile (0-1) is what its quota must cover",
+        )
+        p.add_argument(
+            "--headroom", type=float, default=1.2, metavar="X", help="the quota is the percentile x this"
+        )
+        p.add_argument(
+            "--produce-capacity",
+            type=float,
+            metavar="B/S",
+            help="budget for all produce quotas together (default: none)",
+        )
+        p.add_argument(
+            "--fetch-capacity",
+            type=float,
+            metavar="B/S",
+            help="budget for all fetch quotas together (default: none)",
+        )
+        p.add_argument(
+            "--by",
+            choices=("auto", "user", "client-id", "user-client-id"),
+            default="auto",
+            help="what the quotas are set on; auto: (user, client-id) for authenticated users, client-id for "
+            "ANONYMOUS traffic",
+        )
+        p.add_argument(
+            "--bootstrap",
+            default="SLUICE_HOST:9092",
+            metavar="HOST:PORT",
+            help="the bootstrap server written into the proposed kafka-configs.sh commands",
+        )
     if job in ("forecast", "all"):
         p.add_argument(
-            "--capacity", type=float, metavar="B/S", help="cluster capacity the peak grows towards"
+            "--capacity",
+            type=float,
+            metavar="B/S",
+            help="cluster capacity the peak grows towards (default: none, no crossing date)",
         )
-        p.add_argument("--metric", choices=("total", "produce", "fetch"), default="total")
-        p.add_argument("--horizon-days", type=int, default=3 * 365)
+        p.add_argument(
+            "--metric",
+            choices=("total", "produce", "fetch"),
+            default="total",
+            help="which daily peak is forecast: produce + fetch, or one of them",
+        )
+        p.add_argument(
+            "--horizon-days",
+            type=int,
+            default=3 * 365,
+            metavar="DAYS",
+            help="how far ahead the forecast looks",
+        )
 
 
 def _synth_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--entities", type=int, default=20)
-    p.add_argument("--days", type=float, default=7.0)
-    p.add_argument("--interval-s", type=int, default=60)
+    p.add_argument("--entities", type=int, default=20, metavar="N", help="client-ids to generate")
+    p.add_argument("--days", type=float, default=7.0, metavar="DAYS", help="how long a span of records")
+    p.add_argument(
+        "--interval-s", type=int, default=60, metavar="S", help="one record per entity every S seconds"
+    )
     p.add_argument("--growth", type=float, default=1.0, help="%% of day 0's demand added per day")
     p.add_argument("--jitter", type=float, default=5.0, help="%% noise")
-    p.add_argument("--topics", type=int, default=5)
-    p.add_argument("--instances", type=int, default=1)
-    p.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
+    p.add_argument("--topics", type=int, default=5, metavar="N", help="topics the entities use")
+    p.add_argument("--instances", type=int, default=1, metavar="N", help="Sluice instances publishing")
+    p.add_argument("--format", choices=("parquet", "jsonl"), default="parquet", help="the output's format")
 
 
 def add_arguments(top: argparse.ArgumentParser) -> None:
     """`sluice pipeline`'s arguments (proxy/cli.py's contract): one sub-parser per job."""
     sub = top.add_subparsers(dest="job", required=True, metavar="JOB")
     for job in JOBS:
-        p = sub.add_parser(job, help=JOB_HELP[job], description=JOB_HELP[job])
+        p = sub.add_parser(
+            job,
+            help=JOB_HELP[job],
+            description=JOB_HELP[job],
+            formatter_class=HelpFormatter,
+        )
         p.add_argument("--out", required=True, metavar="DIR", help="output directory (local to the driver)")
         _spark_options(p)
         if job == "synth":
@@ -151,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        print("sluice pipeline: needs the pipeline extra: pip install 'sluice[pipeline]'", file=sys.stderr)
+        print(f"sluice pipeline: needs the pipeline extra: {install_hint('pipeline')}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     from sluice.config.errors import ConfigError
 
@@ -173,7 +258,14 @@ def run(args: argparse.Namespace) -> int:
         if _OUR_ERRORS.search(str(exc)):
             print(f"sluice pipeline: {explain(exc)}", file=sys.stderr)
             return EXIT_INPUT
-        raise
+        if args.verbose:
+            raise
+        where = "" if args.job == "synth" else f"; Spark's log: {args.out}/spark.log"
+        print(
+            f"sluice pipeline: {type(exc).__name__}: {explain(exc)} (--verbose for the traceback{where})",
+            file=sys.stderr,
+        )
+        return EXIT_INPUT
 
 
 if __name__ == "__main__":

@@ -30,13 +30,26 @@ quota:
 """
 
 
+SPARK_LOG = "spark.log"
+
+
 def _session(args: argparse.Namespace):
     return spark_session(
-        master=args.master, driver_memory=args.driver_memory, shuffle_partitions=args.shuffle_partitions
+        master=args.master,
+        driver_memory=args.driver_memory,
+        shuffle_partitions=args.shuffle_partitions,
+        log_path=None if args.verbose else os.path.join(args.out, SPARK_LOG),
     )
 
 
+def _check_local_input(source: str | None) -> None:
+    """A local path that is not there is said in one line before Spark starts (tens of seconds)."""
+    if source and "://" not in source and not os.path.exists(source):
+        raise ValueError(f"{source}: no such file or directory")
+
+
 def run_job(args: argparse.Namespace) -> int:
+    _check_local_input(getattr(args, "input", None))
     os.makedirs(args.out, exist_ok=True)
     if args.job == "synth":
         return _synth(args)

@@ -8,8 +8,10 @@ without our packages).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 from .java_check import require_java
 
@@ -28,8 +30,13 @@ def spark_session(
     shuffle_partitions: int | None = None,
     ui: bool = False,
     extra: dict[str, str] | None = None,
+    log_path: str | None = None,
 ):
-    """A SparkSession with the `sluice-usage` data source registered. Raises JavaError before Spark starts."""
+    """A SparkSession with the `sluice-usage` data source registered. Raises JavaError before Spark starts.
+
+    With `log_path`, the JVM Spark starts writes its own output there instead of the terminal: the Java
+    warnings of every start (the loopback host name, native code, incubator modules) and the executors'
+    stack traces behind an error the pipeline explains in one line of its own."""
     from pyspark.sql import SparkSession
 
     from .kafka_source import register
@@ -56,7 +63,27 @@ def spark_session(
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _jvm_output_to(None if under_spark_submit() else log_path):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+@contextlib.contextmanager
+def _jvm_output_to(path: str | None) -> Iterator[None]:
+    """While the JVM starts (it inherits file descriptor 2 for its whole life, and so do the Python workers
+    it forks), descriptor 2 is `path`; this process's own stderr is put back at once."""
+    if path is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(log, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log)

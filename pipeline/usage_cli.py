@@ -13,6 +13,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from sluice.config.distribution import install_hint
+
 from .cli import _OUR_ERRORS, EXIT_ENVIRONMENT, EXIT_INPUT, explain
 
 DESCRIPTION = "Sluice's usage records (docs/usage-records.md, docs/pipeline.md)."
@@ -24,16 +26,40 @@ def add_arguments(top: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "export", help="write the usage topic to files", description="Write the usage topic to files"
     )
-    p.add_argument("--bootstrap", required=True, metavar="HOST:PORT[,HOST:PORT...]")
-    p.add_argument("--topic", default=None, help="the usage topic (default: the data source's)")
-    p.add_argument("--out", required=True, metavar="PATH")
-    p.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
-    p.add_argument("--resume", action="store_true", help="continue after the previous export to PATH")
-    p.add_argument("--starting-offsets", help='earliest (default) or JSON {"0": 42}')
-    p.add_argument("--ending-offsets", help='latest (default) or JSON {"0": 42}')
-    p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--master")
-    p.add_argument("--driver-memory")
+    p.add_argument(
+        "--bootstrap",
+        required=True,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="the cluster with the usage topic",
+    )
+    p.add_argument(
+        "--topic", default=None, help="the usage topic (default: the data source's, _sluice_usage)"
+    )
+    p.add_argument(
+        "--out", required=True, metavar="PATH", help="the directory (Parquet) or file (JSON lines)"
+    )
+    p.add_argument("--format", choices=("parquet", "jsonl"), default="parquet", help="(default: parquet)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue after the previous export to PATH (default: from the start)",
+    )
+    p.add_argument("--starting-offsets", help='earliest or JSON {"0": 42} (default: earliest)')
+    p.add_argument("--ending-offsets", help='latest or JSON {"0": 42} (default: latest)')
+    p.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka setting as kafka.KEY, e.g. kafka.security.protocol=SSL (repeatable)",
+    )
+    p.add_argument("--master", help="Spark master (default: local[*])")
+    p.add_argument("--driver-memory", metavar="SIZE", help="driver heap, e.g. 4g (default: Spark's, 1g)")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Spark's own log lines on the terminal (default: in PATH.spark.log)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        print("sluice usage: needs the pipeline extra: pip install 'sluice[pipeline]'", file=sys.stderr)
+        print(f"sluice usage: needs the pipeline extra: {install_hint('pipeline')}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     from .java_check import JavaError
     from .session import spark_session
@@ -68,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
         options[key] = value
     try:
         spark = spark_session(
-            master=args.master, driver_memory=args.driver_memory, app_name="sluice-usage-export"
+            master=args.master,
+            driver_memory=args.driver_memory,
+            app_name="sluice-usage-export",
+            log_path=None if args.verbose else f"{args.out.rstrip('/')}.spark.log",
         )
         done = export_usage(spark, options, args.out, args.format, args.resume)
     except JavaError as exc:

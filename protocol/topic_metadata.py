@@ -84,13 +84,15 @@ def encode_topic_metadata_request(
     return encode_body(request, version)
 
 
-def decode_topic_partitions(version: int, body: bytes | memoryview) -> dict[str, TopicPartitions]:
+def decode_topic_partitions(
+    version: int, body: bytes | memoryview, *, allow_trailing: bool = False
+) -> dict[str, TopicPartitions]:
     """Each named topic of a Metadata response body: its error code, partition count and topic id.
 
     Nameless entries (ids a v12+ broker did not know) are left out: they have no partitions to count.
     A v13+ top-level error raises ProtocolError('metadata_error').
     """
-    response = decode_body(MetadataResponse, version, body)
+    response = decode_body(MetadataResponse, version, body, allow_trailing=allow_trailing)
     if version >= _TOP_LEVEL_ERROR_FROM and response.error_code:
         raise ProtocolError("metadata_error", f"error code {response.error_code}")
     found: dict[str, TopicPartitions] = {}

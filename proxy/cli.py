@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +18,19 @@ from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 from typing import NoReturn
 
+from sluice.config.distribution import DISTRIBUTION, install_hint
+
 PROG = "sluice"
+
+
+# What each optional extra of pyproject.toml brings that a subcommand imports.
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "broker": ("confluent_kafka",),
+    "demo": ("confluent_kafka", "matplotlib"),
+    "pipeline": ("pyspark", "pandas", "pyarrow", "confluent_kafka", "plotly"),
+}
+# A subcommand whose extra is missing exits with this code, as `sluice pipeline` does without Spark.
+EXIT_MISSING_EXTRA = 3
 
 
 @dataclass(frozen=True)
@@ -25,6 +38,7 @@ class Subcommand:
     name: str
     purpose: str  # one line, shown by `sluice --help` and at the top of `sluice NAME --help`
     module: str  # defines add_arguments(parser) and run(args) -> int
+    extra: str | None = None  # the optional extra it needs (EXTRA_MODULES), checked before its module loads
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -38,26 +52,35 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "mock-cluster",
         "run a local test broker (librdkafka's mock Kafka cluster)",
         "sluice.proxy.tools.mock_cluster",
+        "broker",
     ),
     Subcommand(
         "perf-test",
         "produce records, report throughput and latency (kafka-producer-perf-test)",
         "sluice.proxy.tools.perf_test",
+        "broker",
     ),
     Subcommand(
         "consume",
         "read records, report how many and how fast (kafka-consumer-perf-test)",
         "sluice.proxy.tools.consume",
+        "broker",
     ),
     Subcommand(
         "demo",
         "watch Sluice hold producers and a consumer to their quotas, with a chart",
         "sluice.proxy.tools.demo",
+        "demo",
     ),
     Subcommand(
-        "pipeline", "capacity planning on Spark: report, what-if, proposals, forecast", "sluice.pipeline.cli"
+        "pipeline",
+        "capacity planning on Spark: report, what-if, proposals, forecast",
+        "sluice.pipeline.cli",
+        "pipeline",
     ),
-    Subcommand("usage", "the usage records: export the usage topic to files", "sluice.pipeline.usage_cli"),
+    Subcommand(
+        "usage", "the usage records: export the usage topic to files", "sluice.pipeline.usage_cli", "pipeline"
+    ),
     Subcommand(
         "reload",
         "ask a running proxy to re-read its configuration file (SIGHUP)",
@@ -65,7 +88,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     ),
     Subcommand(
         "quotas",
-        "manage Sluice's quota store: `quotas import` adopts the brokers' client quotas",
+        "client quotas: describe, alter (kafka-configs.sh's), import the brokers'",
         "sluice.proxy.tools.quotas",
     ),
 )
@@ -73,7 +96,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
 
 def package_version() -> str:
     try:
-        return version("sluice")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
 
@@ -138,10 +161,34 @@ def top_level_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module set to None
+        return False
+
+
+def missing_extra(command: Subcommand) -> str | None:
+    """One line saying what to install, if the command's extra is not (all) installed."""
+    if command.extra is None:
+        return None
+    missing = [name for name in EXTRA_MODULES[command.extra] if not _installed(name)]
+    if not missing:
+        return None
+    return (
+        f"{PROG} {command.name}: needs the {command.extra} extra ({', '.join(missing)} not installed): "
+        f"{install_hint(command.extra)}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {command.name: command for command in SUBCOMMANDS}
     if argv and argv[0] in commands:
+        missing = missing_extra(commands[argv[0]])
+        if missing is not None:
+            print(missing, file=sys.stderr)
+            return EXIT_MISSING_EXTRA
         parser, module = command_parser(commands[argv[0]])
         return int(module.run(parser.parse_args(argv[1:])) or 0)
     # --help, --version, no command or an unknown one: argparse answers and exits.

@@ -19,11 +19,14 @@ What ConfigCommand does, as read from its source (`core/.../admin/ConfigCommand.
 * Errors from the futures come out as ExecutionException stack traces after "Error while executing
   config command with args '...'", exit code 1.
 Only users, clients and ips are modelled (no SCRAM credentials, which Sluice forwards to the brokers).
+
+The product's `sluice quotas describe|alter` (proxy/tools/quota_configs.py) is the Java-free tool for
+operators; this helper shares its entity pairing, filters and printed lines, and adds only what tests of
+the Java tool need: the requests in their order, and Java's exception lines for a failure.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import NamedTuple
 
 from rawclient import RawClient
@@ -31,21 +34,27 @@ from rawclient import RawClient
 from sluice.protocol.client_quotas import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
-    MATCH_DEFAULT,
-    MATCH_EXACT,
-    MATCH_SPECIFIED,
     AlterEntry,
-    FilterComponent,
     QuotaOp,
     decode_alter_response,
     decode_describe_response,
     encode_alter_request,
     encode_describe_request,
 )
+from sluice.proxy.tools.quota_configs import (
+    CommandError,
+    completed_line,
+    describe_filter,
+    entity_args,
+    java_double,
+    parse_adds,
+    parse_deletes,
+    quota_line,
+)
+
+__all__ = ["KafkaConfigs", "Outcome", "java_double"]
 
 API_VERSIONS = 18
-TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
-WORDS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
 # Errors.forCode(code).exception() class names, for the codes the quota APIs answer with.
 EXCEPTIONS = {
     -1: "org.apache.kafka.common.errors.UnknownServerException",
@@ -68,18 +77,6 @@ class CommandFailed(Exception):
         self.lines = lines
 
 
-def java_double(value: float) -> str:
-    """Java's Double.toString: 2097152.0, 12.34, 1.048576E7 (scientific from 10^7 and below 10^-3)."""
-    if value == 0 or 1e-3 <= abs(value) < 1e7:
-        text = repr(float(value))
-        return text if "." in text or "e" in text else text + ".0"
-    sign, digits, exponent = Decimal(repr(float(value))).normalize().as_tuple()
-    mantissa = "".join(map(str, digits))
-    power = len(digits) - 1 + int(exponent)
-    fraction = mantissa[1:] or "0"
-    return f"{'-' if sign else ''}{mantissa[0]}.{fraction}E{power}"
-
-
 class KafkaConfigs:
     def __init__(self, host: str, port: int, client_id: str = "adminclient-1") -> None:
         self.host = host
@@ -96,39 +93,33 @@ class KafkaConfigs:
     # -- the command ---------------------------------------------------------------------------------
 
     def _run(self, args: list[str]) -> list[str]:
-        types, names, adds, deletes, mode = self._parse(args)
+        entity, adds, deletes, mode = self._parse(args)
         with RawClient(self.host, self.port, self.client_id) as client:
             versions = self._api_versions(client)
             if mode == "describe":
-                return [
-                    self._line(parts, values)
-                    for parts, values in self._describe(client, versions, types, names, args)
-                ]
-            current = self._describe(client, versions, types, names, args)
+                return [quota_line(e, values) for e, values in self._describe(client, versions, entity, args)]
+            current = self._describe(client, versions, entity, args)
             existing = dict(current[0][1]) if current else {}
             missing = [key for key in deletes if key not in existing]
             if missing:
                 raise CommandFailed([f"Invalid config(s): {','.join(missing)}"])
-            entity = tuple((TYPES[t], n or None) for t, n in zip(types, names, strict=True))
-            ops = [QuotaOp(k, float(v), False) for k, v in adds] + [QuotaOp(k, 0.0, True) for k in deletes]
+            parts = tuple(zip(entity.types, entity.names, strict=True))
+            ops = [QuotaOp(k, v, False) for k, v in adds] + [QuotaOp(k, 0.0, True) for k in deletes]
             version = self._version(versions, ALTER_CLIENT_QUOTAS, "ALTER_CLIENT_QUOTAS", args)
             body = self._call(
                 client,
                 ALTER_CLIENT_QUOTAS,
                 version,
-                encode_alter_request(version, [AlterEntry(entity, tuple(ops))], False),
+                encode_alter_request(version, [AlterEntry(parts, tuple(ops))], False),
             )
             for result in decode_alter_response(version, body).results:
                 if result.error_code:
                     raise self._execution_error(args, result.error_code, result.error_message)
-        if names[0]:
-            return [f"Completed updating config for {types[0][:-1]} {names[0]}."]
-        return [f"Completed updating default config for {types[0]} in the cluster."]
+        return [completed_line(entity.types, entity.names[0])]
 
-    def _parse(self, args: list[str]) -> tuple[list[str], list[str], list[tuple[str, str]], list[str], str]:
-        types: list[str] = []
-        names: list[str] = []
-        adds: list[tuple[str, str]] = []
+    def _parse(self, args: list[str]):
+        parts: list[tuple[str, str | None]] = []
+        adds: list[tuple[str, float]] = []
         deletes: list[str] = []
         mode = ""
         items = iter(args)
@@ -136,20 +127,19 @@ class KafkaConfigs:
             if arg in ("--alter", "--describe"):
                 mode = arg[2:]
             elif arg == "--entity-type":
-                types.append(next(items))
+                parts.append(("type", next(items)))
             elif arg == "--entity-name":
-                names.append(next(items))
+                parts.append(("name", next(items)))
             elif arg == "--entity-default":
-                names.append("")
+                parts.append(("default", None))
             elif arg == "--add-config":
-                for pair in next(items).split(","):
-                    key, _, value = pair.partition("=")
-                    adds.append((key.strip(), value.strip()))
+                adds += parse_adds(next(items))
             elif arg == "--delete-config":
-                deletes.extend(key.strip() for key in next(items).split(","))
-        if mode == "alter" and len(types) != len(names):
-            raise CommandFailed(["An entity name must be specified for every entity type"])
-        return types, names, adds, deletes, mode
+                deletes += parse_deletes(next(items))
+        try:
+            return entity_args(parts, alter=mode == "alter"), adds, deletes, mode
+        except CommandError as exc:
+            raise CommandFailed([str(exc)]) from None
 
     def _api_versions(self, client: RawClient) -> dict[int, tuple[int, int]]:
         from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
@@ -161,22 +151,10 @@ class KafkaConfigs:
         answer = client.call(request, 2, ApiVersionsResponse)
         return {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
 
-    def _describe(
-        self, client: RawClient, versions: dict, types: list[str], names: list[str], args: list[str]
-    ):
-        components = []
-        for index, entity_type in enumerate(types):
-            kind = TYPES[entity_type]
-            if index >= len(names):
-                components.append(FilterComponent(kind, MATCH_SPECIFIED, None))
-            elif names[index] == "":
-                components.append(FilterComponent(kind, MATCH_DEFAULT, None))
-            else:
-                components.append(FilterComponent(kind, MATCH_EXACT, names[index]))
+    def _describe(self, client: RawClient, versions: dict, entity, args: list[str]):
         version = self._version(versions, DESCRIBE_CLIENT_QUOTAS, "DESCRIBE_CLIENT_QUOTAS", args)
-        body = self._call(
-            client, DESCRIBE_CLIENT_QUOTAS, version, encode_describe_request(version, components, True)
-        )
+        request = encode_describe_request(version, describe_filter(entity), True)
+        body = self._call(client, DESCRIBE_CLIENT_QUOTAS, version, request)
         answer = decode_describe_response(version, body)
         if answer.error_code:
             raise self._execution_error(args, answer.error_code, answer.error_message)
@@ -206,14 +184,3 @@ class KafkaConfigs:
                 f"java.util.concurrent.ExecutionException: {exception}: {message}",
             ]
         )
-
-    @staticmethod
-    def _line(parts: tuple, values: tuple) -> str:
-        names = dict(parts)
-        words = [
-            f"the default {WORDS[kind]}" if names[kind] is None else f"{WORDS[kind]} '{names[kind]}'"
-            for kind in ("user", "client-id", "ip")
-            if kind in names
-        ]
-        entries = ", ".join(f"{key}={java_double(value)}" for key, value in values)
-        return f"Quota configs for {', '.join(words)} are {entries}"

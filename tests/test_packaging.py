@@ -81,7 +81,7 @@ def test_the_wheel_holds_every_module_under_sluice_only(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    (wheel,) = tmp_path.glob("sluice-*.whl")
+    (wheel,) = tmp_path.glob("sluice_kafka-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"sluice"}
@@ -89,3 +89,17 @@ def test_the_wheel_holds_every_module_under_sluice_only(tmp_path: Path) -> None:
         for source in (ROOT / folder).rglob("*.py"):
             inside = "/".join([*name.split("."), *source.relative_to(ROOT / folder).parts])
             assert inside in names, f"{source.relative_to(ROOT)} is missing from the wheel"
+
+
+def test_the_distribution_is_named_as_the_docs_and_messages_say() -> None:
+    # `sluice` on PyPI is an unrelated project: every install command must name this one.
+    from sluice.config.distribution import DISTRIBUTION
+
+    assert PYPROJECT["project"]["name"] == DISTRIBUTION == "sluice-kafka"
+    assert "sluice" in PYPROJECT["project"]["scripts"]
+    texts = [ROOT / "README.md", *ROOT.glob("docs/*.md"), ROOT / "Dockerfile", ROOT / ".ci" / "run"]
+    for path in texts:
+        text = path.read_text()
+        wrong = re.search(r"pip install ['\"]?sluice(\[|['\"\s]|$)", text, re.M)
+        assert not wrong, f"{path} installs `sluice`"
+        assert "sluice-*.whl" not in text, f"{path} looks for a wheel of `sluice` (it is sluice_kafka-*.whl)"

@@ -8,20 +8,27 @@ accuracy 10,000 (rank error at most 1/10,000 of the rows).
 
 Tables (under `<out>/report/`): entity_hourly, entity_daily, topic_hourly, topic_daily (Parquet);
 entity_summary, topic_summary, top_talkers, daily_profile, cluster_hourly, cluster_daily,
-throttle_heatmap, top_entities_hourly (CSV, small).
+top_entities_hourly (CSV, small); for the charts, at the resolution `chart_resolution` chose from the
+span (and says in chart_resolution.csv): cluster_over_time, top_entities_over_time, throttle_heatmap.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..output.tables import job_dir, write_csv_df, write_parquet
+from ..output.tables import job_dir, write_csv_df, write_csv_rows, write_parquet
 from ..progress import Progress
 from .intervals import ENTITY, QUOTA_TYPES, bucket_ms, cluster_intervals, entity_intervals, topic_intervals
 
+# The charts' time resolution: the finest unit, no finer than the records' interval, that draws the span in
+# at most MAX_POINTS points (seconds for up to an hour of records, minutes up to 2.5 days, hours up to five
+# months, days beyond).
+RESOLUTIONS = (("second", 1), ("minute", 60), ("hour", 3600), ("day", 86_400))
+MAX_POINTS = 3600
 PERCENTILES = (0.5, 0.95, 0.99)
 ACCURACY = 10_000
 
@@ -64,6 +71,14 @@ def _usage_stats(bucket: int, throttles: bool = True) -> list[Column]:
     return stats
 
 
+def chart_resolution(span_s: float, interval_s: float) -> tuple[str, int]:
+    """(unit, seconds) for charts of `span_s` seconds of records made every `interval_s` seconds."""
+    for unit, seconds in RESOLUTIONS:
+        if seconds >= interval_s and span_s / seconds <= MAX_POINTS:
+            return unit, seconds
+    return RESOLUTIONS[-1]
+
+
 def run_report(
     spark, usage: DataFrame, out: str, options: ReportOptions | None = None, progress: Progress | None = None
 ) -> dict[str, str]:
@@ -80,6 +95,10 @@ def run_report(
     cluster = cluster_intervals(entities, bucket).persist()
     hour = F.date_trunc("hour", "ts").alias("hour")
     day = F.to_date("ts").alias("day")
+    first, last = cluster.agg(F.min("ts"), F.max("ts")).first()
+    span_s = (last - first).total_seconds() + bucket / 1000 if first is not None else 0.0
+    unit, unit_s = chart_resolution(span_s, bucket / 1000)
+    when = F.date_trunc(unit, "ts").alias("time")
 
     with progress.step("report: per entity and topic, by hour and day"):
         for name, frame, keys, throttles in (
@@ -145,6 +164,23 @@ def run_report(
         written["cluster_hourly"] = write_csv_df(
             cluster.groupBy(hour).agg(*cluster_stats).orderBy("hour"), directory, "cluster_hourly"
         )
+        written["cluster_over_time"] = write_csv_df(
+            cluster.groupBy(when).agg(*cluster_stats).orderBy("time"), directory, "cluster_over_time"
+        )
+        written["chart_resolution"] = write_csv_rows(
+            directory,
+            "chart_resolution",
+            ["name", "value"],
+            [
+                {"name": "unit", "value": unit},
+                {"name": "seconds", "value": unit_s},
+                {"name": "first", "value": first.isoformat() if first else ""},
+                {
+                    "name": "last",
+                    "value": (last + timedelta(milliseconds=bucket)).isoformat() if last else "",
+                },
+            ],
+        )
         written["cluster_daily"] = write_csv_df(
             cluster.groupBy(day).agg(*cluster_stats).orderBy("day"), directory, "cluster_daily"
         )
@@ -158,14 +194,18 @@ def run_report(
 
     with progress.step("report: chart data"):
         chart = summary.limit(options.chart_entities).select(*ENTITY)
-        written["top_entities_hourly"] = write_csv_df(
-            entities.join(chart, on=[*ENTITY], how="left_semi")
-            .groupBy(*ENTITY, hour)
-            .agg(F.avg("produce_rate").alias("produce_mean"), F.avg("fetch_rate").alias("fetch_mean"))
-            .orderBy(*ENTITY, "hour"),
-            directory,
-            "top_entities_hourly",
-        )
+        chosen = entities.join(chart, on=[*ENTITY], how="left_semi")
+        for name, when_column, column in (
+            ("top_entities_hourly", hour, "hour"),
+            ("top_entities_over_time", when, "time"),
+        ):
+            written[name] = write_csv_df(
+                chosen.groupBy(*ENTITY, when_column)
+                .agg(F.avg("produce_rate").alias("produce_mean"), F.avg("fetch_rate").alias("fetch_mean"))
+                .orderBy(*ENTITY, column),
+                directory,
+                name,
+            )
         throttled = (
             summary.where(F.col("throttle_ms") > 0)
             .orderBy(F.desc("throttle_ms"), *ENTITY)
@@ -174,12 +214,12 @@ def run_report(
         )
         written["throttle_heatmap"] = write_csv_df(
             entities.join(throttled, on=[*ENTITY], how="left_semi")
-            .groupBy(*ENTITY, hour)
+            .groupBy(*ENTITY, when)
             .agg(
                 F.sum("throttle_ms").alias("throttle_ms"),
                 (F.sum("throttle_ms") / (F.count(F.lit(1)) * float(bucket))).alias("throttled_share"),
             )
-            .orderBy(*ENTITY, "hour"),
+            .orderBy(*ENTITY, "time"),
             directory,
             "throttle_heatmap",
         )

@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime
 from html import escape
 
+from .charts import line_chart as plotly_line_chart
 from .svg import LineChart, human_bytes, human_rate
-from .svg import line_chart as svg_line_chart
 
 
-def line_chart(chart: LineChart) -> str:
-    """The chart with its title shown above it (the SVG's own title is only a tooltip)."""
-    return f"<figure><figcaption>{escape(chart.title)}</figcaption>{svg_line_chart(chart)}</figure>"
+def line_chart(chart: LineChart, x_title: str = "") -> str:
+    """The chart (plotly: hover, zoom, a legend that toggles series) with its title above it."""
+    return (
+        f"<figure><figcaption>{escape(chart.title)}</figcaption>{plotly_line_chart(chart, x_title)}</figure>"
+    )
 
 
 def ts(text: str) -> float:

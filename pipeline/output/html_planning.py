@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections import OrderedDict
 from html import escape
@@ -17,11 +18,15 @@ def whatif_section(directory: str) -> str:
         return ""
     stats = {r["name"]: r["value"] for r in read_csv(directory, "summary")}
     parts = ["<h2>What-if: the candidate quotas replayed</h2>"]
+    skipped = json.loads(stats.get("not_replayed") or "[]")
+    not_replayed = (
+        f" Not replayed: {', '.join(skipped)}." if skipped else " Every candidate quota was replayed."
+    )
     parts.append(
-        f"<p>{escape(stats.get('sensor_groups', '?'))} sensor group(s); fetch_throttle "
-        f"{escape(stats.get('fetch_throttle', '?'))}, "
-        f"throttle_mode {escape(stats.get('throttle_mode', '?'))}. "
-        f"Not replayed: {escape(stats.get('not_replayed', '[]'))}.</p>"
+        f"<p>{escape(stats.get('sensor_groups', '?'))} sensor group(s) replayed (entities sharing a quota "
+        "share its sensor); "
+        f"fetch_throttle {escape(stats.get('fetch_throttle', '?'))}, "
+        f"throttle_mode {escape(stats.get('throttle_mode', '?'))}.{escape(not_replayed)}</p>"
     )
     understated = [r for r in entities if r.get("demand_understated") == "True"]
     if understated:
@@ -37,17 +42,22 @@ def whatif_section(directory: str) -> str:
             [
                 ("user", "user", "text"),
                 ("client_id", "client-id", "text"),
-                ("direction", "", "text"),
+                ("direction", "produce / fetch", "text"),
                 ("bound", "quota", "rate"),
                 ("throttle_ms", "throttle time", "ms"),
                 ("throttled_seconds", "throttled s", "num"),
-                ("throttled_share", "share", "share"),
+                ("throttled_share", "throttled s / active s", "share"),
                 ("delayed_bytes", "held back", "bytes"),
                 ("backlog_end_bytes", "still waiting", "bytes"),
                 ("recorded_throttle_ms", "recorded throttle", "ms"),
                 ("demand_understated", "understated", "text"),
             ],
         )
+    )
+    parts.append(
+        "<p><i>throttled s / active s</i>: the seconds the replay held the entity back, over the seconds "
+        "the records show it active. Above 100 % means what the quota held back was still being let "
+        "through after the entity's recorded traffic had stopped: its backlog outlasted its activity.</p>"
     )
     rows = read_csv(directory, "before_after")
     groups: OrderedDict[str, list[dict[str, str]]] = OrderedDict()

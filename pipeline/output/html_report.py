@@ -12,9 +12,11 @@ import os
 from collections import OrderedDict
 from html import escape
 
+from .charts import heatmap as plotly_heatmap
+from .charts import plotly_script
 from .html_parts import cell, entity, line_chart, table, ts
 from .html_planning import forecast_section, propose_section, whatif_section
-from .svg import LineChart, Series, heatmap, human_bytes
+from .svg import LineChart, Series, human_bytes
 from .tables import read_csv
 
 REPORT_NAME = "report.html"
@@ -29,77 +31,72 @@ figcaption{font-size:13px;font-weight:bold}pre{background:#f6f6f6;padding:8px;fo
 """
 
 
+def _resolution(directory: str) -> dict[str, str]:
+    """The charts' time unit the report job chose from the span of the records, and the span."""
+    found = {r["name"]: r["value"] for r in read_csv(directory, "chart_resolution")}
+    return found or {"unit": "hour", "seconds": "3600", "first": "", "last": ""}
+
+
+def _when(text: str) -> str:
+    return text.replace("T", " ")[:19] if text else "?"
+
+
 def _report_section(directory: str) -> str:
-    hourly = read_csv(directory, "cluster_hourly")
-    if not hourly:
+    over_time = read_csv(directory, "cluster_over_time")
+    if not over_time:
         return ""
+    resolution = _resolution(directory)
+    unit = resolution["unit"]
+    axis = f"time (UTC), one point per {unit}"
     parts = ["<h2>Usage</h2>"]
-    xs = [ts(r["hour"]) for r in hourly]
-    first, last = hourly[0]["hour"], hourly[-1]["hour"]
-    produced = sum(cell(r, "produce_bytes") for r in hourly)
-    fetched = sum(cell(r, "fetch_bytes") for r in hourly)
+    xs = [ts(r["time"]) for r in over_time]
+    produced = sum(cell(r, "produce_bytes") for r in over_time)
+    fetched = sum(cell(r, "fetch_bytes") for r in over_time)
     parts.append(
-        f"<p>From {escape(first)} to {escape(last)} (UTC): {escape(human_bytes(produced))} produced, "
-        f"{escape(human_bytes(fetched))} fetched through Sluice.</p>"
+        f"<p>From {escape(_when(resolution['first']))} to {escape(_when(resolution['last']))} (UTC): "
+        f"{escape(human_bytes(produced))} produced, {escape(human_bytes(fetched))} fetched through Sluice. "
+        f"Charts over time have one point per {escape(unit)}: the mean (and max) of the per-interval rates "
+        "within it.</p>"
     )
     parts.append(
         line_chart(
             LineChart(
-                "Cluster rate over time (hourly mean and max of the per-interval rate)",
+                f"Cluster rate over time (mean and max per {unit} of the per-interval rate)",
                 [
-                    Series("produce mean", xs, [cell(r, "produce_mean") for r in hourly], "#1f77b4"),
+                    Series("produce mean", xs, [cell(r, "produce_mean") for r in over_time], "#1f77b4"),
                     Series(
-                        "produce max", xs, [cell(r, "produce_max") for r in hourly], "#1f77b4", dashed=True
+                        "produce max", xs, [cell(r, "produce_max") for r in over_time], "#1f77b4", dashed=True
                     ),
-                    Series("fetch mean", xs, [cell(r, "fetch_mean") for r in hourly], "#2ca02c"),
-                    Series("fetch max", xs, [cell(r, "fetch_max") for r in hourly], "#2ca02c", dashed=True),
+                    Series("fetch mean", xs, [cell(r, "fetch_mean") for r in over_time], "#2ca02c"),
+                    Series(
+                        "fetch max", xs, [cell(r, "fetch_max") for r in over_time], "#2ca02c", dashed=True
+                    ),
                 ],
-            )
+            ),
+            axis,
         )
     )
-    top = read_csv(directory, "top_entities_hourly")
+    top = read_csv(directory, "top_entities_over_time")
     by_entity: OrderedDict[str, list[dict[str, str]]] = OrderedDict()
     for row in top:
         by_entity.setdefault(entity(row), []).append(row)
     parts.append(
         line_chart(
             LineChart(
-                "Top talkers: produce + fetch rate, hourly mean",
+                f"Top talkers: produce + fetch rate, mean per {unit}",
                 [
                     Series(
                         name,
-                        [ts(r["hour"]) for r in rows],
+                        [ts(r["time"]) for r in rows],
                         [cell(r, "produce_mean") + cell(r, "fetch_mean") for r in rows],
                     )
                     for name, rows in by_entity.items()
                 ],
-            )
+            ),
+            axis,
         )
     )
-    profile = read_csv(directory, "daily_profile")
-    hours = [cell(r, "hour_of_day") for r in profile]
-    parts.append(
-        line_chart(
-            LineChart(
-                "Daily profile (UTC hour of day): cluster rate",
-                [
-                    Series("produce mean", hours, [cell(r, "produce_mean") for r in profile], "#1f77b4"),
-                    Series(
-                        "produce p95",
-                        hours,
-                        [cell(r, "produce_p95") for r in profile],
-                        "#1f77b4",
-                        dashed=True,
-                    ),
-                    Series("fetch mean", hours, [cell(r, "fetch_mean") for r in profile], "#2ca02c"),
-                    Series(
-                        "fetch p95", hours, [cell(r, "fetch_p95") for r in profile], "#2ca02c", dashed=True
-                    ),
-                ],
-                time_axis=False,
-            )
-        )
-    )
+    parts.append(_daily_profile(directory, resolution))
     parts.append("<h3>Top talkers</h3>")
     parts.append(
         table(
@@ -115,7 +112,43 @@ def _report_section(directory: str) -> str:
             ],
         )
     )
-    parts.append(_heatmap(read_csv(directory, "throttle_heatmap")))
+    parts.append(
+        "<p><i>throttled</i>: the throttle time Sluice told the entity, summed over its responses, over "
+        "its active time. Its connections (and a connection's pipelined requests) are told at once, so "
+        "this passes 100 % when several were held in the same second.</p>"
+    )
+    return "".join(parts) + _rest_of_report(directory, unit)
+
+
+def _daily_profile(directory: str, resolution: dict[str, str]) -> str:
+    first, last = resolution.get("first"), resolution.get("last")
+    if first and last and ts(last) - ts(first) < 86_400:
+        return "<p>(The daily profile, by hour of day, needs a day of records or more.)</p>"
+    profile = read_csv(directory, "daily_profile")
+    hours = [cell(r, "hour_of_day") for r in profile]
+    return line_chart(
+        LineChart(
+            "Daily profile (UTC hour of day): cluster rate",
+            [
+                Series("produce mean", hours, [cell(r, "produce_mean") for r in profile], "#1f77b4"),
+                Series(
+                    "produce p95",
+                    hours,
+                    [cell(r, "produce_p95") for r in profile],
+                    "#1f77b4",
+                    dashed=True,
+                ),
+                Series("fetch mean", hours, [cell(r, "fetch_mean") for r in profile], "#2ca02c"),
+                Series("fetch p95", hours, [cell(r, "fetch_p95") for r in profile], "#2ca02c", dashed=True),
+            ],
+            time_axis=False,
+        )
+    )
+
+
+def _rest_of_report(directory: str, unit: str) -> str:
+    parts = []
+    parts.append(_heatmap(read_csv(directory, "throttle_heatmap"), unit))
     parts.append("<h3>Topics</h3>")
     parts.append(
         table(
@@ -150,18 +183,18 @@ def _report_section(directory: str) -> str:
     return "".join(parts)
 
 
-def _heatmap(rows: list[dict[str, str]]) -> str:
+def _heatmap(rows: list[dict[str, str]], unit: str) -> str:
     if not rows:
         return "<h3>Throttling</h3><p>No entity was throttled in the records.</p>"
-    hours = sorted({ts(r["hour"]) for r in rows})
-    index = {h: i for i, h in enumerate(hours)}
+    times = sorted({ts(r["time"]) for r in rows})
+    index = {t: i for i, t in enumerate(times)}
     names = list(OrderedDict.fromkeys(entity(r) for r in rows))
-    values = [[0.0] * len(hours) for _ in names]
+    values = [[0.0] * len(times) for _ in names]
     for r in rows:
-        values[names.index(entity(r))][index[ts(r["hour"])]] = cell(r, "throttled_share")
-    title = "Throttled share of active time, by entity and hour"
-    chart = heatmap(title, names, hours, values)
-    return f"<h3>Throttling</h3><figure><figcaption>{title}</figcaption>{chart}</figure>"
+        values[names.index(entity(r))][index[ts(r["time"])]] = cell(r, "throttled_share")
+    title = f"Throttled share of active time, by entity and {unit}"
+    chart = plotly_heatmap(names, times, values, f"time (UTC), one column per {unit}")
+    return f"<h3>Throttling</h3><figure><figcaption>{escape(title)}</figcaption>{chart}</figure>"
 
 
 def render_report(out: str, title: str = "Sluice usage report") -> str:
@@ -176,7 +209,7 @@ def render_report(out: str, title: str = "Sluice usage report") -> str:
     body = "".join(sections) or "<p>No results yet: run a job first.</p>"
     page = (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-        f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>"
+        f"<style>{STYLE}</style><script>{plotly_script()}</script></head><body><h1>{escape(title)}</h1>"
         f"<p>Made by <code>sluice pipeline</code> on {now}.</p>{body}</body></html>"
     )
     path = os.path.join(out, REPORT_NAME)

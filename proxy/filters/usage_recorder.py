@@ -11,6 +11,12 @@ only the breakdown is lost. Throttles, CPU time and partition mutations come fro
 charge them.
 
 It runs after the quota filters, so it counts what was forwarded and what the client got.
+
+Topic names: Produce and Fetch v13+ name topics by id. A client learns the ids from Metadata answers,
+which pass through here: the names they pair with ids are kept (`METADATA_NAMES_MAX_BYTES` bounds the
+answer decoded, so an all-topics answer of a large cluster costs the loop nothing; the topic cache's own
+look-ups then name what they know), and a topic is recorded by name. An id still unknown is recorded as
+its UUID text.
 """
 
 from __future__ import annotations
@@ -24,11 +30,16 @@ from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, response_header_size
 from sluice.protocol.produce_stream import ProduceTopicStream
 from sluice.protocol.record_sets import TopicBytes, fetch_topic_bytes, produce_topic_bytes
+from sluice.protocol.topic_metadata import TOPIC_IDS_METADATA_VERSION, decode_topic_partitions
 from sluice.quota.usage_ledger import EntityUsage, UsageLedger
 
 from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
 
-PRODUCE, FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+PRODUCE, FETCH, METADATA = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA
+# A Metadata answer larger than this is not decoded for names (a client's own topics fit many times over).
+METADATA_NAMES_MAX_BYTES = 256 * 1024
+# Names kept from Metadata answers; past this the map starts again (ids of deleted topics do not pile up).
+MAX_TOPIC_NAMES = 100_000
 _ALL_API_KEYS = frozenset(range(128))
 # A topic id (Produce and Fetch v13+ name topics by id) -> its name, when the proxy knows it.
 TopicNames = Callable[[bytes], str | None]
@@ -41,11 +52,12 @@ def _no_names(_topic_id: bytes) -> str | None:
 class UsageRecording:
     """The recording itself, shared by every connection: the ledger and how topic ids get names."""
 
-    __slots__ = ("_cache", "_ledger", "_topic_names")
+    __slots__ = ("_cache", "_ledger", "_names_seen", "_topic_names")
 
     def __init__(self, ledger: UsageLedger, topic_names: TopicNames = _no_names) -> None:
         self._ledger = ledger
         self._topic_names = topic_names
+        self._names_seen: dict[bytes, str] = {}  # topic id -> name, from Metadata answers
         # (user, client_id) -> its counters, for the ledger's current generation only.
         self._cache: tuple[int, str, str | None, EntityUsage] | None = None
 
@@ -95,12 +107,31 @@ class UsageRecording:
             return
         usage.add_topics(self._named(found), fetched=True)
 
+    def metadata_response(self, header: RequestHeader, frame: Frame) -> None:
+        """Keep the (id, name) pairs of a Metadata answer: the ids the client will name topics by."""
+        if header.api_version < TOPIC_IDS_METADATA_VERSION or len(frame) > METADATA_NAMES_MAX_BYTES:
+            return
+        try:
+            header_size = response_header_size(METADATA, header.api_version, frame)
+            # Only names are read: an answer with bytes past its schema still names its topics.
+            found = decode_topic_partitions(
+                header.api_version, memoryview(frame)[4 + header_size :], allow_trailing=True
+            )
+        except ProtocolError:
+            return  # an answer it cannot read costs only the names
+        seen = self._names_seen
+        for name, topic in found.items():
+            if topic.topic_id and topic.error_code == 0:
+                if len(seen) >= MAX_TOPIC_NAMES:
+                    seen.clear()
+                seen[topic.topic_id] = name
+
     def _named(self, found: list[tuple[str | bytes, int]]) -> list[tuple[str, int]]:
         named: list[tuple[str, int]] = []
         for topic, size in found:
             if not isinstance(topic, str):
                 # A topic id the proxy has no name for is reported as the id, in the UUID's text form.
-                topic = self._topic_names(topic) or str(uuid.UUID(bytes=topic))
+                topic = self._names_seen.get(topic) or self._topic_names(topic) or str(uuid.UUID(bytes=topic))
             named.append((topic, size))
         return named
 
@@ -128,7 +159,7 @@ class UsageRecorder(Filter):
     request_api_keys = _ALL_API_KEYS
     # Counting a request needs only its header; a large Produce's topic breakdown is observed as it passes.
     head_only_api_keys = _ALL_API_KEYS
-    response_api_keys = frozenset({FETCH})
+    response_api_keys = frozenset({FETCH, METADATA})
 
     __slots__ = ("_recording",)
 
@@ -141,7 +172,11 @@ class UsageRecorder(Filter):
         return frame
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame:
-        self._recording.fetch_response(self.conn.user, request.header, frame)
+        header = request.header
+        if header.api_key == METADATA:
+            self._recording.metadata_response(header, frame)
+        else:
+            self._recording.fetch_response(self.conn.user, header, frame)
         return frame
 
 

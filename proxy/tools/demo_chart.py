@@ -23,6 +23,10 @@ WHERE_MEASURED = (
 )
 
 
+# Text over a line stays readable.
+_NOTE_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1}
+
+
 def _kb(values: Sequence[float]) -> list[float]:
     return [v / _ONE_KB for v in values]
 
@@ -38,32 +42,33 @@ def _panel(
 ) -> None:
     axis = [s + 0.5 for s in range(seconds)]
     ceiling = 0.0
+    per_broker: dict[int, str] = {}  # quota -> the colour of its dotted line (grey when clients share it)
     for index, client in enumerate(clients):
         colour = COLOURS[index % len(COLOURS)]
         rates = _kb([client.rate(s) for s in range(seconds)])
         quota = client.plan.quota
-        top = 3.2 * quota / _ONE_KB if quota else max(rates, default=0) * 1.2
+        # Head room above the per-broker line, for its label and the off-scale notes in the top band.
+        top = 3.6 * quota / _ONE_KB if quota else max(rates, default=0) * 1.2
         ceiling = max(ceiling, top)
         ax.plot(axis, rates, marker="o", markersize=2.5, color=colour, label=label_of(client))
         if quota:
             ax.axhline(quota / _ONE_KB, color=colour, linestyle="--", linewidth=1)
-            ax.axhline(brokers * quota / _ONE_KB, color=colour, linestyle=":", linewidth=1.2)
-            ax.text(
-                0.3,
-                brokers * quota / _ONE_KB,
-                f"{brokers} x {quota / _ONE_KB:,.0f} kB/s: the same quota per broker (computed)",
-                ha="left",
-                va="bottom",
-                fontsize=7,
-                color=colour,
-            )
+            per_broker[quota] = "0.4" if quota in per_broker else colour
+    for quota, colour in per_broker.items():
+        ax.axhline(brokers * quota / _ONE_KB, color=colour, linestyle=":", linewidth=1.2)
+        # At the right end: the off-scale notes of the first burst sit at the top left.
+        ax.text(
+            seconds - 0.3,
+            brokers * quota / _ONE_KB,
+            f"{brokers} x {quota / _ONE_KB:,.0f} kB/s: the same quota per broker (computed)",
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color=colour,
+            bbox=_NOTE_BOX,
+        )
     ceiling = ceiling or 1.0
-    for client in clients:
-        for x, rate in zip(axis, _kb([client.rate(s) for s in range(seconds)]), strict=True):
-            if rate > ceiling:  # the first burst: say how high instead of squashing the scale
-                ax.annotate(
-                    f"↑ {rate:,.0f}", (x, ceiling), xytext=(3, -10), textcoords="offset points", fontsize=7
-                )
+    _off_scale_notes(ax, clients, axis, ceiling)
     ax.axvspan(0, warm_up_s, color="0.93", zorder=0)
     ax.set_xlim(0, seconds)
     ax.set_ylim(0, ceiling)
@@ -72,6 +77,28 @@ def _panel(
     ax.set_ylabel("kB/s")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center right")
+
+
+def _off_scale_notes(
+    ax: Any, clients: Sequence[CountingClient], axis: Sequence[float], ceiling: float
+) -> None:
+    """Say how high a second went instead of squashing the scale: one note per second, every client that
+    passed the top in it on its own line (the first burst of two producers falls in the same second)."""
+    notes: dict[float, list[str]] = {}
+    for client in clients:
+        for x, rate in zip(axis, _kb([client.rate(int(x)) for x in axis]), strict=True):
+            if rate > ceiling:
+                notes.setdefault(x, []).append(f"{client.plan.label} ↑ {rate:,.0f}")
+    for x, lines in notes.items():
+        ax.annotate(
+            "\n".join(lines),
+            (x, ceiling),
+            xytext=(3, -3),
+            textcoords="offset points",
+            fontsize=7,
+            va="top",
+            bbox=_NOTE_BOX,
+        )
 
 
 def draw_chart(
@@ -84,6 +111,22 @@ def draw_chart(
 ) -> None:
     """`panels`: "held" (main Sluice's producers with quotas and the paced one), "sensors" (the same quota
     on both sensors), "consumer", "flat_out" (no quota)."""
+    import matplotlib.pyplot as plt
+
+    fig = chart_figure(panels, seconds, warm_up_s, brokers, sensors)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def chart_figure(
+    panels: dict[str, Sequence[CountingClient]],
+    seconds: int,
+    warm_up_s: int,
+    brokers: int,
+    sensors: tuple[str, str],
+) -> Any:
+    """The chart as a matplotlib figure (the caller saves and closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,6 +186,4 @@ def draw_chart(
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    return fig

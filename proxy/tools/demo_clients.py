@@ -227,21 +227,44 @@ def read_back(bootstrap: str, expected: dict[str, int], timeout_s: float = 90.0)
 
 
 def fill_topic(bootstrap: str, topic: str, size_bytes: int) -> int:
-    """Write about `size_bytes` of records to `topic` directly (not through Sluice); returns the count."""
-    from confluent_kafka import Producer
+    """Write about `size_bytes` of records to `topic` directly (not through Sluice), the same number to each
+    partition; returns how many records the topic then holds (raises if any was dropped).
+
+    Round-robin by hand, not by librdkafka's sticky partitioner: that one keeps to one partition for
+    `sticky.partitioning.linger.ms`, so a fast fill can put every record in one partition, past the mock's
+    ~5 MB per partition, which then drops the oldest: the consumer would run out of records mid-run and
+    its rate fall to zero, as if Sluice had stalled it."""
+    from confluent_kafka import Consumer, Producer
 
     # One record per batch: a fetch returns at least one whole batch, so small batches keep the consumer's
     # fetches (and the throttles they earn) small.
     config = {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384, "client.id": "demo-filler"}
     producer = Producer(config)
+    partitions = sorted(producer.list_topics(topic, timeout=10).topics[topic].partitions)
     count = max(1, size_bytes // RECORD_SIZE)
     value = b"h" * RECORD_SIZE
-    for _ in range(count):
+    for i in range(count):
         while True:
             try:
-                producer.produce(topic, value)
+                producer.produce(topic, value, partition=partitions[i % len(partitions)])
                 break
             except BufferError:
                 producer.poll(0.05)
-    producer.flush(60)
-    return count
+    left = producer.flush(60)
+    if left:
+        raise RuntimeError(f"{left} of {count} records were not written to {topic} within 60 s")
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo-filler", "client.id": "demo-filler"})
+    try:
+        held = sum(high - low for low, high in readable_offsets(reader, topic, partitions))
+    finally:
+        reader.close()
+    if held != count:
+        raise RuntimeError(f"{topic} holds {held:,} of the {count:,} records written: some were dropped")
+    return held
+
+
+def readable_offsets(consumer: Consumer, topic: str, partitions: Sequence[int]) -> list[tuple[int, int]]:
+    """(log start, high watermark) of each partition: what a consumer from the beginning can read."""
+    from confluent_kafka import TopicPartition
+
+    return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions]

@@ -93,6 +93,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from sluice.config.distribution import install_hint
+
 from .broker_relay import BrokerRelays, RelayError, relay_fixed_ports
 
 _log = logging.getLogger("sluice.mock_cluster")
@@ -153,7 +155,7 @@ def find_librdkafka() -> Path:
     """The librdkafka shared library bundled with the installed confluent-kafka wheel."""
     spec = importlib.util.find_spec("confluent_kafka")
     if spec is None or not spec.submodule_search_locations:
-        raise MockClusterError("confluent-kafka is not installed (pip install 'sluice[broker]')")
+        raise MockClusterError(f"confluent-kafka is not installed: {install_hint('broker')}")
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     # auditwheel (Linux) puts vendored libraries next to the package, delocate (macOS) inside it.
     patterns = [

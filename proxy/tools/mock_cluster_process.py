@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import TracebackType
 
 from sluice.proxy.tools.mock_cluster import MockClusterError, parse_bootstrap
@@ -35,9 +36,14 @@ class MockCluster:
     """librdkafka's mock cluster in a child process; broker ids are 1..brokers."""
 
     def __init__(
-        self, brokers: int = 3, topics: dict[str, int] | None = None, port_base: int | None = None
+        self,
+        brokers: int = 3,
+        topics: dict[str, int] | None = None,
+        port_base: int | None = None,
+        log_path: Path | None = None,
     ) -> None:
-        """`port_base`: broker N on 127.0.0.1:port_base + N (relayed), instead of kernel-chosen ports."""
+        """`port_base`: broker N on 127.0.0.1:port_base + N (relayed), instead of kernel-chosen ports.
+        `log_path`: where the child's log lines go (default: this process's stderr)."""
         self.brokers = brokers
         command = [sys.executable, "-m", "sluice.proxy.tools.mock_cluster", "--brokers", str(brokers)]
         command.append("--commands")  # faults are injected over stdin, and its end stops the child
@@ -45,8 +51,15 @@ class MockCluster:
             command += ["--topic", f"{name}:{partitions}"]
         if port_base is not None:
             command += ["--port-base", str(port_base)]
-        # stderr is inherited so pytest's fd capture shows the broker's log next to a failing test.
-        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        # By default stderr is inherited so pytest's fd capture shows the broker's log next to a failing test.
+        log = None if log_path is None else open(log_path, "ab")  # noqa: SIM115  # the child keeps it
+        try:
+            self._process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
+            )
+        finally:
+            if log is not None:
+                log.close()
         self._buffer = b""
         self._lock = threading.Lock()
         _running.add(self)

@@ -1,4 +1,8 @@
-"""`sluice quotas import`: adopt the client quotas the brokers already hold into Sluice's quota store.
+"""`sluice quotas describe|alter|import`: client quotas from a shell, without Java.
+
+`describe` and `alter` are kafka-configs.sh's quota commands, against any bootstrap server (Sluice or a
+broker): see quota_configs.py. `import` adopts the client quotas the brokers already hold into Sluice's
+quota store:
 
     sluice quotas import --config sluice.yaml [--dry-run] [--overwrite] [--remove-from-brokers]
 
@@ -14,7 +18,7 @@ credentials from the `client:` section), so it needs no running Sluice:
 5. with --remove-from-brokers, removes from the brokers exactly the quotas Sluice now holds with the
    same value (one AlterClientQuotas), and says what the brokers answered.
 
-Exit codes: 0 done, 1 the cluster or a write failed, 2 a bad configuration.
+Exit codes of `import`: 0 done, 1 the cluster or a write failed, 2 a bad configuration.
 """
 
 from __future__ import annotations
@@ -43,19 +47,41 @@ from sluice.protocol.client_quotas import (
     encode_describe_request,
 )
 
+from ..cli import HelpFormatter
 from ..commands.run import EXIT_CONFIG_ERROR, run_event_loop
 from ..kafka_client import KafkaClient, KafkaClientError, UnsupportedByBroker
 from ..log import configure_logging
 from ..quota_admin import StoreRecord
 from ..quota_store_service import QuotaStoreService, StoreUnavailable
 from ..tls import UpstreamTlsTarget, upstream_context
+from .quota_admin_cli import add_admin_arguments, run_admin
 
-DESCRIPTION = "Manage Sluice's quota store; `import` adopts the client quotas the brokers already hold."
+DESCRIPTION = """Client quotas without Java: `describe` and `alter` speak kafka-configs.sh's words to Sluice
+or a broker; `import` adopts the client quotas the brokers already hold into Sluice's store.
+
+  sluice quotas describe --bootstrap-server HOST:PORT [--entity-type clients [--entity-name pump]]
+  sluice quotas alter --bootstrap-server HOST:PORT --entity-type clients --entity-name pump \\
+      --add-config producer_byte_rate=1048576
+  sluice quotas import --config sluice.yaml --dry-run"""
+EPILOG = "`sluice quotas ACTION --help` describes an action's options."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    p = sub.add_parser("import", help="copy the brokers' client quotas into Sluice's store")
+    for action, purpose in (
+        ("describe", "show client quotas (kafka-configs.sh --describe)"),
+        ("alter", "set or remove client quotas (kafka-configs.sh --alter)"),
+    ):
+        add_admin_arguments(
+            sub.add_parser(action, help=purpose, description=purpose, formatter_class=HelpFormatter),
+            alter=action == "alter",
+        )
+    p = sub.add_parser(
+        "import",
+        help="copy the brokers' client quotas into Sluice's store",
+        description="Copy the brokers' client quotas into Sluice's store.",
+        formatter_class=HelpFormatter,
+    )
     p.add_argument("--config", metavar="FILE", help="Sluice's YAML configuration file")
     p.add_argument("--upstream", metavar="HOST:PORT[,HOST:PORT...]", help="bootstrap servers of the cluster")
     p.add_argument(
@@ -73,6 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action in ("describe", "alter"):
+        return run_admin(args)
     overrides: dict[str, object] = {"upstream.bootstrap": args.upstream} if args.upstream else {}
     if args.config is None:
         overrides["listen"] = "127.0.0.1:9092"  # required by the schema; this tool listens on nothing

@@ -39,6 +39,27 @@ def test_a_bad_quotas_file_names_the_key_and_exits_2_before_spark_starts(tmp_pat
     assert "Traceback" not in result.stderr
 
 
+def test_a_missing_input_is_one_line_before_spark_starts(tmp_path) -> None:
+    result = sluice("pipeline", "report", "--input", str(tmp_path / "missing"), "--out", str(tmp_path / "o"))
+    assert result.returncode == 1
+    assert result.stderr == f"sluice pipeline: {tmp_path / 'missing'}: no such file or directory\n"
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_a_file_that_is_not_usage_records_is_one_line_and_spark_keeps_its_noise_in_its_log(tmp_path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}\n')
+    result = sluice("pipeline", "report", "--input", str(other), "--out", str(tmp_path / "o"), "--quiet")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"sluice pipeline: file://{other}: line '{{\"hello\": 1}}'...: not a usage record: "
+        "schema is not 'sluice.usage'"
+    ]
+    # Java's warnings and the executor's stack trace went to the log instead.
+    assert "WARN" in (tmp_path / "o" / "spark.log").read_text()
+
+
 @pytest.mark.slow
 def test_synth_to_the_topic_then_every_job_from_kafka(tmp_path) -> None:
     made = sluice(

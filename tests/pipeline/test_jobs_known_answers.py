@@ -14,7 +14,7 @@ from sluice.config.quota_section import parse_quota_section
 from sluice.pipeline.inputs import read_usage, write_usage_parquet
 from sluice.pipeline.jobs.forecast import ForecastOptions, run_forecast, t_quantile
 from sluice.pipeline.jobs.propose import ProposeOptions, round_up, run_propose
-from sluice.pipeline.jobs.report import run_report
+from sluice.pipeline.jobs.report import chart_resolution, run_report
 from sluice.pipeline.jobs.synth import SynthSpec, synth_usage
 
 SPEC = SynthSpec(entities=6, duration_s=2 * 86_400, interval_s=60, jitter_pct=0, growth_pct_per_day=0)
@@ -82,10 +82,33 @@ def test_report_daily_profile_heatmap_and_cluster_peak(reported) -> None:
     assert float(profile[12]["produce_mean"]) == pytest.approx(busy)
     daily = rows(reported, "report", "cluster_daily")
     assert len(daily) == 2 and float(daily[0]["produce_max"]) == pytest.approx(busy)
+    # Two days of one-minute records: the charts are drawn per minute, and say so.
+    resolution = {r["name"]: r["value"] for r in rows(reported, "report", "chart_resolution")}
+    assert (resolution["unit"], resolution["seconds"]) == ("minute", "60")
     heat = rows(reported, "report", "throttle_heatmap")
     assert {r["client_id"] for r in heat} == {"app-000"}
-    shares = {datetime.datetime.fromisoformat(r["hour"]).hour: float(r["throttled_share"]) for r in heat}
-    assert shares[10] == pytest.approx(1 / 3) and shares[2] == 0
+    by_hour: dict[int, list[float]] = {}
+    for r in heat:
+        by_hour.setdefault(datetime.datetime.fromisoformat(r["time"]).hour, []).append(
+            float(r["throttled_share"])
+        )
+    assert sum(by_hour[10]) / len(by_hour[10]) == pytest.approx(1 / 3) and max(by_hour[2]) == 0
+
+
+@pytest.mark.parametrize(
+    ("span_s", "interval_s", "unit"),
+    [
+        (30, 1, "second"),  # the demo's own records
+        (3600, 1, "second"),
+        (3 * 3600, 1, "minute"),
+        (2 * 86_400, 60, "minute"),
+        (7 * 86_400, 60, "hour"),
+        (4 * 86_400, 600, "hour"),  # ten-minute records are never drawn per minute
+        (365 * 86_400, 60, "day"),
+    ],
+)
+def test_the_charts_resolution_follows_the_span(span_s: float, interval_s: float, unit: str) -> None:
+    assert chart_resolution(span_s, interval_s)[0] == unit
 
 
 def test_propose_percentile_headroom_budget_and_outputs(reported) -> None:

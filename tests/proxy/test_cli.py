@@ -271,3 +271,49 @@ def test_the_readme_has_sluice_commands_and_every_one_parses() -> None:
     for words in commands:
         parser, _module = command_parser(by_name[words[0]])
         parser.parse_args(words[1:])  # a usage error raises SystemExit and fails the test
+
+
+def _without(module: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`sluice ARGV` in a fresh interpreter where `module` cannot be imported (its extra not installed)."""
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; from sluice.proxy.cli import main; "
+        f"sys.exit(main({list(argv)!r}))"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "extra"),
+    [
+        ("confluent_kafka", ["perf-test", "--topic", "t", "--num-records", "1"], "broker"),
+        ("confluent_kafka", ["consume", "--help"], "broker"),
+        ("matplotlib", ["demo"], "demo"),
+        ("pyspark", ["pipeline", "report", "--input", "x", "--out", "y"], "pipeline"),
+    ],
+)
+def test_a_command_without_its_extra_says_what_to_install(module: str, argv: list[str], extra: str) -> None:
+    done = _without(module, *argv)
+    assert done.returncode == 3
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"sluice {argv[0]}: needs the {extra} extra ({module} not installed): "
+        f"pip install 'sluice-kafka[{extra}]' (in a clone: pip install '.[{extra}]')\n"
+    )
+
+
+def _readme_line(starting: str) -> str:
+    (line,) = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith(starting)]
+    return line
+
+
+@pytest.mark.parametrize(
+    ("loop", "variable", "log"),
+    [("until curl", "SLUICE", "out/sluice.log"), ("until [ -s out/mock.ready ]", "MOCK", "out/mock.log")],
+)
+def test_the_quickstarts_waits_end_when_their_process_has_exited(
+    tmp_path: Path, loop: str, variable: str, log: str
+) -> None:
+    # The process failed at once (a port taken, a bad file): the README's own line must stop waiting.
+    script = f"cd {tmp_path}; mkdir -p out; false & {variable}=$!; wait ${variable}; {_readme_line(loop)}"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert log in done.stdout

@@ -15,8 +15,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from sluice.proxy.tools import demo, demo_clients
+from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 RUN_S = 15
 WARM_UP_S = 6
@@ -92,6 +94,8 @@ def test_demo_holds_the_quota_clients_and_leaves_the_others_alone(tmp_path, caps
     assert re.search(r"^\s+Produce\s+[\d,]+", output, re.M) and re.search(r"^\s+Fetch\s+[\d,]+", output, re.M)
     assert chart.read_bytes().startswith(PNG_SIGNATURE)
     assert f"Chart of the per-second rates: {chart}" in output
+    # The test broker's own lines went to a file beside the chart, not to the terminal.
+    assert "Mock cluster enabled" in (chart.parent / "demo-broker.log").read_text()
 
 
 def test_record_values_are_distinct_per_client_and_index() -> None:
@@ -119,3 +123,21 @@ def test_too_short_a_run_is_refused() -> None:
     with pytest.raises(SystemExit) as exc:
         demo.main(["--seconds", "2"])
     assert exc.value.code == 2
+
+
+@pytest.mark.slow
+def test_the_consumers_topic_holds_every_record_written_spread_evenly() -> None:
+    # The demo's size: 56 s of the reader's 150 kB/s quota, 840 records of 10 kB, 8.4 MB over 6 partitions.
+    # All in one partition it would pass the test broker's ~5 MB per partition, which drops the oldest: the
+    # reader ran out of records mid-run and its rate fell to zero.
+    topic, partitions, records = "history", 6, 840
+    with MockCluster(brokers=3, topics={topic: partitions}) as cluster:
+        filled = demo_clients.fill_topic(cluster.bootstrap, topic, records * demo_clients.RECORD_SIZE)
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "test-fill"})
+        try:
+            watermarks = consumer.get_watermark_offsets
+            offsets = [watermarks(TopicPartition(topic, p), timeout=10) for p in range(partitions)]
+        finally:
+            consumer.close()
+    assert filled == records
+    assert offsets == [(0, records // partitions)] * partitions

@@ -8,13 +8,14 @@ import os
 import signal
 import statistics
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 import yaml
 from kafka.protocol.metadata import ApiVersionsRequest
-from kafka_configs import KafkaConfigs
 from rawclient import RawClient
 from throttle_harness import FlatOutProducer, TrafficSampler, metric_value
 
@@ -42,10 +43,16 @@ def producer(proxy: ProxyProcess, client_id: str, topic: str = TOPIC) -> FlatOut
     return FlatOutProducer(proxy.bootstrap, topic, client_id, **{"queue.buffering.max.kbytes": 512})
 
 
-def configs(proxy: ProxyProcess, *args: str) -> list[str]:
-    outcome = KafkaConfigs("127.0.0.1", proxy.port).run("--bootstrap-server", proxy.bootstrap, *args)
-    assert outcome.exit_code == 0, outcome.stderr
-    return outcome.stdout
+def sluice_quotas(proxy: ProxyProcess, action: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`sluice quotas ACTION ...` against the proxy, as an operator runs it (its own process)."""
+    command = [sys.executable, "-m", "sluice.proxy", "quotas", action, "--bootstrap-server", proxy.bootstrap]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=60)
+
+
+def configs(proxy: ProxyProcess, action: str, *args: str) -> list[str]:
+    done = sluice_quotas(proxy, action, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
 
 
 def rate_between(sampler: TrafficSampler, start: float, end: float) -> float:
@@ -71,7 +78,7 @@ def test_a_producer_follows_an_alter_within_a_second_and_a_removal(cluster) -> N
             # A quota appears: after the bucket's initial burst (11 s x quota) the producer runs at it.
             configs(
                 proxy,
-                "--alter",
+                "alter",
                 "--add-config",
                 f"producer_byte_rate={QUOTA}",
                 "--entity-type",
@@ -84,7 +91,7 @@ def test_a_producer_follows_an_alter_within_a_second_and_a_removal(cluster) -> N
             for new in (QUOTA // 4, QUOTA * 2):
                 configs(
                     proxy,
-                    "--alter",
+                    "alter",
                     "--add-config",
                     f"producer_byte_rate={new}",
                     "--entity-type",
@@ -99,7 +106,7 @@ def test_a_producer_follows_an_alter_within_a_second_and_a_removal(cluster) -> N
                 assert near(rate, new), f"{rate:,.0f} B/s one second after the quota became {new:,}"
             configs(
                 proxy,
-                "--alter",
+                "alter",
                 "--delete-config",
                 "producer_byte_rate",
                 "--entity-type",
@@ -119,7 +126,7 @@ def test_a_producer_follows_an_alter_within_a_second_and_a_removal(cluster) -> N
             sampler.stop()
             pump.stop()
         assert pump.errors == []
-        assert dropped == []  # only kafka-configs' own connections came and went
+        assert dropped == []  # only `sluice quotas`' own connections came and went
 
 
 def _write_config(proxy: ProxyProcess, quota: dict) -> None:
@@ -214,22 +221,22 @@ def _api_versions_answered(port: int, timeout_s: float) -> tuple[bool, float]:
 
 
 def _configs_when_admitted(proxy: ProxyProcess, *args: str) -> list[str]:
-    """kafka-configs.sh, retried while its own connection is held back by the connection rate."""
+    """`sluice quotas`, tried again while its own connection is closed by the connection rate (exit 1:
+    the cluster could not be reached)."""
     deadline = time.monotonic() + 10
     while True:
-        try:
-            return configs(proxy, *args)
-        except (ConnectionError, OSError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+        done = sluice_quotas(proxy, *args)
+        if done.returncode != 1 or time.monotonic() > deadline:
+            assert done.returncode == 0, done.stderr
+            return done.stdout.splitlines()
+        time.sleep(0.1)  # the connection rate's next slot, not an event this test could wait on
 
 
 def test_connection_creation_rate_holds_then_closes_new_connections_per_address(cluster) -> None:
     with quota_proxy(cluster, "live-ip-store") as proxy:
         configs(
             proxy,
-            "--alter",
+            "alter",
             "--add-config",
             "connection_creation_rate=5",
             "--entity-type",
@@ -254,7 +261,7 @@ def test_connection_creation_rate_holds_then_closes_new_connections_per_address(
         # Other addresses are not limited by it; removing it serves every connection again.
         _configs_when_admitted(
             proxy,
-            "--alter",
+            "alter",
             "--delete-config",
             "connection_creation_rate",
             "--entity-type",

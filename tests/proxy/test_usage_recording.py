@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceRequest
 
 from sluice.protocol.codec_quirks import encode_body
@@ -65,3 +66,50 @@ def test_fetch_response_bytes_and_topics() -> None:
     entity, topic = ledger.drain(0, 1000).rows
     assert entity.fetch_bytes == len(body) + 4  # what consumer_byte_rate is charged
     assert (topic.topic, topic.fetch_bytes) == ("orders", 300)
+
+
+def _metadata_answer(version: int, topics: dict[str, uuid.UUID]) -> bytes:
+    answer = MetadataResponse(
+        version=version,
+        throttle_time_ms=0,
+        brokers=[],
+        cluster_id="c",
+        controller_id=1,
+        topics=[
+            MetadataResponse.MetadataResponseTopic(
+                error_code=0, name=name, topic_id=topic_id, is_internal=False, partitions=[]
+            )
+            for name, topic_id in topics.items()
+        ],
+    )
+    # A flexible response header: the correlation id and an empty tagged-field block.
+    return frame(b"\x00\x00\x00\x08\x00" + encode_body(answer, version))
+
+
+def test_a_fetch_by_topic_id_is_recorded_by_the_name_a_metadata_answer_gave() -> None:
+    ledger = UsageLedger("a")
+    recording = UsageRecording(ledger)  # the topic cache knows nothing: only the Metadata answer names it
+    request = frame(encode_request_header(3, 12, 8, "reader"))
+    recording.metadata_response(parse_request_header(request), _metadata_answer(12, {"orders": ORDERS}))
+    part = FetchResponse.FetchableTopicResponse.PartitionData(
+        partition_index=0, error_code=0, high_watermark=5, records=b"\x02" * 300
+    )
+    response = FetchResponse(
+        version=13,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[
+            FetchResponse.FetchableTopicResponse(topic_id=topic_id, partitions=[part])
+            for topic_id in (ORDERS, uuid.UUID(int=9))
+        ],
+    )
+    fetch = frame(encode_request_header(1, 13, 9, "reader"))
+    recording.fetch_response(
+        "bob", parse_request_header(fetch), frame(b"\x00\x00\x00\x09\x00" + encode_body(response, 13))
+    )
+    _, *topics = ledger.drain(0, 1000).rows
+    assert {row.topic: row.fetch_bytes for row in topics} == {
+        "orders": 300,
+        str(uuid.UUID(int=9)): 300,  # never named by an answer: its id
+    }

@@ -1,7 +1,7 @@
 """Smoke test of the installed wheel, run by .ci/run with a fresh venv's Python from outside the checkout.
 
-What a new user gets from `pip install sluice[broker]`: the `sluice` command runs the test broker and the
-proxy in front of it, a real client produces and consumes through the proxy, and nothing but `sluice`
+What a new user gets from `pip install 'sluice-kafka[broker]'`: the `sluice` command runs the test broker
+and the proxy in front of it, a real client produces and consumes through the proxy, and nothing but `sluice`
 sits at the top of site-packages (`import config` fails).
 """
 
@@ -23,7 +23,7 @@ RECORDS = 200
 
 
 def check_top_level() -> None:
-    files = importlib.metadata.files("sluice") or []
+    files = importlib.metadata.files("sluice-kafka") or []
     tops = {
         f.parts[0] for f in files if not f.parts[0].endswith((".dist-info", ".data")) and f.parts[0] != ".."
     }
@@ -75,8 +75,8 @@ def main() -> int:
     check_top_level()
     roundtrip()
     print(
-        f"wheel smoke: sluice {importlib.metadata.version('sluice')} installed alone, {RECORDS} records "
-        "produced and consumed through `sluice run`"
+        f"wheel smoke: sluice {importlib.metadata.version('sluice-kafka')} installed alone, "
+        f"{RECORDS} records produced and consumed through `sluice run`"
     )
     return 0
 
