@@ -1,6 +1,7 @@
 """Many raw connections of one client-id producing through the proxy: each sends one Produce (acks=1) and
 the next as soon as the answer is back (as a producer with one request in flight does). For measuring
-what a quota admits however many connections share it. Requests are built by `protocol/`."""
+what a quota admits however many connections share it, and how evenly among them (`acked`, per
+connection). Requests are built, and answers read, by `protocol/`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from sluice.protocol.client_requests import encode_produce_request
+from sluice.protocol.client_requests import decode_produce, encode_produce_request
 from sluice.protocol.headers import encode_request
 from sluice.protocol.record_batches import Record, encode_record_batch
 
@@ -39,8 +40,11 @@ class ProduceFlood:
         self.port = port
         self.topic = topic
         self.client_id = client_id
-        self.acks: list[tuple[float, int]] = []  # (monotonic time, bytes charged: frame - 4)
-        self.errors: list[int] = []
+        # Answers without error: (monotonic time, bytes charged: frame - 4). Answers with one (a request
+        # that waited past its timeout is answered REQUEST_TIMED_OUT, uncharged) are counted in `errors`.
+        self.acks: list[tuple[float, int]] = []
+        self.errors: dict[int, int] = {}  # error code -> answers
+        self.acked = [0] * connections  # answers without error, per connection
         # One body per partition, built once: encoding a batch (its CRC) per request would make the
         # first round of 2,000 requests take seconds to send.
         batch = encode_record_batch([Record(b"k", b"v" * record_bytes)], now_ms=int(time.time() * 1000))
@@ -54,6 +58,7 @@ class ProduceFlood:
         ]
         for conn in self._conns:
             conn.sock.setblocking(False)
+        self._index = {id(conn): i for i, conn in enumerate(self._conns)}
 
     def _frame(self, conn: _Conn) -> bytes:
         conn.correlation_id += 1
@@ -83,8 +88,14 @@ class ProduceFlood:
                     length = struct.unpack_from(">i", conn.buffer)[0]
                     if len(conn.buffer) < 4 + length:
                         continue
+                    answer = bytes(conn.buffer[8 : 4 + length])  # after the correlation id
                     del conn.buffer[: 4 + length]
-                    self.acks.append((time.monotonic(), sizes[id(conn)]))
+                    error = decode_produce(PRODUCE_VERSION, answer, self.topic, conn.partition).error_code
+                    if error:
+                        self.errors[error] = self.errors.get(error, 0) + 1
+                    else:
+                        self.acks.append((time.monotonic(), sizes[id(conn)]))
+                        self.acked[self._index[id(conn)]] += 1
                     conn.sock.setblocking(True)
                     frame = self._frame(conn)
                     conn.sock.sendall(frame)
