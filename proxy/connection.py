@@ -108,6 +108,7 @@ class ClientSide(asyncio.BufferedProtocol):
         self._last_read = 0.0  # loop time of the last read from the client
         self._closed = False
         self._guard: RequestGuard | None = None
+        self._watched_fd = -1  # the client socket, as the proxy's PeerWatch knows it
         # Set by a bad request frame: close with this reason once the requests before it are answered.
         self._closing_after: str | None = None
         self._grace_timer: asyncio.TimerHandle | None = None
@@ -135,14 +136,17 @@ class ClientSide(asyncio.BufferedProtocol):
                 self._refuse(transport, refused_ms)
                 return
         self._pauses = ReadPauses(transport)
-        # Nothing can be forwarded until the upstream connection exists.
+        # Nothing can be forwarded until the upstream connection exists, and nothing more is read meanwhile.
         self._pauses.add("connecting")
+        self._loop.call_soon(self._pauses.reassert)
         self._gate = gate = ThrottleGate(
             self._loop, transport, self._pauses, self._release_held, self._metrics.count_muted
         )
         filters = self._settings.chain.for_connection(self, gate.mute_for)
         self._pipeline = RequestPipeline(filters, gate, self, self._metrics, self._requests, self._responses)
         self._settings.registry.add(self)
+        if self._settings.peer_watch is not None:  # a hang-up is noticed while reading is paused too
+            self._watched_fd = self._settings.peer_watch.watch(self, transport)
         if self._settings.client_principal is not None and not self._take_certificate_user(transport):
             return
         sasl = self._settings.sasl_required
@@ -491,6 +495,14 @@ class ClientSide(asyncio.BufferedProtocol):
     def in_flight(self) -> int:
         return self._pipeline.in_flight if self._pipeline is not None else 0
 
+    @property
+    def reading_paused(self) -> bool:
+        return self._pauses is not None and self._pauses.paused
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _filter_failed(self, exc: BaseException) -> None:
         _log.error("filter_failed", peer=self.peer, upstream=self.upstream_peer, exc_info=exc)
         self._close_on_error("filter_error", error=repr(exc))
@@ -566,6 +578,8 @@ class ClientSide(asyncio.BufferedProtocol):
             self._grace_timer.cancel()
         if self._guard is not None:
             self._guard.close()
+        if self._watched_fd >= 0 and self._settings.peer_watch is not None:
+            self._settings.peer_watch.forget(self, self._watched_fd)
         # Buffers go back now, not when a reference cycle through this object is collected.
         self._requests.clear()
         self._responses.clear()

@@ -43,6 +43,7 @@ from .listeners import PendingServer, bind_listening_socket, format_address
 from .log import get_logger
 from .metrics import ProxyCollector, ProxyMetrics
 from .metrics_http import MetricsEndpoint
+from .peer_watch import PeerWatch
 from .periodic import Periodic
 from .quota_admin import QuotaAdministration
 from .quota_reload import QuotaReloader
@@ -293,6 +294,7 @@ class SluiceServer:
         except OSError:
             self._remove_signal_handlers()
             raise
+        self.settings.peer_watch = PeerWatch.create(asyncio.get_running_loop())
         await self._serve(BOOTSTRAP, sock, self._bootstrap_candidates)
         _log.info("listener_opened", node_id=None, host=cfg.listen.host, port=self.listen_ports[BOOTSTRAP])
         try:
@@ -362,6 +364,9 @@ class SluiceServer:
         except TimeoutError:
             for conn in self.registry:
                 conn.close("shutdown_timeout", in_flight=conn.in_flight)
+        if self.settings.peer_watch is not None:
+            self.settings.peer_watch.close()
+            self.settings.peer_watch = None
         # After the drain: a service (the usage publisher) may still record what the last requests did.
         await self.services.stop()
         self._remove_signal_handlers()

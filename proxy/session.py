@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from .filters.chain import FilterChain
     from .metrics import ProxyMetrics
+    from .peer_watch import PeerWatch
     from .request_memory import RequestMemory
     from .tls import UpstreamTlsTarget
 
@@ -71,6 +72,7 @@ class SessionSettings:
         "idle_timeout_s",
         "max_frame_bytes",
         "metrics",
+        "peer_watch",
         "read_buffer",
         "registry",
         "request_memory",
@@ -116,3 +118,5 @@ class SessionSettings:
         # Asked with a new connection's peer address: 0 to serve it, else the ms to hold it unserved before
         # closing it (KIP-612's connection_creation_rate).
         self.admission = admission
+        # Notices clients that hang up while their connection does not read them (set when serving).
+        self.peer_watch: PeerWatch | None = None

@@ -392,7 +392,7 @@ class ClientQuotasFactory(FilterFactory):
         if self.mute_scope is MuteScope.CONNECTION:
             return None
         if self._gates is None:
-            self._gates = EntityGates()
+            self._gates = self.stats.gates = EntityGates()
         return self._gates
 
     def needs_cpu_time(self) -> bool:

@@ -66,7 +66,7 @@ class _Gate:
 class EntityGates:
     """The gates of every throttled entity (keyed by quota key and metric tags), shared by connections."""
 
-    __slots__ = ("_arrivals", "_gates", "_loop", "_now_ms")
+    __slots__ = ("_arrivals", "_gates", "_loop", "_now_ms", "waiting")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop | None = None, now_ms: Callable[[], int] | None = None
@@ -76,6 +76,8 @@ class EntityGates:
         self._now_ms = now_ms
         self._gates: dict[Hashable, _Gate] = {}
         self._arrivals = count()
+        # Requests waiting for their turn now, at every gate (a metric: nothing waits unseen).
+        self.waiting = 0
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -103,11 +105,16 @@ class EntityGates:
         loop = self._event_loop()
         turn: asyncio.Future[object] = loop.create_future()
         heapq.heappush(waiters, (now_ms if rank is None else rank, next(self._arrivals), turn))
+        self.waiting += 1
+        turn.add_done_callback(self._left)
         if deadline_ms is not None:
             expiry = loop.call_later(max(0, deadline_ms - now_ms) / 1000, _time_out, turn)
             turn.add_done_callback(lambda _turn: expiry.cancel())
         self._schedule(key, gate, now_ms)
         return turn
+
+    def _left(self, _turn: asyncio.Future[object]) -> None:
+        self.waiting -= 1  # let in, timed out, or its connection closed
 
     def shut_for_ms(self, key: Hashable, now_ms: int) -> int:
         """How long the gate of `key` stays shut from now (0 when open)."""
