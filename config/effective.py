@@ -39,6 +39,7 @@ def effective_config(config: ProxyConfig, reveal: bool = False) -> dict[str, Any
         "broker_ports": dict(config.broker_ports),
         "upstream": {"bootstrap": [str(server) for server in config.upstream_bootstrap]},
         "listen_backlog": config.listen_backlog,
+        "reserved_open_files": config.reserved_open_files,
         "max_frame_bytes": config.max_frame_bytes,
         "max_buffered_request_bytes": config.max_buffered_request_bytes,
         "idle_timeout_s": config.idle_timeout_s,

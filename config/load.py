@@ -15,9 +15,11 @@ from sluice.config.model import (
     DEFAULT_LISTEN_BACKLOG,
     DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_RESERVED_OPEN_FILES,
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     MAX_LISTEN_BACKLOG,
     MAX_PORT,
+    MAX_RESERVED_OPEN_FILES,
     HostPort,
     LogConfig,
     ProxyConfig,
@@ -47,6 +49,7 @@ TOP_LEVEL_KEYS = (
     "upstream",
     "max_frame_bytes",
     "listen_backlog",
+    "reserved_open_files",
     "max_buffered_request_bytes",
     "idle_timeout_s",
     "shutdown_timeout_s",
@@ -120,6 +123,12 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     listen_backlog = _optional(
         tree, "listen_backlog", DEFAULT_LISTEN_BACKLOG, partial(parse_int, low=1, high=MAX_LISTEN_BACKLOG)
     )
+    reserved_open_files = _optional(
+        tree,
+        "reserved_open_files",
+        DEFAULT_RESERVED_OPEN_FILES,
+        partial(parse_int, low=0, high=MAX_RESERVED_OPEN_FILES),
+    )
     # Default: 256 MiB, or one whole frame when max_frame_bytes is larger.
     max_buffered = _optional(
         tree,
@@ -155,6 +164,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         broker_ports=broker_ports,
         max_frame_bytes=max_frame_bytes,
         listen_backlog=listen_backlog,
+        reserved_open_files=reserved_open_files,
         max_buffered_request_bytes=max_buffered,
         idle_timeout_s=idle_timeout_s,
         shutdown_timeout_s=shutdown_timeout_s,

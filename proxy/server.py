@@ -26,6 +26,7 @@ from sluice.config.model import ProxyConfig
 from sluice.config.quota_settings import AdminMode
 from sluice.config.quota_state import QuotaState
 
+from .accepting import Accepting, Listener
 from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
 from .discovery import BrokerDiscovery
@@ -68,6 +69,8 @@ class SluiceServer:
         self.metrics = ProxyMetrics()
         self.request_memory = self.metrics.request_memory = RequestMemory(config.max_buffered_request_bytes)
         self.registry = ConnectionRegistry(self.metrics)
+        # Every listener, paused while file descriptors run short (reserved_open_files).
+        self.accepting = Accepting(config.reserved_open_files, lambda: len(self.registry))
         failures = ListenerFailures(self.metrics, lambda: self.directory, self._fail)
         self.directory = BrokerDirectory(
             config.advertised_host,
@@ -127,7 +130,7 @@ class SluiceServer:
             sasl_required=config.sasl if config.sasl.required else None,
             admission=self._admit,
         )
-        self._servers: dict[str, asyncio.AbstractServer] = {}
+        self._servers: dict[str, Listener | PendingServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._remove_signal_handlers: Callable[[], None] = lambda: None
@@ -143,6 +146,7 @@ class SluiceServer:
         if metrics_listen is not None:
             collectors = [
                 ProxyCollector(self.metrics),
+                self.accepting.collector(),
                 QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates),
             ]
             if self.usage is not None:
@@ -233,14 +237,11 @@ class SluiceServer:
         return [address] if address is not None else []
 
     async def _serve(self, name: str, sock: socket.socket, candidates) -> None:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: ClientSide(self.settings, name, candidates),
-            sock=sock,
-            ssl=self._listener_ssl,
-            backlog=self.config.listen_backlog,  # create_server would otherwise listen(100) again
-        )
-        self._servers[name] = server
+        def connection() -> ClientSide:
+            return ClientSide(self.settings, name, candidates)
+
+        # Accepted here, not by loop.create_server: listeners must pause while descriptors run short.
+        self._servers[name] = self.accepting.listen(sock, connection, self._listener_ssl)
 
     def _open_broker_listener(self, node_id: int) -> int:
         """Open node `node_id`'s listener and return its port, or raise ListenerUnavailable."""
@@ -306,6 +307,7 @@ class SluiceServer:
                 conn.close("start_failed")
             self._remove_signal_handlers()
             raise
+        self.accepting.count_own()  # the services' own descriptors are open now
         if cfg.metrics_listen is not None:
             _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)
         if cfg.quota.admin is AdminMode.PROXY and cfg.quota.admin_principals.open:
@@ -377,6 +379,7 @@ class SluiceServer:
             task.cancel()
         for server in self._servers.values():
             server.close()
+        self.accepting.close()
 
 
 def _loop_ms() -> int:

@@ -21,6 +21,8 @@ from ..services import ServiceStartError
 from ..workers import check_workers, run_workers
 
 EXIT_CONFIG_ERROR = 2
+# Below this many descriptors beyond reserved_open_files, too few clients could be served to be useful.
+MIN_OPEN_FILES_FOR_CLIENTS = 64
 
 EPILOG = f"""\
 Quotas come from the configuration file's `quota:` section; no flag sets them. Every key, with its
@@ -163,8 +165,22 @@ def run_command(args: argparse.Namespace) -> int:
         get_logger().warning(
             "upstream_unresolved", key=key, detail="does not resolve now; tried again on every connection"
         )
+    was, open_files = raise_open_file_limit()
+    if open_files <= config.reserved_open_files + MIN_OPEN_FILES_FOR_CLIENTS:
+        error = ConfigError(
+            "reserved_open_files",
+            config.reserved_open_files,
+            f"fewer than the open-file limit {open_files} less {MIN_OPEN_FILES_FOR_CLIENTS} "
+            "(the hard limit: raise it, or reserve fewer)",
+        )
+        print(f"sluice: {error}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     get_logger().info(
-        "process_limits", open_files=raise_open_file_limit(), mmap_large_buffers=return_large_buffers_to_os()
+        "process_limits",
+        open_files=open_files,
+        open_files_raised_from=was if was != open_files else None,
+        reserved_open_files=config.reserved_open_files,
+        mmap_large_buffers=return_large_buffers_to_os(),
     )
     if workers > 1:
         return run_workers(

@@ -96,3 +96,10 @@ def test_an_absurd_idle_timeout_exits_2(tmp_path: Path, value: float) -> None:
 def test_ports_beyond_65535_exit_2(tmp_path: Path, extra: dict, key: str) -> None:
     port = free_port_block(4)
     assert_refused(run_sluice(tmp_path, base_config(port, **extra)), key)
+
+
+def test_a_reserve_of_open_files_the_limit_cannot_hold_exits_2(tmp_path: Path) -> None:
+    port = free_port_block(4)
+    result = run_sluice(tmp_path, base_config(port, reserved_open_files=1_000_000))
+    assert_refused(result, "reserved_open_files")
+    assert "open-file limit" in result.stderr
