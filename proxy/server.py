@@ -42,6 +42,7 @@ from .kafka_client import KafkaClient
 from .listener_failures import EntityOverflowLog, ListenerFailures
 from .listeners import PendingServer, bind_listening_socket, format_address
 from .log import get_logger
+from .memory_return import MemoryReturn
 from .metrics import ProxyCollector, ProxyMetrics
 from .metrics_http import MetricsEndpoint
 from .peer_watch import PeerWatch
@@ -161,6 +162,7 @@ class SluiceServer:
             # briefly) then never delays the broker listeners.
             services.append(self.quota_store)
         services.append(SensorSweep(self.quota_state.live))
+        services.append(MemoryReturn(self.registry))
         services.append(Periodic("throttle_episodes", 1.0, self.throttle_stats.sweep_episodes))
         if self.usage is not None:
             services += self.usage.services()

@@ -36,6 +36,8 @@ class ConnectionRegistry:
     def __init__(self, metrics: ProxyMetrics) -> None:
         self._metrics = metrics
         self._live: set[LiveConnection] = set()
+        # The most connections live at once since it was last reset (proxy/memory_return.py does).
+        self.peak = 0
         self._empty = asyncio.Event()
         self._empty.set()
 
@@ -48,6 +50,8 @@ class ConnectionRegistry:
     def add(self, conn: LiveConnection) -> None:
         self._live.add(conn)
         self._empty.clear()
+        if len(self._live) > self.peak:
+            self.peak = len(self._live)
         self._metrics.connections_total += 1
         self._metrics.connections_active = len(self._live)
 
