@@ -37,7 +37,11 @@ def effective_config(config: ProxyConfig, reveal: bool = False) -> dict[str, Any
         "advertised_host": config.advertised_host,
         "broker_port_base": config.broker_port_base,
         "broker_ports": dict(config.broker_ports),
-        "upstream": {"bootstrap": [str(server) for server in config.upstream_bootstrap]},
+        "upstream": {
+            "bootstrap": [str(server) for server in config.upstream_bootstrap],
+            "max_in_flight_bytes_per_broker": config.max_in_flight_bytes_per_broker,
+            "learn_limits": config.learn_broker_limits,
+        },
         "listen_backlog": config.listen_backlog,
         "reserved_open_files": config.reserved_open_files,
         "max_frame_bytes": config.max_frame_bytes,

@@ -29,6 +29,7 @@ from sluice.config.sources import apply_overrides, read_yaml_file
 from sluice.config.usage_section import parse_fleet_section, parse_usage_section
 from sluice.config.values import (
     is_wildcard,
+    parse_bool,
     parse_bootstrap,
     parse_broker_ports,
     parse_choice,
@@ -64,7 +65,7 @@ TOP_LEVEL_KEYS = (
 )
 # Sections whose keys we know here; broker_ports is keyed by node id, quota is checked by quota_section.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "upstream": ("bootstrap",),
+    "upstream": ("bootstrap", "max_in_flight_bytes_per_broker", "learn_limits"),
     "metrics": ("listen",),
     "log": ("level", "format"),
 }
@@ -129,6 +130,13 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         DEFAULT_RESERVED_OPEN_FILES,
         partial(parse_int, low=0, high=MAX_RESERVED_OPEN_FILES),
     )
+    in_flight = _optional(
+        upstream,
+        "upstream.max_in_flight_bytes_per_broker",
+        None,
+        partial(parse_int, low=MIN_FRAME_BYTES, high=2**62),
+    )
+    learn_limits = _optional(upstream, "upstream.learn_limits", True, parse_bool)
     # Default: 256 MiB, or one whole frame when max_frame_bytes is larger.
     max_buffered = _optional(
         tree,
@@ -165,6 +173,8 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         max_frame_bytes=max_frame_bytes,
         listen_backlog=listen_backlog,
         reserved_open_files=reserved_open_files,
+        max_in_flight_bytes_per_broker=in_flight,
+        learn_broker_limits=learn_limits,
         max_buffered_request_bytes=max_buffered,
         idle_timeout_s=idle_timeout_s,
         shutdown_timeout_s=shutdown_timeout_s,

@@ -57,6 +57,11 @@ class ProxyConfig:
     listen_backlog: int = DEFAULT_LISTEN_BACKLOG  # accept queue of every listener
     # Open files kept for the process's own work: the listeners pause rather than take them.
     reserved_open_files: int = DEFAULT_RESERVED_OPEN_FILES
+    # upstream.max_in_flight_bytes_per_broker: bytes of requests in flight toward each broker, all
+    # connections together (None: the brokers' queued.max.request.bytes, or 256 MiB).
+    max_in_flight_bytes_per_broker: int | None = None
+    # upstream.learn_limits: ask the brokers for socket.request.max.bytes and queued.max.request.bytes.
+    learn_broker_limits: bool = True
     # All connections together may hold this many bytes of requests still arriving (Kafka's
     # queued.max.request.bytes): a connection whose next frame does not fit stops being read.
     max_buffered_request_bytes: int = DEFAULT_MAX_BUFFERED_REQUEST_BYTES

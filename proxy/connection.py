@@ -95,7 +95,7 @@ class ClientSide(asyncio.BufferedProtocol):
         self._pauses: ReadPauses | None = None
         self._gate: ThrottleGate | None = None
         self._pipeline: RequestPipeline | None = None
-        self._requests = FrameSplitter(settings.max_frame_bytes)
+        self._requests = FrameSplitter(settings.max_request_bytes)
         # A large request's start, which a read ends with, goes upstream as a view of the read buffer (the
         # next read then takes a fresh one) instead of a copy: see data_received's `settle`.
         self._requests.defer_copies = True
@@ -149,14 +149,17 @@ class ClientSide(asyncio.BufferedProtocol):
             self._watched_fd = self._settings.peer_watch.watch(self, transport)
         if self._settings.client_principal is not None and not self._take_certificate_user(transport):
             return
-        sasl = self._settings.sasl_required
+        settings = self._settings
+        limits = settings.unproven_limits
         self._guard = RequestGuard(
             self._loop,
             self._requests,
             self._pauses,
-            self._settings.request_memory,
-            sasl if sasl is not None and self.user == ANONYMOUS else None,
+            settings.request_memory,
+            limits if self.user == ANONYMOUS else None,  # a client certificate proves it at once
             self._slow_unauthenticated_frame,
+            proven_by_sasl=settings.sasl_required is not None,
+            limit_name=settings.max_request_limit_name,
         )
         self._last_activity = self._loop.time()
         self._arm_idle_timer(self._settings.idle_timeout_s)
@@ -421,6 +424,9 @@ class ClientSide(asyncio.BufferedProtocol):
             return
         self._upstream = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        loads = self._settings.broker_loads
+        if loads is not None and self._pipeline is not None:  # counted toward the broker it reached
+            self._pipeline.load = loads.share(_format_peer(transport.get_extra_info("peername")))
         self._upstream_pauses = ReadPauses(transport)
         assert self._pipeline is not None and self._pauses is not None
         self._run(self._pipeline.upstream_ready)
@@ -432,7 +438,11 @@ class ClientSide(asyncio.BufferedProtocol):
         pipeline = self._pipeline
         assert pipeline is not None
         try:
-            pipeline.broker_frames(self._responses.feed(data))
+            frames = self._responses.feed(data)
+            guard = self._guard
+            if frames and guard is not None and guard.awaiting_answer:
+                guard.broker_answered()  # it speaks Kafka: the limits before proof end
+            pipeline.broker_frames(frames)
         except ProtocolError as exc:
             self._protocol_error("upstream", exc)
         except Exception as exc:  # a filter bug must cost one connection, never the process
@@ -509,11 +519,13 @@ class ClientSide(asyncio.BufferedProtocol):
 
     def _bad_request_frame(self, exc: ProtocolError) -> None:
         """Log a bad request frame now; close once the requests read before it have been answered."""
-        reason = exc.reason
-        if reason == "frame_too_large" and self._guard is not None and not self._guard.authenticated:
-            reason = "unauthenticated_frame_too_large"  # Kafka's sasl.server.max.receive.size
+        reason, detail, limit = exc.reason, exc.detail, {}
+        if reason == "frame_too_large" and self._guard is not None and isinstance(exc, BadFramePrefix):
+            reason, size, name = self._guard.refusal(exc)  # which limit it broke, named
+            limit = {"limit": size, "limit_name": name}
+            detail = f"a frame of {exc.length} bytes, over {name} ({size})"
         self._metrics.count_protocol_error(reason)
-        _log.warning("protocol_error", side="client", peer=self.peer, reason=reason, detail=exc.detail)
+        _log.warning("protocol_error", side="client", peer=self.peer, reason=reason, detail=detail, **limit)
         if self._closing_after is not None or self._closed:
             return
         self._closing_after = reason

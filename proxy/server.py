@@ -27,6 +27,8 @@ from sluice.config.quota_settings import AdminMode
 from sluice.config.quota_state import QuotaState
 
 from .accepting import Accepting, Listener
+from .broker_limits import BrokerLimits
+from .broker_load import BrokerLoads
 from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
 from .discovery import BrokerDiscovery
@@ -130,7 +132,10 @@ class SluiceServer:
             request_memory=self.request_memory,
             sasl_required=config.sasl if config.sasl.required else None,
             admission=self._admit,
+            unproven_limits=config.sasl,
+            broker_loads=BrokerLoads(config.max_in_flight_bytes_per_broker),
         )
+        self.metrics.broker_loads = self.settings.broker_loads
         self._servers: dict[str, Listener | PendingServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
@@ -157,6 +162,15 @@ class SluiceServer:
             self.kafka_client, self.directory, on_startup_failure=self._startup_listeners_failed
         )
         services += [self.kafka_client, discovery]
+        if self.config.learn_broker_limits:
+            services.append(
+                BrokerLimits(
+                    self.kafka_client,
+                    self.directory.known_nodes,
+                    self._cluster_request_max,
+                    self._cluster_queued_max,
+                )
+            )
         if self.quota_store is not None:
             # After discovery, whose start returns at once: the store's first read (start-up waits for it,
             # briefly) then never delays the broker listeners.
@@ -205,6 +219,17 @@ class SluiceServer:
             # After the quota filters: it counts what was forwarded and what the client got.
             *(self.usage.filters() if self.usage is not None else ()),
         ]
+
+    def _cluster_request_max(self, size: int) -> None:
+        """The brokers read requests up to `size` (socket.request.max.bytes): a larger one is refused."""
+        if size < self.config.max_frame_bytes:
+            self.settings.max_request_bytes = size
+            self.settings.max_request_limit_name = "the brokers' socket.request.max.bytes"
+
+    def _cluster_queued_max(self, size: int) -> None:
+        """The brokers bound what they queue (queued.max.request.bytes): so does the load toward each."""
+        if self.settings.broker_loads is not None:
+            self.settings.broker_loads.learned(size)
 
     async def _write_quota_store(self, records) -> int:
         assert self.quota_store is not None
