@@ -38,6 +38,7 @@ def test_a_fall_from_the_peak_collects_and_trims_twice_then_waits_for_the_next_f
     assert trims == [2_900, 2_800]
     assert registry.peak == 2_800  # the next spike is measured from here
 
+
 def test_a_small_fall_is_left_alone_even_if_it_is_a_quarter() -> None:
     registry = Registry()
     trims: list[int] = []
