@@ -104,6 +104,26 @@ class LoadShare:
         """Whether `take(size)` would succeed now (without taking)."""
         return self._grant >= size or self._load.fits(size)
 
+    @property
+    def waiting(self) -> bool:
+        return self._turn is not None
+
+    def room_for(self, size: int) -> bool:
+        """A counted request's length was read, before the rest of it: reserve its room now (kept for it
+        until `take`), so that it is read only once its broker can have it. False: `wait` for it."""
+        grant = self._grant
+        if grant >= size:
+            return True
+        load = self._load
+        if grant:  # a reservation left by a request that was not forwarded after all
+            self._grant = 0
+            load.release(grant)
+        if not load.fits(size):
+            return False
+        load.used += size
+        self._grant = size
+        return True
+
     def give(self, size: int) -> None:
         """A counted request was answered (or, acks=0, forwarded whole)."""
         self._load.release(size)

@@ -426,7 +426,10 @@ class ClientSide(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         loads = self._settings.broker_loads
         if loads is not None and self._pipeline is not None:  # counted toward the broker it reached
-            self._pipeline.load = loads.share(_format_peer(transport.get_extra_info("peername")))
+            share = loads.share(_format_peer(transport.get_extra_info("peername")))
+            self._pipeline.load = share
+            if self._guard is not None:
+                self._guard.load = share
         self._upstream_pauses = ReadPauses(transport)
         assert self._pipeline is not None and self._pauses is not None
         self._run(self._pipeline.upstream_ready)

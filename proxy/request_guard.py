@@ -12,6 +12,9 @@
   each sending the start of a 95 MiB request, never having asked anything, took two brokers down.
 * Always: a frame over the cluster's limit (`max_frame_bytes`, or the brokers' smaller
   `socket.request.max.bytes`: proxy/broker_limits.py) is refused when its length is read.
+* A request that counts toward its broker's load (proxy/broker_load.py) is read only once the broker has
+  room for it (reserved when its length is read): until then the connection is not read (`broker`), so
+  the proxy does not hold requests the brokers cannot take either.
 
 The connection calls `after_feed()` after every read; when nothing is buffered that costs two attribute
 reads and a comparison.
@@ -23,10 +26,13 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from .broker_load import COUNTED_MIN_BYTES
+
 if TYPE_CHECKING:
     from sluice.config.identity_settings import SaslSettings
     from sluice.protocol.frames import BadFramePrefix, FrameSplitter
 
+    from .broker_load import LoadShare
     from .flow import ReadPauses
     from .request_memory import RequestMemory
 
@@ -41,6 +47,7 @@ class Refusal(NamedTuple):
 
 class RequestGuard:
     __slots__ = (
+        "_broker_turn",
         "_limit_name",
         "_loop",
         "_max_frame_bytes",
@@ -55,6 +62,7 @@ class RequestGuard:
         "_waiting",
         "_wanted",
         "awaiting_answer",
+        "load",
         "proven",
     )
 
@@ -85,6 +93,10 @@ class RequestGuard:
         self._slow_timer: asyncio.TimerHandle | None = None
         self._max_frame_bytes = splitter.max_frame_bytes
         self._limit_name = limit_name
+        # Its share of its broker's load, once connected (proxy/broker_load.py): a counted request is read
+        # only once its broker has room for it; until then this connection is not read (`broker`).
+        self.load: LoadShare | None = None
+        self._broker_turn: asyncio.Future[None] | None = None
         self.proven = unproven is None
         self.awaiting_answer = not self.proven and not proven_by_sasl
         self._timeout_s = 0.0
@@ -97,6 +109,8 @@ class RequestGuard:
     def after_feed(self) -> None:
         splitter = self._splitter
         need = splitter.pending_frame_bytes
+        if need >= COUNTED_MIN_BYTES and self.load is not None and not self._room(need):
+            return  # not read until its broker has room for it; its memory is reserved then
         if need != self._reserved or self._waiting:
             self._account(need)
         if not self.proven:
@@ -120,6 +134,24 @@ class RequestGuard:
         if not self.proven and exc.length <= self._max_frame_bytes:
             return Refusal("unauthenticated_frame_too_large", self._unproven_max, "sasl.max_receive_bytes")
         return Refusal(exc.reason, self._max_frame_bytes, self._limit_name)
+
+    def _room(self, need: int) -> bool:
+        """Whether the frame being read has room at its broker (reserved for it); else wait for it."""
+        load = self.load
+        assert load is not None
+        if self._broker_turn is not None or load.waiting:
+            return False  # already waiting (this frame, or a request before it: reading is paused)
+        if load.room_for(need):
+            return True
+        self._pauses.add("broker")
+        self._broker_turn = turn = load.wait(need)
+        turn.add_done_callback(self._room_granted)
+        return False
+
+    def _room_granted(self, turn: asyncio.Future[None]) -> None:
+        self._broker_turn = None
+        if not turn.cancelled():
+            self._pauses.discard("broker")
 
     def close(self) -> None:
         """The connection closed: give its reservation back and stop waiting."""

@@ -8,11 +8,13 @@
 * the cluster's own limit (the brokers' socket.request.max.bytes, learned with DescribeConfigs) refuses a
   larger frame the same way, naming it;
 * the bytes in flight toward one broker, all connections together, stay under
-  upstream.max_in_flight_bytes_per_broker: further requests wait until answers come back.
+  upstream.max_in_flight_bytes_per_broker: further requests wait until answers come back, in their
+  clients' sockets (not read into the proxy meanwhile).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -159,3 +161,40 @@ def test_the_bytes_in_flight_toward_a_broker_stay_under_its_limit() -> None:
             assert decode_produce(PRODUCE_VERSION, answer[4:], TOPIC, 0).error_code in (0, 10)
         assert metric(proxy, "sluice_broker_in_flight_bytes") == 0
         assert metric(proxy, "sluice_broker_load_waits_total") == 3
+
+
+def test_a_request_without_room_at_its_broker_is_not_read_meanwhile() -> None:
+    # Waiting requests are left in their clients' sockets, not read into the proxy: else the proxy would
+    # hold what the brokers cannot take (32 MiB each here; the proxy's own request memory counts a request
+    # only until it is whole).
+    with (
+        MockCluster(brokers=1, topics={TOPIC: 1}) as cluster,
+        ProxyProcess(
+            cluster.bootstrap,
+            extra_config={
+                "upstream": {"bootstrap": [cluster.bootstrap], "max_in_flight_bytes_per_broker": 40 * MIB}
+            },
+        ) as proxy,
+    ):
+        clients = [answered_client(proxy.port) for _ in range(3)]
+        batch = encode_record_batch([Record(b"k", b"v" * (32 * MIB))], now_ms=int(time.time() * 1000))
+        body = encode_produce_request(PRODUCE_VERSION, TOPIC, 0, batch, acks=1, timeout_ms=30_000)
+        os.kill(cluster.pid, signal.SIGSTOP)
+        try:
+            sent_whole = 0
+            for client in clients:
+                client.sock.settimeout(1)
+                with contextlib.suppress(TimeoutError):  # what the sockets on the way do not take waits
+                    client.sock.sendall(client.encode_body(PRODUCE, PRODUCE_VERSION, body))
+                    sent_whole += 1
+            # The first goes on toward the stopped broker, as far as the sockets on the way take it; the
+            # other two are not read at all: no client got its 32 MiB out.
+            assert sent_whole == 0
+            deadline = time.monotonic() + 10
+            while metric(proxy, "sluice_connections_waiting_for_broker") != 2:
+                assert time.monotonic() < deadline, proxy.metrics_text()
+                time.sleep(0.05)
+            assert metric(proxy, "sluice_broker_in_flight_bytes") <= 40 * MIB
+            assert metric(proxy, "sluice_buffered_request_bytes") == 0  # the two waiting are not being read
+        finally:
+            os.kill(cluster.pid, signal.SIGCONT)
