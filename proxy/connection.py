@@ -560,7 +560,10 @@ class ClientSide(asyncio.BufferedProtocol):
             side="client",
             peer=self.peer,
             reason="slow_unauthenticated_frame",
-            detail=f"{buffered} bytes of a frame still incomplete after {waited_s:g} s before authentication",
+            detail=f"{buffered} bytes of a frame still incomplete after {waited_s:g} s, before this "
+            "connection proved itself",
+            limit=waited_s,
+            limit_name="sasl.unauthenticated_frame_timeout_s",
         )
         self.close("protocol_error", side="client", reason="slow_unauthenticated_frame")
 
