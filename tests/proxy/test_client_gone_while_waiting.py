@@ -9,6 +9,7 @@ proxy's `connection_closed` event with cause `client_closed`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -90,22 +91,27 @@ def test_a_client_gone_while_its_connection_waits_for_memory(cluster: MockCluste
         wait_for_metric(proxy, "sluice_buffered_request_bytes", 0)
 
 
-def test_a_client_gone_while_its_connection_waits_for_the_upstream_connect() -> None:
-    # A listener whose accept queue is full: the kernel drops further SYNs, so connects hang (a broker
-    # too busy to accept). The proxy would give up on it after its 10 s connect timeout.
+@contextlib.contextmanager
+def proxy_of_an_upstream_that_does_not_accept() -> Iterator[ProxyProcess]:
+    """A proxy whose upstream is a listener with a full accept queue: the kernel drops further SYNs, so
+    connects hang (a broker too busy to accept), until the proxy's 10 s connect timeout."""
     stuck = socket.socket()
     stuck.bind(("127.0.0.1", 0))
     stuck.listen(0)
     filler = socket.create_connection(stuck.getsockname())
     try:
-        upstream = f"127.0.0.1:{stuck.getsockname()[1]}"
-        with ProxyProcess(upstream, wait_for_brokers=False) as proxy:
-            client = socket.create_connection(("127.0.0.1", proxy.port))
-            proxy.wait_for_event("connection_opened", peer=peer_of(client))
-            close_and_expect_it_noticed(proxy, client)
+        with ProxyProcess(f"127.0.0.1:{stuck.getsockname()[1]}", wait_for_brokers=False) as proxy:
+            yield proxy
     finally:
         filler.close()
         stuck.close()
+
+
+def test_a_client_gone_while_its_connection_waits_for_the_upstream_connect() -> None:
+    with proxy_of_an_upstream_that_does_not_accept() as proxy:
+        client = socket.create_connection(("127.0.0.1", proxy.port))
+        proxy.wait_for_event("connection_opened", peer=peer_of(client))
+        close_and_expect_it_noticed(proxy, client)
 
 
 def test_a_client_gone_while_its_broker_stopped_reading() -> None:
@@ -154,20 +160,12 @@ def test_a_client_is_not_read_while_its_upstream_connects() -> None:
     # The connection pauses reading until its upstream is connected. uvloop ignored that pause (made as
     # the connection opened) and read on: a client whose broker was slow to accept could pour requests
     # into the proxy's memory for the whole connect timeout.
-    stuck = socket.socket()
-    stuck.bind(("127.0.0.1", 0))
-    stuck.listen(0)
-    filler = socket.create_connection(stuck.getsockname())
-    try:
-        with ProxyProcess(f"127.0.0.1:{stuck.getsockname()[1]}", wait_for_brokers=False) as proxy:
-            client = RawClient("127.0.0.1", proxy.port)
-            request = (MIB - 4).to_bytes(4, "big") + UNKNOWN_API_HEADER + b"\0" * (MIB - 14)
-            client.sock.settimeout(3)
-            with pytest.raises(TimeoutError):  # the socket buffers fill: the proxy reads nothing meanwhile
-                client.sock.sendall(request * 64)
-            # Its close would wait behind the bytes the proxy does not read; a reset does not.
-            client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            close_and_expect_it_noticed(proxy, client.sock)
-    finally:
-        filler.close()
-        stuck.close()
+    with proxy_of_an_upstream_that_does_not_accept() as proxy:
+        client = RawClient("127.0.0.1", proxy.port)
+        request = (MIB - 4).to_bytes(4, "big") + UNKNOWN_API_HEADER + b"\0" * (MIB - 14)
+        client.sock.settimeout(3)
+        with pytest.raises(TimeoutError):  # the socket buffers fill: the proxy reads nothing meanwhile
+            client.sock.sendall(request * 64)
+        # Its close would wait behind the bytes the proxy does not read; a reset does not.
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        close_and_expect_it_noticed(proxy, client.sock)

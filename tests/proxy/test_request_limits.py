@@ -132,30 +132,39 @@ def metric(proxy: ProxyProcess, name: str) -> float:
     return metric_value(proxy.metrics_text(), name)
 
 
+@contextlib.contextmanager
+def bounded_and_stopped(
+    limit: int, clients: int
+) -> Iterator[tuple[ProxyProcess, list[RawClient], MockCluster]]:
+    """A proxy allowing `limit` bytes in flight per broker, `clients` answered connections to it, and its
+    broker stopped (SIGSTOP: it reads and answers nothing) until the block ends, or a SIGCONT."""
+    upstream: dict[str, object] = {"max_in_flight_bytes_per_broker": limit}
+    with MockCluster(brokers=1, topics={TOPIC: 1}) as cluster:
+        upstream["bootstrap"] = [cluster.bootstrap]
+        with ProxyProcess(cluster.bootstrap, extra_config={"upstream": upstream}) as proxy:
+            answered = [answered_client(proxy.port) for _ in range(clients)]
+            os.kill(cluster.pid, signal.SIGSTOP)
+            try:
+                yield proxy, answered, cluster
+            finally:
+                os.kill(cluster.pid, signal.SIGCONT)
+
+
+def wait_for_waiting(proxy: ProxyProcess, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while metric(proxy, "sluice_connections_waiting_for_broker") != count:
+        assert time.monotonic() < deadline, proxy.metrics_text()
+        time.sleep(0.05)
+
+
 def test_the_bytes_in_flight_toward_a_broker_stay_under_its_limit() -> None:
-    with (
-        MockCluster(brokers=1, topics={TOPIC: 1}) as cluster,
-        ProxyProcess(
-            cluster.bootstrap,
-            extra_config={
-                "upstream": {"bootstrap": [cluster.bootstrap], "max_in_flight_bytes_per_broker": 4 * MIB}
-            },
-        ) as proxy,
-    ):
-        clients = [answered_client(proxy.port) for _ in range(4)]
-        os.kill(cluster.pid, signal.SIGSTOP)  # the broker answers nothing for now
-        try:
-            for client in clients:  # 3 MiB each: one fits under 4 MiB, the others wait
-                client.sock.sendall(produce_frame(client, 3 * MIB))
-            deadline = time.monotonic() + 10
-            while metric(proxy, "sluice_connections_waiting_for_broker") != 3:
-                assert time.monotonic() < deadline, proxy.metrics_text()
-                time.sleep(0.05)
-            in_flight = metric(proxy, "sluice_broker_in_flight_bytes")
-            assert 3 * MIB < in_flight <= 4 * MIB
-        finally:
-            os.kill(cluster.pid, signal.SIGCONT)
-        for client in clients:  # as answers come back, the others go, one after another
+    with bounded_and_stopped(4 * MIB, clients=4) as (proxy, clients, cluster):
+        for client in clients:  # 3 MiB each: one fits under 4 MiB, the others wait
+            client.sock.sendall(produce_frame(client, 3 * MIB))
+        wait_for_waiting(proxy, 3)
+        assert 3 * MIB < metric(proxy, "sluice_broker_in_flight_bytes") <= 4 * MIB
+        os.kill(cluster.pid, signal.SIGCONT)  # the broker goes on: as answers come back, the others go
+        for client in clients:
             length = struct.unpack(">i", client._read_exactly(4))[0]
             answer = client._read_exactly(length)
             assert decode_produce(PRODUCE_VERSION, answer[4:], TOPIC, 0).error_code in (0, 10)
@@ -167,34 +176,18 @@ def test_a_request_without_room_at_its_broker_is_not_read_meanwhile() -> None:
     # Waiting requests are left in their clients' sockets, not read into the proxy: else the proxy would
     # hold what the brokers cannot take (32 MiB each here; the proxy's own request memory counts a request
     # only until it is whole).
-    with (
-        MockCluster(brokers=1, topics={TOPIC: 1}) as cluster,
-        ProxyProcess(
-            cluster.bootstrap,
-            extra_config={
-                "upstream": {"bootstrap": [cluster.bootstrap], "max_in_flight_bytes_per_broker": 40 * MIB}
-            },
-        ) as proxy,
-    ):
-        clients = [answered_client(proxy.port) for _ in range(3)]
-        batch = encode_record_batch([Record(b"k", b"v" * (32 * MIB))], now_ms=int(time.time() * 1000))
-        body = encode_produce_request(PRODUCE_VERSION, TOPIC, 0, batch, acks=1, timeout_ms=30_000)
-        os.kill(cluster.pid, signal.SIGSTOP)
-        try:
-            sent_whole = 0
-            for client in clients:
-                client.sock.settimeout(1)
-                with contextlib.suppress(TimeoutError):  # what the sockets on the way do not take waits
-                    client.sock.sendall(client.encode_body(PRODUCE, PRODUCE_VERSION, body))
-                    sent_whole += 1
-            # The first goes on toward the stopped broker, as far as the sockets on the way take it; the
-            # other two are not read at all: no client got its 32 MiB out.
-            assert sent_whole == 0
-            deadline = time.monotonic() + 10
-            while metric(proxy, "sluice_connections_waiting_for_broker") != 2:
-                assert time.monotonic() < deadline, proxy.metrics_text()
-                time.sleep(0.05)
-            assert metric(proxy, "sluice_broker_in_flight_bytes") <= 40 * MIB
-            assert metric(proxy, "sluice_buffered_request_bytes") == 0  # the two waiting are not being read
-        finally:
-            os.kill(cluster.pid, signal.SIGCONT)
+    batch = encode_record_batch([Record(b"k", b"v" * (32 * MIB))], now_ms=int(time.time() * 1000))
+    body = encode_produce_request(PRODUCE_VERSION, TOPIC, 0, batch, acks=1, timeout_ms=30_000)
+    with bounded_and_stopped(40 * MIB, clients=3) as (proxy, clients, _cluster):
+        sent_whole = 0
+        for client in clients:
+            client.sock.settimeout(1)
+            with contextlib.suppress(TimeoutError):  # what the sockets on the way do not take waits
+                client.sock.sendall(client.encode_body(PRODUCE, PRODUCE_VERSION, body))
+                sent_whole += 1
+        # The first goes on toward the stopped broker, as far as the sockets on the way take it; the other
+        # two are not read at all: no client got its 32 MiB out.
+        assert sent_whole == 0
+        wait_for_waiting(proxy, 2)
+        assert metric(proxy, "sluice_broker_in_flight_bytes") <= 40 * MIB
+        assert metric(proxy, "sluice_buffered_request_bytes") == 0  # the two waiting are not being read
