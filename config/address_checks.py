@@ -1,10 +1,15 @@
-"""Start-up checks that need the machine's view of names: the listen hosts resolve, and no upstream
-bootstrap server is Sluice itself.
+"""Start-up checks that need the machine's view of names: the listen hosts resolve to an address of this
+machine, the upstream bootstrap servers resolve, and none of them is Sluice itself.
 
 They run once, when the proxy starts (`sluice run`), not in `load_config`: a configuration file can be
 validated on a machine where its names do not resolve. An upstream pointing at Sluice's own listener
 made one client connection loop back through the proxy until file descriptors ran out (~10,000
 self-connections in 0.5 s); it is refused with exit 2 like any other configuration error.
+
+Upstream names follow Kafka's Java client (`ClientUtils.parseAndValidateAddresses`): a bootstrap server
+whose name does not resolve is reported and skipped for now (each connection resolves the names again,
+so it is used once it resolves), but a list of which none resolves is refused, as the Java client refuses
+to start with "No resolvable bootstrap urls".
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ def is_local_address(ip: str) -> bool:
 
 def check_addresses(
     config: ProxyConfig, resolve: Resolve = resolve_addresses, is_local: IsLocal = is_local_address
-) -> None:
-    """Raise ConfigError for a listen host that does not resolve or an upstream that is Sluice itself."""
-    listen_ips = _resolve_listen(config.listen, "listen", resolve)
+) -> list[str]:
+    """Raise ConfigError for a listen host that does not resolve to an address of this machine, an upstream
+    list of which no server resolves, or an upstream that is Sluice itself. Returns the keys of the
+    upstream servers that do not resolve now (to be logged: they are tried again on every connection)."""
+    listen_ips = _resolve_listen(config.listen, "listen", resolve, is_local)
     own: dict[int, tuple[str, list[str]]] = {
         config.listen.port: ("bootstrap listener", listen_ips),
         config.broker_port_base: ("broker listener for node 0 (broker_port_base)", listen_ips),
@@ -49,17 +56,19 @@ def check_addresses(
     for node_id, port in config.broker_ports.items():
         own[port] = (f"broker listener for node {node_id} (broker_ports.{node_id})", listen_ips)
     if config.metrics_listen is not None:
-        metrics_ips = _resolve_listen(config.metrics_listen, "metrics.listen", resolve)
+        metrics_ips = _resolve_listen(config.metrics_listen, "metrics.listen", resolve, is_local)
         own[config.metrics_listen.port] = ("metrics endpoint", metrics_ips)
+    unresolved: list[str] = []
     for index, upstream in enumerate(config.upstream_bootstrap):
+        try:
+            upstream_ips = resolve(upstream.host)
+        except OSError:
+            unresolved.append(f"upstream.bootstrap[{index}]")
+            continue
         found = own.get(upstream.port)
         if found is None:
             continue
         what, bound_ips = found
-        try:
-            upstream_ips = resolve(upstream.host)
-        except OSError:
-            continue  # a cluster name that does not resolve yet may later; discovery keeps retrying
         for ip in upstream_ips:
             if _bound_by(ip, bound_ips, is_local):
                 raise ConfigError(
@@ -68,15 +77,28 @@ def check_addresses(
                     f"an address of the Kafka cluster, not Sluice's own {what} ({ip} port {upstream.port}): "
                     "every client connection would loop back into Sluice",
                 )
+    if len(unresolved) == len(config.upstream_bootstrap):
+        servers = ", ".join(str(server) for server in config.upstream_bootstrap)
+        raise ConfigError(
+            "upstream.bootstrap",
+            servers,
+            "at least one server whose name resolves (none does; Kafka's clients refuse to start alike)",
+        )
+    return unresolved
 
 
-def _resolve_listen(listen: HostPort, key: str, resolve: Resolve) -> list[str]:
+def _resolve_listen(listen: HostPort, key: str, resolve: Resolve, is_local: IsLocal) -> list[str]:
     try:
         ips = resolve(listen.host)
     except OSError as exc:
         raise ConfigError(key, str(listen), f"a host this machine can resolve and bind ({exc})") from None
     if not ips:
         raise ConfigError(key, str(listen), "a host this machine can resolve and bind (no address)")
+    # The wildcard is every address; otherwise one of them must be this machine's, or bind() fails.
+    if not any(ipaddress.ip_address(ip).is_unspecified or is_local(ip) for ip in ips):
+        raise ConfigError(
+            key, str(listen), f"an address of this machine to bind ({listen.host} is {', '.join(ips)})"
+        )
     return ips
 
 

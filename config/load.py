@@ -15,9 +15,11 @@ from sluice.config.model import (
     DEFAULT_LISTEN_BACKLOG,
     DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_RESERVED_OPEN_FILES,
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     MAX_LISTEN_BACKLOG,
     MAX_PORT,
+    MAX_RESERVED_OPEN_FILES,
     HostPort,
     LogConfig,
     ProxyConfig,
@@ -28,6 +30,7 @@ from sluice.config.sources import apply_overrides, read_yaml_file
 from sluice.config.usage_section import parse_fleet_section, parse_usage_section
 from sluice.config.values import (
     is_wildcard,
+    parse_bool,
     parse_bootstrap,
     parse_broker_ports,
     parse_choice,
@@ -48,6 +51,7 @@ TOP_LEVEL_KEYS = (
     "upstream",
     "max_frame_bytes",
     "listen_backlog",
+    "reserved_open_files",
     "max_buffered_request_bytes",
     "idle_timeout_s",
     "shutdown_timeout_s",
@@ -63,7 +67,7 @@ TOP_LEVEL_KEYS = (
 )
 # Sections whose keys we know here; broker_ports is keyed by node id, quota is checked by quota_section.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "upstream": ("bootstrap",),
+    "upstream": ("bootstrap", "max_in_flight_bytes_per_broker", "learn_limits"),
     "metrics": ("listen",),
     "log": ("level", "format"),
 }
@@ -123,6 +127,19 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     listen_backlog = _optional(
         tree, "listen_backlog", DEFAULT_LISTEN_BACKLOG, partial(parse_int, low=1, high=MAX_LISTEN_BACKLOG)
     )
+    reserved_open_files = _optional(
+        tree,
+        "reserved_open_files",
+        DEFAULT_RESERVED_OPEN_FILES,
+        partial(parse_int, low=0, high=MAX_RESERVED_OPEN_FILES),
+    )
+    in_flight = _optional(
+        upstream,
+        "upstream.max_in_flight_bytes_per_broker",
+        None,
+        partial(parse_int, low=MIN_FRAME_BYTES, high=2**62),
+    )
+    learn_limits = _optional(upstream, "upstream.learn_limits", True, parse_bool)
     # Default: 256 MiB, or one whole frame when max_frame_bytes is larger.
     max_buffered = _optional(
         tree,
@@ -158,6 +175,9 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
         broker_ports=broker_ports,
         max_frame_bytes=max_frame_bytes,
         listen_backlog=listen_backlog,
+        reserved_open_files=reserved_open_files,
+        max_in_flight_bytes_per_broker=in_flight,
+        learn_broker_limits=learn_limits,
         max_buffered_request_bytes=max_buffered,
         idle_timeout_s=idle_timeout_s,
         shutdown_timeout_s=shutdown_timeout_s,

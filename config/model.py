@@ -21,6 +21,10 @@ DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 # is 50, too few for a fleet of clients reconnecting at once through one proxy.
 DEFAULT_LISTEN_BACKLOG = 4096
 DEFAULT_MAX_BUFFERED_REQUEST_BYTES = 256 * 1024 * 1024
+# Descriptors kept for the process's own work (its Kafka client, quota store, usage plane, metrics,
+# listeners): client connections may not take them.
+DEFAULT_RESERVED_OPEN_FILES = 128
+MAX_RESERVED_OPEN_FILES = 1_000_000
 MAX_LISTEN_BACKLOG = 65535
 
 
@@ -52,6 +56,13 @@ class ProxyConfig:
     broker_ports: Mapping[int, int] = field(default_factory=_empty_mapping, hash=False)  # ... listed here
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     listen_backlog: int = DEFAULT_LISTEN_BACKLOG  # accept queue of every listener
+    # Open files kept for the process's own work: the listeners pause rather than take them.
+    reserved_open_files: int = DEFAULT_RESERVED_OPEN_FILES
+    # upstream.max_in_flight_bytes_per_broker: bytes of requests in flight toward each broker, all
+    # connections together (None: the brokers' queued.max.request.bytes, or 256 MiB).
+    max_in_flight_bytes_per_broker: int | None = None
+    # upstream.learn_limits: ask the brokers for socket.request.max.bytes and queued.max.request.bytes.
+    learn_broker_limits: bool = True
     # All connections together may hold this many bytes of requests still arriving (Kafka's
     # queued.max.request.bytes): a connection whose next frame does not fit stops being read.
     max_buffered_request_bytes: int = DEFAULT_MAX_BUFFERED_REQUEST_BYTES

@@ -9,7 +9,9 @@ Rule syntax differences from Kafka (`SslPrincipalMapper`), all deliberate:
   lazy quantifiers, anchors); Java-only constructs (`(?<name>...)`, `\\p{...}`) are a ValueError;
 * a `$n` naming a group the pattern does not have is literal text (Kafka means the same, but crashes when
   the pattern has no groups at all); a `$` not followed by a group reference, a dangling `\\` or a line
-  break inside a rule is a ValueError at parse time instead of a failure at authentication time.
+  break inside a rule is a ValueError at parse time instead of a failure at authentication time;
+* a pattern that can backtrack exponentially (`(a+)+`, `(\\w+\\s?)+`: config/regex_backtracking.py) is a
+  ValueError: Java and Python alike would spend hours on one certificate name that fails to match it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import ClassVar
+
+from sluice.config.regex_backtracking import TooComplex, exponential_backtracking
 
 __all__ = ["NoMatchingRule", "PrincipalMappingRules"]
 
@@ -156,8 +160,18 @@ def _parse_rule(text: str) -> _Rule:
     pattern_text, replacement = body[:middle], body[middle + 1 :]
     try:
         pattern = re.compile(pattern_text)
+        backtracking = exponential_backtracking(pattern_text)
     except (re.error, OverflowError, RecursionError) as exc:  # the last two: huge counts, deep nesting
         raise ValueError(f"invalid mapping rule {text!r}: bad pattern ({exc})") from None
+    except TooComplex as exc:
+        raise ValueError(f"invalid mapping rule {text!r}: a pattern too large to check ({exc})") from None
+    if backtracking is not None:
+        raise ValueError(
+            f"invalid mapping rule {text!r}: the pattern can match one name in exponentially many ways "
+            f"(a repetition around {backtracking} can read the same text in two ways, as (a+)+ or (a|a)* "
+            "do), so a certificate name that fails to match could take the matcher hours; write each "
+            "repeated part so that it can match a given text in one way only"
+        )
     _check_replacement(text, replacement, pattern)
     return _Rule(text, pattern, replacement, case)
 

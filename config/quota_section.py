@@ -76,6 +76,12 @@ ENTITY_EXAMPLE = "{client_id: pump, producer_byte_rate: 100000}"
 Choice = TypeVar("Choice", bound=StrEnum)
 
 _window_int = partial(parse_int, low=1, high=INT_MAX)
+# Kafka writes a throttle as an int32 of milliseconds (throttle_time_ms) and wraps a longer one to a
+# negative number, which brokers and clients read as "no throttle". A window longer than that (samples x
+# size_seconds) could owe throttles no response can carry; a mutation rate so small that one partition
+# earns more than that gives a throttle that wraps at the first mutation: quotas that cannot work.
+MAX_WINDOW_S = INT_MAX // 1000
+MIN_MUTATION_RATE = 1000 / INT_MAX
 
 
 def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
@@ -155,10 +161,18 @@ def _window(raw: object, key: str) -> QuotaWindow:
     raw = parse_section(raw, key, WINDOW_KEYS)
     samples = value_at(raw, "samples")
     size = value_at(raw, "size_seconds")
-    return QuotaWindow(
+    window = QuotaWindow(
         num_samples=default.num_samples if samples is MISSING else _window_int(samples, f"{key}.samples"),
         size_s=default.size_s if size is MISSING else _window_int(size, f"{key}.size_seconds"),
     )
+    if window.num_samples * window.size_s > MAX_WINDOW_S:
+        raise ConfigError(
+            key,
+            {"samples": window.num_samples, "size_seconds": window.size_s},
+            f"samples x size_seconds at most {MAX_WINDOW_S} s (24.8 days, the longest throttle Kafka's "
+            f"int32 throttle_time_ms can carry); this window is {window.num_samples * window.size_s} s",
+        )
+    return window
 
 
 def _sensor_kinds(raw: object, key: str) -> dict[QuotaKey, SensorKind]:
@@ -288,6 +302,14 @@ def _quota_value(raw: object, key: str, quota_key: QuotaKey) -> float:
         raise ConfigError(key, raw, expected) from None
     if not math.isfinite(number) or not number > 0:
         raise ConfigError(key, raw, expected)
+    if quota_key is QuotaKey.CONTROLLER_MUTATION_RATE and number < MIN_MUTATION_RATE:
+        raise ConfigError(
+            key,
+            raw,
+            f"at least {MIN_MUTATION_RATE:.3g} (one partition mutation per {MAX_WINDOW_S} s): below it, "
+            "the throttle one mutation earns is longer than Kafka's int32 throttle_time_ms can carry and "
+            "wraps to no throttle at all",
+        )
     return number
 
 

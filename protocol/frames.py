@@ -50,10 +50,11 @@ class BadFramePrefix(ProtocolError):
     `feed`): they are valid and are owed an answer, so the caller forwards them before closing. Like any
     frame `feed` returns, they may be views of the caller's read buffer."""
 
-    __slots__ = ("frames",)
+    __slots__ = ("frames", "length")
 
-    def __init__(self, reason: str, detail: str, frames: list[memoryview]) -> None:
+    def __init__(self, reason: str, detail: str, frames: list[memoryview], length: int = 0) -> None:
         super().__init__(reason, detail)
+        self.length = length  # what the prefix said
         self.frames = frames
 
 
@@ -333,5 +334,5 @@ class FrameSplitter:
                 "frame_too_small", f"length prefix {length} < {self.min_payload_bytes}", frames
             )
         raise BadFramePrefix(
-            "frame_too_large", f"length prefix {length} > max_frame_bytes {self._max_frame_bytes}", frames
+            "frame_too_large", f"length prefix {length} > limit {self._max_frame_bytes}", frames, length
         )

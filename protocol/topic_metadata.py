@@ -122,6 +122,24 @@ def encode_broker_config_request(version: int, broker_id: int, names: Sequence[s
     return encode_body(DescribeConfigsRequest(version=version, resources=[resource]), version)
 
 
+class BrokerConfigs(NamedTuple):
+    """A DescribeConfigs answer for one BROKER resource: its error (0: none) and the values asked for
+    (None: absent, or null as a sensitive config's)."""
+
+    error_code: int
+    error_message: str | None
+    values: dict[str, str | None]
+
+
+def decode_broker_configs(version: int, body: bytes | memoryview) -> BrokerConfigs:
+    """The first resource of a DescribeConfigs response body (a request asks for one broker)."""
+    response = decode_body(DescribeConfigsResponse, version, body)
+    for result in response.results or []:
+        values = {config.name: config.value for config in result.configs or []}
+        return BrokerConfigs(result.error_code, result.error_message, values)
+    raise ProtocolError("config_error", "a DescribeConfigs answer without a resource")
+
+
 def decode_config_value(version: int, body: bytes | memoryview, name: str) -> str | None:
     """The value of config `name` in a DescribeConfigs response body, None if it is absent (or its
     value is null, as for sensitive configs).

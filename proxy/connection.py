@@ -95,7 +95,7 @@ class ClientSide(asyncio.BufferedProtocol):
         self._pauses: ReadPauses | None = None
         self._gate: ThrottleGate | None = None
         self._pipeline: RequestPipeline | None = None
-        self._requests = FrameSplitter(settings.max_frame_bytes)
+        self._requests = FrameSplitter(settings.max_request_bytes)
         # A large request's start, which a read ends with, goes upstream as a view of the read buffer (the
         # next read then takes a fresh one) instead of a copy: see data_received's `settle`.
         self._requests.defer_copies = True
@@ -108,6 +108,7 @@ class ClientSide(asyncio.BufferedProtocol):
         self._last_read = 0.0  # loop time of the last read from the client
         self._closed = False
         self._guard: RequestGuard | None = None
+        self._watched_fd = -1  # the client socket, as the proxy's PeerWatch knows it
         # Set by a bad request frame: close with this reason once the requests before it are answered.
         self._closing_after: str | None = None
         self._grace_timer: asyncio.TimerHandle | None = None
@@ -135,24 +136,30 @@ class ClientSide(asyncio.BufferedProtocol):
                 self._refuse(transport, refused_ms)
                 return
         self._pauses = ReadPauses(transport)
-        # Nothing can be forwarded until the upstream connection exists.
+        # Nothing can be forwarded until the upstream connection exists, and nothing more is read meanwhile.
         self._pauses.add("connecting")
+        self._loop.call_soon(self._pauses.reassert)
         self._gate = gate = ThrottleGate(
             self._loop, transport, self._pauses, self._release_held, self._metrics.count_muted
         )
         filters = self._settings.chain.for_connection(self, gate.mute_for)
         self._pipeline = RequestPipeline(filters, gate, self, self._metrics, self._requests, self._responses)
         self._settings.registry.add(self)
+        if self._settings.peer_watch is not None:  # a hang-up is noticed while reading is paused too
+            self._watched_fd = self._settings.peer_watch.watch(self, transport)
         if self._settings.client_principal is not None and not self._take_certificate_user(transport):
             return
-        sasl = self._settings.sasl_required
+        settings = self._settings
+        limits = settings.unproven_limits
         self._guard = RequestGuard(
             self._loop,
             self._requests,
             self._pauses,
-            self._settings.request_memory,
-            sasl if sasl is not None and self.user == ANONYMOUS else None,
+            settings.request_memory,
+            limits if self.user == ANONYMOUS else None,  # a client certificate proves it at once
             self._slow_unauthenticated_frame,
+            proven_by_sasl=settings.sasl_required is not None,
+            limit_name=settings.max_request_limit_name,
         )
         self._last_activity = self._loop.time()
         self._arm_idle_timer(self._settings.idle_timeout_s)
@@ -417,6 +424,12 @@ class ClientSide(asyncio.BufferedProtocol):
             return
         self._upstream = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        loads = self._settings.broker_loads
+        if loads is not None and self._pipeline is not None:  # counted toward the broker it reached
+            share = loads.share(_format_peer(transport.get_extra_info("peername")))
+            self._pipeline.load = share
+            if self._guard is not None:
+                self._guard.load = share
         self._upstream_pauses = ReadPauses(transport)
         assert self._pipeline is not None and self._pauses is not None
         self._run(self._pipeline.upstream_ready)
@@ -428,7 +441,11 @@ class ClientSide(asyncio.BufferedProtocol):
         pipeline = self._pipeline
         assert pipeline is not None
         try:
-            pipeline.broker_frames(self._responses.feed(data))
+            frames = self._responses.feed(data)
+            guard = self._guard
+            if frames and guard is not None and guard.awaiting_answer:
+                guard.broker_answered()  # it speaks Kafka: the limits before proof end
+            pipeline.broker_frames(frames)
         except ProtocolError as exc:
             self._protocol_error("upstream", exc)
         except Exception as exc:  # a filter bug must cost one connection, never the process
@@ -491,17 +508,27 @@ class ClientSide(asyncio.BufferedProtocol):
     def in_flight(self) -> int:
         return self._pipeline.in_flight if self._pipeline is not None else 0
 
+    @property
+    def reading_paused(self) -> bool:
+        return self._pauses is not None and self._pauses.paused
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _filter_failed(self, exc: BaseException) -> None:
         _log.error("filter_failed", peer=self.peer, upstream=self.upstream_peer, exc_info=exc)
         self._close_on_error("filter_error", error=repr(exc))
 
     def _bad_request_frame(self, exc: ProtocolError) -> None:
         """Log a bad request frame now; close once the requests read before it have been answered."""
-        reason = exc.reason
-        if reason == "frame_too_large" and self._guard is not None and not self._guard.authenticated:
-            reason = "unauthenticated_frame_too_large"  # Kafka's sasl.server.max.receive.size
+        reason, detail, limit = exc.reason, exc.detail, {}
+        if reason == "frame_too_large" and self._guard is not None and isinstance(exc, BadFramePrefix):
+            reason, size, name = self._guard.refusal(exc)  # which limit it broke, named
+            limit = {"limit": size, "limit_name": name}
+            detail = f"a frame of {exc.length} bytes, over {name} ({size})"
         self._metrics.count_protocol_error(reason)
-        _log.warning("protocol_error", side="client", peer=self.peer, reason=reason, detail=exc.detail)
+        _log.warning("protocol_error", side="client", peer=self.peer, reason=reason, detail=detail, **limit)
         if self._closing_after is not None or self._closed:
             return
         self._closing_after = reason
@@ -533,7 +560,10 @@ class ClientSide(asyncio.BufferedProtocol):
             side="client",
             peer=self.peer,
             reason="slow_unauthenticated_frame",
-            detail=f"{buffered} bytes of a frame still incomplete after {waited_s:g} s before authentication",
+            detail=f"{buffered} bytes of a frame still incomplete after {waited_s:g} s, before this "
+            "connection proved itself",
+            limit=waited_s,
+            limit_name="sasl.unauthenticated_frame_timeout_s",
         )
         self.close("protocol_error", side="client", reason="slow_unauthenticated_frame")
 
@@ -566,6 +596,8 @@ class ClientSide(asyncio.BufferedProtocol):
             self._grace_timer.cancel()
         if self._guard is not None:
             self._guard.close()
+        if self._watched_fd >= 0 and self._settings.peer_watch is not None:
+            self._settings.peer_watch.forget(self, self._watched_fd)
         # Buffers go back now, not when a reference cycle through this object is collected.
         self._requests.clear()
         self._responses.clear()
@@ -586,3 +618,7 @@ class ClientSide(asyncio.BufferedProtocol):
         self._metrics.count_disconnect(cause)
         extra = {k: v for k, v in detail.items() if v is not None}
         _log.info("connection_closed", peer=self.peer, listener=self.listener, cause=cause, **extra)
+        # Its pipeline, filters, gate, guard and transports all point back at it: dropped now, the
+        # connection's memory goes at once instead of at the cyclic collector's next full run.
+        self._pipeline = self._gate = self._guard = self._pauses = self._upstream_pauses = None
+        self._transport = self._upstream = self._idle_timer = self._grace_timer = self._connect_task = None

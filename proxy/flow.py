@@ -46,6 +46,12 @@ class ReadPauses:
         if not self._reasons and not self._transport.is_closing():
             self._transport.resume_reading()
 
+    def reassert(self) -> None:
+        """Pause again if paused: uvloop ignores a pause made in `connection_made` and starts reading when
+        it returns (call this just after, with `call_soon`)."""
+        if self._reasons and not self._transport.is_closing():
+            self._transport.pause_reading()
+
     def hold_open(self, at_once: frozenset[str]) -> None:
         """A request is being passed through: only `at_once` reasons pause reading until `frame_ended`."""
         self._at_once = at_once

@@ -1,10 +1,10 @@
 """Listening sockets: bound synchronously (so a broker listener accepts before any client is told of it),
 with a real accept backlog, and the process's open-file limit raised to what the machine allows.
 
-`loop.create_server(sock=...)` calls listen() again with its own `backlog` argument (100 by default in
-asyncio and uvloop), silently shrinking a queue set here: callers pass the same `backlog` to it. With
-100, 975 of 3,000 connections arriving together overflowed and 253 clients that believed they were
-connected were never accepted (issue 14 item 6). The kernel caps the backlog at net.core.somaxconn.
+The backlog set here is the one the kernel keeps: the sockets are served by proxy/accepting.py, which
+never calls listen() again (`loop.create_server(sock=...)` did, with its own `backlog` of 100 unless told
+otherwise: then 975 of 3,000 connections arriving together overflowed, and 253 clients that believed
+they were connected were never accepted). The kernel caps the backlog at net.core.somaxconn.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def bind_listening_socket(host: str, port: int, backlog: int, reuse_port: bool =
     return sock
 
 
-def raise_open_file_limit() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard limit (as the JVM does for Kafka) and return it.
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (as the JVM does for Kafka); the soft limit before
+    and after.
 
     Every client connection costs two descriptors (the client's and its upstream's); distributions often
     start processes with a soft limit of 1024 under a much higher hard one.
@@ -45,8 +46,8 @@ def raise_open_file_limit() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        return hard
-    return soft
+        return soft, hard
+    return soft, soft
 
 
 class PendingServer:

@@ -32,6 +32,7 @@ class ProxyMetrics:
         "addresses_rewritten",
         "broker_listener_failures",
         "broker_listeners",
+        "broker_loads",
         "brokers_not_advertised",
         "connections_active",
         "connections_total",
@@ -61,6 +62,7 @@ class ProxyMetrics:
         self.disconnects: dict[str, int] = {}
         self.protocol_errors: dict[str, int] = {}
         self.request_memory: Any = None  # the proxy's RequestMemory, read at scrape time
+        self.broker_loads: Any = None  # the proxy's BrokerLoads, read at scrape time
 
     # _slot, inline: these two run for every request and response.
     def count_request(self, api_key: int, size: int) -> None:
@@ -119,6 +121,8 @@ class ProxyCollector(Collector):
                 "Times a connection's next frame did not fit the request memory budget",
                 value=memory.waits,
             )
+        if m.broker_loads is not None:
+            yield from _broker_load_families(m.broker_loads)
         yield GaugeMetricFamily(
             "sluice_connections_active", "Client connections open now", value=m.connections_active
         )
@@ -155,3 +159,29 @@ class ProxyCollector(Collector):
             for key, value in sorted(counts.items()):
                 family.add_metric([key], value)
             yield family
+
+
+def _broker_load_families(loads: Any) -> Iterator[Any]:
+    in_flight = GaugeMetricFamily(
+        "sluice_broker_in_flight_bytes",
+        "Bytes of requests in flight toward the broker, all connections (requests of 64 KiB and more)",
+        labels=["broker"],
+    )
+    limit = GaugeMetricFamily(
+        "sluice_broker_in_flight_limit_bytes",
+        "What the bytes in flight toward one broker may reach (upstream.max_in_flight_bytes_per_broker)",
+        value=loads.limit,
+    )
+    waiting = GaugeMetricFamily(
+        "sluice_connections_waiting_for_broker",
+        "Connections whose next request waits for room at its broker",
+        labels=["broker"],
+    )
+    waits = CounterMetricFamily(
+        "sluice_broker_load_waits", "Requests that had to wait for room at their broker", labels=["broker"]
+    )
+    for load in loads:
+        in_flight.add_metric([load.address], load.used)
+        waiting.add_metric([load.address], load.waiting)
+        waits.add_metric([load.address], load.waits)
+    yield from (in_flight, limit, waiting, waits)

@@ -1,4 +1,4 @@
-"""Large buffers go back to the operating system when freed.
+"""Large buffers go back to the operating system when freed, and the heap when asked (`trim_heap`).
 
 glibc serves allocations of 128 KiB and more with mmap, so freeing them returns the memory at once, but it
 raises that threshold as the program frees such blocks (up to 32 MiB): afterwards frames being assembled
@@ -12,20 +12,39 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Callable
 
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 MMAP_THRESHOLD_BYTES = 128 * 1024
 
 
+def _libc_function(name: str) -> Callable[..., int] | None:
+    library = ctypes.util.find_library("c")
+    if library is None:
+        return None
+    try:
+        return getattr(ctypes.CDLL(library), name)
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
 def return_large_buffers_to_os() -> bool:
     """Fix the mmap threshold (which also stops glibc raising it); True when it was set."""
-    name = ctypes.util.find_library("c")
-    if name is None:
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
         return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]  # type: ignore[attr-defined]
+    mallopt.restype = ctypes.c_int  # type: ignore[attr-defined]
     return mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+
+
+def trim_heap() -> bool:
+    """glibc's malloc_trim(0): give the operating system the free pages anywhere in the heap (glibc keeps
+    freed memory for later allocations otherwise). True when memory was returned; False when none was, or
+    elsewhere than glibc."""
+    malloc_trim = _libc_function("malloc_trim")
+    if malloc_trim is None:
+        return False
+    malloc_trim.argtypes = [ctypes.c_size_t]  # type: ignore[attr-defined]
+    malloc_trim.restype = ctypes.c_int  # type: ignore[attr-defined]
+    return malloc_trim(0) == 1

@@ -36,6 +36,7 @@ from sluice.protocol.headers import (
 from sluice.protocol.primitives import INT32_UNPACK
 from sluice.protocol.produce import produce_acks
 
+from .broker_load import COUNTED_MIN_BYTES
 from .filters.base import Answer, Close, EntryKind, Forward, Frame, InFlight, RawExchange, Respond
 from .filters.chain import ConnectionFilters, Deferred
 
@@ -72,6 +73,9 @@ class Lifecycle(Enum):
 
 
 _OPEN = Lifecycle.OPEN
+# A Deferred that resumes here resumes past every filter: a request waiting for room at its broker has
+# been through them all already (it is not charged twice).
+_PAST_THE_FILTERS = 1 << 30
 
 
 class CloseConnection(Exception):
@@ -98,6 +102,20 @@ class ResponseSink(Protocol):
     def send_response(self, frame: Frame, delay_ms: int) -> None: ...
 
     def deliver_reply(self, reply: object, body: bytes) -> None: ...
+
+
+class BrokerShare(Protocol):
+    """The connection's share of its broker's load (proxy/broker_load.py's LoadShare)."""
+
+    def take(self, size: int) -> bool: ...
+
+    def fits(self, size: int) -> bool: ...
+
+    def give(self, size: int) -> None: ...
+
+    def wait(self, size: int) -> object: ...
+
+    def close(self, in_flight: int) -> None: ...
 
 
 class Counters(Protocol):
@@ -128,6 +146,8 @@ class RequestPipeline:
         "_responses",
         "_resume",
         "_sink",
+        "_stream_load",
+        "load",
         "outgoing",
         "state",
     )
@@ -160,6 +180,10 @@ class RequestPipeline:
         self._raw_exchange: RawExchange | None = None
         # Requests to write upstream, in order; the connection writes them in one go and empties the list.
         self.outgoing: list[Frame] = []
+        # Its share of its broker's load, once the upstream is connected (None: not bounded); an acks=0
+        # request passing through counts until its end.
+        self.load: BrokerShare | None = None
+        self._stream_load = 0
 
     # ---- what the connection reads --------------------------------------------------------------
 
@@ -199,6 +223,9 @@ class RequestPipeline:
         replies = [r.reply for r in self._in_flight if r.kind is _OWN]
         if self._resume is not None:
             replies.append(self._resume.ready)
+        if self.load is not None:  # what it had in flight toward its broker goes back
+            self.load.close(sum(r.load for r in self._in_flight) + self._stream_load)
+            self.load, self._stream_load = None, 0
         # What was read and not sent goes back now (a closed connection holds no buffers).
         self._in_flight.clear()
         self._held = []
@@ -257,9 +284,11 @@ class RequestPipeline:
                 continue
             header = parse_request_header(frame)
             out = on_request(header, frame)
-            if type(out) is memoryview:
-                # Forwarded untouched, no throttle: _settle's common case, inline (this is the hot path).
-                self._metrics.count_request(header.api_key, len(frame) - 4)
+            size = len(frame)
+            if type(out) is memoryview and size < COUNTED_MIN_BYTES:
+                # Forwarded untouched, no throttle, too small to count toward its broker's load: _settle's
+                # common case, inline (this is the hot path).
+                self._metrics.count_request(header.api_key, size - 4)
                 if header.api_key != _PRODUCE or produce_acks(frame, header) != 0:
                     self._in_flight.append(InFlight(header))
                 else:
@@ -292,6 +321,9 @@ class RequestPipeline:
         """More of the request passing through (`ended`: its last bytes): forwarded, and shown to the
         filters that observe it."""
         self.outgoing.extend(pieces)
+        if ended and self._stream_load:
+            self.load.give(self._stream_load)  # type: ignore[union-attr]
+            self._stream_load = 0
         observers = self._observers
         if observers is not None:
             for observer in observers:
@@ -325,8 +357,9 @@ class RequestPipeline:
         except ProtocolError:
             return False  # not all in the head (or malformed): read it whole, and judge it then
         key = header.api_key
-        if not self._filters.may_stream(key):
-            return False
+        load = self.load
+        if not self._filters.may_stream(key) or (load is not None and not load.fits(size)):
+            return False  # read whole first (and wait for room at its broker then, past the filters)
         stand_in = FrameHead(head, size)
         out = self._filters.on_request(header, stand_in)
         throttle = 0
@@ -336,12 +369,17 @@ class RequestPipeline:
             raise TypeError(f"a filter answered {type(out).__name__} for an API it declared head-only")
         self._observers = stand_in.observers
         self._metrics.count_request(key, size - 4)
+        counted = 0
+        if load is not None:
+            load.take(size)  # it fits (above), and nothing ran in between
+            counted = size
         if key != _PRODUCE or acks != 0:
-            self._in_flight.append(InFlight(header, _FORWARDED, throttle))
+            self._in_flight.append(InFlight(header, _FORWARDED, throttle, None, 0, None, counted))
             if throttle > 0:
                 self._gate.expect_response()
         else:
             self._sent_acks0(header.correlation_id)
+            self._stream_load = counted  # no answer will come: it counts until its last byte
         return True
 
     def _settle(self, header: RequestHeader, original: Frame, out: object) -> object | None:
@@ -364,17 +402,25 @@ class RequestPipeline:
             raise CloseConnection(out.reason)  # type: ignore[attr-defined]
         else:
             frame = out  # bytes a filter rewrote
+        counted = 0
+        if answer is None and self.load is not None and len(frame) >= COUNTED_MIN_BYTES:
+            counted = len(frame)
+            if not self.load.take(counted):  # no room at its broker: wait, past the filters
+                ready = self.load.wait(counted)
+                return Deferred(ready, header, original, frame, _PAST_THE_FILTERS, throttle)
         self._metrics.count_request(header.api_key, len(original) - 4)
         if header.api_key != _PRODUCE or produce_acks(original, header) != 0:
             if answer is not None:
                 entry = InFlight(header, _ANSWERED, throttle, answer.response, answer.delay_ms)
             else:
-                entry = InFlight(header, _FORWARDED, throttle)
+                entry = InFlight(header, _FORWARDED, throttle, None, 0, None, counted)
             self._in_flight.append(entry)
             if throttle > 0:
                 self._gate.expect_response()
         else:
             self._sent_acks0(header.correlation_id)
+            if counted:  # no answer will come: it counted while it was forwarded, whole, now
+                self.load.give(counted)  # type: ignore[union-attr]
         if answer is not None:
             return answer
         self.outgoing.append(frame)
@@ -491,6 +537,8 @@ class RequestPipeline:
             self._respond(request, request.answer, request.answer_delay_ms)
 
     def _respond(self, request: InFlight, frame: Frame, delay_ms: int) -> None:
+        if request.load:  # answered: it no longer counts toward its broker's load
+            self.load.give(request.load)  # type: ignore[union-attr]
         out = self._filters.on_response(request, frame)
         if type(out) is Respond:
             frame = out.frame

@@ -27,6 +27,9 @@ from sluice.config.protocol_settings import UnvettedApis
 from sluice.config.quota_settings import AdminMode
 from sluice.config.quota_state import QuotaState
 
+from .accepting import Accepting, Listener
+from .broker_limits import BrokerLimits
+from .broker_load import BrokerLoads
 from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
 from .discovery import BrokerDiscovery
@@ -43,8 +46,10 @@ from .kafka_client import KafkaClient
 from .listener_failures import EntityOverflowLog, ListenerFailures
 from .listeners import PendingServer, bind_listening_socket, format_address
 from .log import get_logger
+from .memory_return import MemoryReturn
 from .metrics import ProxyCollector, ProxyMetrics
 from .metrics_http import MetricsEndpoint
+from .peer_watch import PeerWatch
 from .periodic import Periodic
 from .quota_admin import QuotaAdministration
 from .quota_reload import QuotaReloader
@@ -69,6 +74,8 @@ class SluiceServer:
         self.metrics = ProxyMetrics()
         self.request_memory = self.metrics.request_memory = RequestMemory(config.max_buffered_request_bytes)
         self.registry = ConnectionRegistry(self.metrics)
+        # Every listener, paused while file descriptors run short (reserved_open_files).
+        self.accepting = Accepting(config.reserved_open_files, lambda: len(self.registry))
         failures = ListenerFailures(self.metrics, lambda: self.directory, self._fail)
         self.directory = BrokerDirectory(
             config.advertised_host,
@@ -127,8 +134,11 @@ class SluiceServer:
             request_memory=self.request_memory,
             sasl_required=config.sasl if config.sasl.required else None,
             admission=self._admit,
+            unproven_limits=config.sasl,
+            broker_loads=BrokerLoads(config.max_in_flight_bytes_per_broker),
         )
-        self._servers: dict[str, asyncio.AbstractServer] = {}
+        self.metrics.broker_loads = self.settings.broker_loads
+        self._servers: dict[str, Listener | PendingServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._remove_signal_handlers: Callable[[], None] = lambda: None
@@ -144,6 +154,7 @@ class SluiceServer:
         if metrics_listen is not None:
             collectors = [
                 ProxyCollector(self.metrics),
+                self.accepting.collector(),
                 QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates),
             ]
             if self.usage is not None:
@@ -153,11 +164,21 @@ class SluiceServer:
             self.kafka_client, self.directory, on_startup_failure=self._startup_listeners_failed
         )
         services += [self.kafka_client, discovery]
+        if self.config.learn_broker_limits:
+            services.append(
+                BrokerLimits(
+                    self.kafka_client,
+                    self.directory.known_nodes,
+                    self._cluster_request_max,
+                    self._cluster_queued_max,
+                )
+            )
         if self.quota_store is not None:
             # After discovery, whose start returns at once: the store's first read (start-up waits for it,
             # briefly) then never delays the broker listeners.
             services.append(self.quota_store)
         services.append(SensorSweep(self.quota_state.live))
+        services.append(MemoryReturn(self.registry))
         services.append(Periodic("throttle_episodes", 1.0, self.throttle_stats.sweep_episodes))
         if self.usage is not None:
             services += self.usage.services()
@@ -205,6 +226,17 @@ class SluiceServer:
             *(self.usage.filters() if self.usage is not None else ()),
         ]
 
+    def _cluster_request_max(self, size: int) -> None:
+        """The brokers read requests up to `size` (socket.request.max.bytes): a larger one is refused."""
+        if size < self.config.max_frame_bytes:
+            self.settings.max_request_bytes = size
+            self.settings.max_request_limit_name = "the brokers' socket.request.max.bytes"
+
+    def _cluster_queued_max(self, size: int) -> None:
+        """The brokers bound what they queue (queued.max.request.bytes): so does the load toward each."""
+        if self.settings.broker_loads is not None:
+            self.settings.broker_loads.learned(size)
+
     async def _write_quota_store(self, records) -> int:
         assert self.quota_store is not None
         return await self.quota_store.write(records)
@@ -238,14 +270,11 @@ class SluiceServer:
         return [address] if address is not None else []
 
     async def _serve(self, name: str, sock: socket.socket, candidates) -> None:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: ClientSide(self.settings, name, candidates),
-            sock=sock,
-            ssl=self._listener_ssl,
-            backlog=self.config.listen_backlog,  # create_server would otherwise listen(100) again
-        )
-        self._servers[name] = server
+        def connection() -> ClientSide:
+            return ClientSide(self.settings, name, candidates)
+
+        # Accepted here, not by loop.create_server: listeners must pause while descriptors run short.
+        self._servers[name] = self.accepting.listen(sock, connection, self._listener_ssl)
 
     def _open_broker_listener(self, node_id: int) -> int:
         """Open node `node_id`'s listener and return its port, or raise ListenerUnavailable."""
@@ -299,6 +328,7 @@ class SluiceServer:
         except OSError:
             self._remove_signal_handlers()
             raise
+        self.settings.peer_watch = PeerWatch.create(asyncio.get_running_loop())
         await self._serve(BOOTSTRAP, sock, self._bootstrap_candidates)
         _log.info("listener_opened", node_id=None, host=cfg.listen.host, port=self.listen_ports[BOOTSTRAP])
         try:
@@ -310,6 +340,7 @@ class SluiceServer:
                 conn.close("start_failed")
             self._remove_signal_handlers()
             raise
+        self.accepting.count_own()  # the services' own descriptors are open now
         if cfg.metrics_listen is not None:
             _log.info("metrics_listening", host=cfg.metrics_listen.host, port=cfg.metrics_listen.port)
         if cfg.quota.admin is AdminMode.PROXY and cfg.quota.admin_principals.open:
@@ -368,6 +399,9 @@ class SluiceServer:
         except TimeoutError:
             for conn in self.registry:
                 conn.close("shutdown_timeout", in_flight=conn.in_flight)
+        if self.settings.peer_watch is not None:
+            self.settings.peer_watch.close()
+            self.settings.peer_watch = None
         # After the drain: a service (the usage publisher) may still record what the last requests did.
         await self.services.stop()
         self._remove_signal_handlers()
@@ -378,6 +412,7 @@ class SluiceServer:
             task.cancel()
         for server in self._servers.values():
             server.close()
+        self.accepting.close()
 
 
 def _loop_ms() -> int:

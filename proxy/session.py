@@ -12,8 +12,10 @@ READ_BUFFER_BYTES = 256 * 1024
 if TYPE_CHECKING:
     from sluice.config.identity_settings import SaslSettings
 
+    from .broker_load import BrokerLoads
     from .filters.chain import FilterChain
     from .metrics import ProxyMetrics
+    from .peer_watch import PeerWatch
     from .request_memory import RequestMemory
     from .tls import UpstreamTlsTarget
 
@@ -35,6 +37,8 @@ class ConnectionRegistry:
     def __init__(self, metrics: ProxyMetrics) -> None:
         self._metrics = metrics
         self._live: set[LiveConnection] = set()
+        # The most connections live at once since it was last reset (proxy/memory_return.py does).
+        self.peak = 0
         self._empty = asyncio.Event()
         self._empty.set()
 
@@ -47,6 +51,8 @@ class ConnectionRegistry:
     def add(self, conn: LiveConnection) -> None:
         self._live.add(conn)
         self._empty.clear()
+        if len(self._live) > self.peak:
+            self.peak = len(self._live)
         self._metrics.connections_total += 1
         self._metrics.connections_active = len(self._live)
 
@@ -65,16 +71,21 @@ class SessionSettings:
 
     __slots__ = (
         "admission",
+        "broker_loads",
         "chain",
         "client_principal",
         "cpu_time_needed",
         "idle_timeout_s",
         "max_frame_bytes",
+        "max_request_bytes",
+        "max_request_limit_name",
         "metrics",
+        "peer_watch",
         "read_buffer",
         "registry",
         "request_memory",
         "sasl_required",
+        "unproven_limits",
         "upstream_tls",
     )
 
@@ -90,11 +101,17 @@ class SessionSettings:
         request_memory: RequestMemory | None = None,
         sasl_required: SaslSettings | None = None,
         admission: Callable[[object], int] | None = None,
+        unproven_limits: SaslSettings | None = None,
+        broker_loads: BrokerLoads | None = None,
     ) -> None:
         self.chain = chain
         self.metrics = metrics
         self.registry = registry
         self.max_frame_bytes = max_frame_bytes
+        # The largest request a client may send: max_frame_bytes, or less when the brokers say so
+        # (socket.request.max.bytes, proxy/broker_limits.py); named in a refusal.
+        self.max_request_bytes = max_frame_bytes
+        self.max_request_limit_name = "max_frame_bytes"
         self.idle_timeout_s = idle_timeout_s
         # Only a filter charging CPU time (a request_percentage quota) needs it; the thread clock costs a
         # system call per read, so it is read only while some filter says so (asked per read: quotas come
@@ -113,6 +130,13 @@ class SessionSettings:
         self.request_memory = request_memory
         # The SASL settings when the brokers require SASL (sasl.required), else None.
         self.sasl_required = sasl_required
+        # The limits before a connection proves itself (sasl.max_receive_bytes and its frame timeout),
+        # whatever the brokers' security protocol; None: none (tests of other things).
+        self.unproven_limits = unproven_limits if unproven_limits is not None else sasl_required
+        # Bytes in flight toward each broker (None: not bounded).
+        self.broker_loads = broker_loads
         # Asked with a new connection's peer address: 0 to serve it, else the ms to hold it unserved before
         # closing it (KIP-612's connection_creation_rate).
         self.admission = admission
+        # Notices clients that hang up while their connection does not read them (set when serving).
+        self.peer_watch: PeerWatch | None = None

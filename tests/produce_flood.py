@@ -1,6 +1,7 @@
 """Many raw connections of one client-id producing through the proxy: each sends one Produce (acks=1) and
 the next as soon as the answer is back (as a producer with one request in flight does). For measuring
-what a quota admits however many connections share it. Requests are built by `protocol/`."""
+what a quota admits however many connections share it, and how evenly among them (`served`, per
+connection). Requests are built, and answers read, by `protocol/`."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from sluice.protocol.client_requests import encode_produce_request
+from sluice.protocol.client_requests import decode_produce, encode_produce_request
 from sluice.protocol.headers import encode_request
 from sluice.protocol.record_batches import Record, encode_record_batch
 
 PRODUCE = 0
 PRODUCE_VERSION = 3
+REQUEST_TIMED_OUT = 7
 
 
 @dataclass
@@ -39,8 +41,13 @@ class ProduceFlood:
         self.port = port
         self.topic = topic
         self.client_id = client_id
-        self.acks: list[tuple[float, int]] = []  # (monotonic time, bytes charged: frame - 4)
-        self.errors: list[int] = []
+        # Requests the quota let through, as their answers came: (monotonic time, bytes charged: frame - 4).
+        # Not those the entity gate answered REQUEST_TIMED_OUT (uncharged); a broker's error (the flood
+        # sends every partition over one connection, so most answers are NOT_LEADER_OR_FOLLOWER) still
+        # means the request was admitted and charged.
+        self.acks: list[tuple[float, int]] = []
+        self.errors: dict[int, int] = {}  # error code -> answers
+        self.served = [0] * connections  # requests let through, per connection
         # One body per partition, built once: encoding a batch (its CRC) per request would make the
         # first round of 2,000 requests take seconds to send.
         batch = encode_record_batch([Record(b"k", b"v" * record_bytes)], now_ms=int(time.time() * 1000))
@@ -54,6 +61,7 @@ class ProduceFlood:
         ]
         for conn in self._conns:
             conn.sock.setblocking(False)
+        self._index = {id(conn): i for i, conn in enumerate(self._conns)}
 
     def _frame(self, conn: _Conn) -> bytes:
         conn.correlation_id += 1
@@ -83,8 +91,14 @@ class ProduceFlood:
                     length = struct.unpack_from(">i", conn.buffer)[0]
                     if len(conn.buffer) < 4 + length:
                         continue
+                    answer = bytes(conn.buffer[8 : 4 + length])  # after the correlation id
                     del conn.buffer[: 4 + length]
-                    self.acks.append((time.monotonic(), sizes[id(conn)]))
+                    error = decode_produce(PRODUCE_VERSION, answer, self.topic, conn.partition).error_code
+                    if error:
+                        self.errors[error] = self.errors.get(error, 0) + 1
+                    if error != REQUEST_TIMED_OUT:
+                        self.acks.append((time.monotonic(), sizes[id(conn)]))
+                        self.served[self._index[id(conn)]] += 1
                     conn.sock.setblocking(True)
                     frame = self._frame(conn)
                     conn.sock.sendall(frame)

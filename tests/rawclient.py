@@ -34,11 +34,15 @@ class RawClient:
         length = struct.unpack(">i", self._read_exactly(4))[0]
         return struct.pack(">i", length) + self._read_exactly(length)
 
-    def call_body(self, api_key: int, version: int, body: bytes) -> bytes:
-        """Send a request body built by `protocol/`; return the response body (after the response header)."""
+    def encode_body(self, api_key: int, version: int, body: bytes) -> bytes:
+        """The framed request around a body built by `protocol/`, without sending it."""
         self._correlation_id += 1
         header = encode_request_header(api_key, version, self._correlation_id, self.client_id)
-        self.sock.sendall(frame(header + body))
+        return frame(header + body)
+
+    def call_body(self, api_key: int, version: int, body: bytes) -> bytes:
+        """Send a request body built by `protocol/`; return the response body (after the response header)."""
+        self.sock.sendall(self.encode_body(api_key, version, body))
         data = self.receive_frame()
         assert struct.unpack_from(">i", data, 4)[0] == self._correlation_id
         return data[4 + response_header_size(api_key, version, data) :]

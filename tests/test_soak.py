@@ -9,7 +9,8 @@ At the same time, for the whole run:
 * 2,000 connections of one client-id producing flat out under one 50 kB/s quota.
 
 Then: all 200,000 records read back exactly once (0 lost, 0 duplicated), the proxy alive the whole time,
-its RSS under RSS_BOUND_MB at every sample, and the 2,000-connection entity admitted within 5 % of its quota.
+its RSS under RSS_BOUND_MB at every sample, the 2,000-connection entity admitted within 5 % of its quota,
+and every one of its connections served (the spread of requests let through per connection is printed).
 """
 
 from __future__ import annotations
@@ -262,6 +263,12 @@ def test_soak() -> None:
         rate = flood.rate(flood.started + 10, flood.started + NOISE_S - 2)
         print(f"2,000 connections under {QUOTA} B/s: {rate:.0f} B/s")
         assert abs(rate / QUOTA - 1) <= 0.05
+        # Served in turn at the entity's gate: every connection gets requests through, about as many each.
+        served = sorted(flood.served)
+        least, median, most = served[0], served[len(served) // 2], served[-1]
+        print(f"requests let through per connection: min {least}, median {median}, max {most}")
+        print(f"connections with none: {served.count(0)}; answers by error code: {flood.errors}")
+        assert served[0] >= 1
         text = proxy.metrics_text()
         assert metric_value(text, "sluice_quota_entities", type="Request") <= MAX_ENTITIES + 2
         assert metric_value(text, "sluice_quota_entities_overflow_total", type="Request") > 0

@@ -21,6 +21,8 @@ from ..services import ServiceStartError
 from ..workers import check_workers, run_workers
 
 EXIT_CONFIG_ERROR = 2
+# Below this many descriptors beyond reserved_open_files, too few clients could be served to be useful.
+MIN_OPEN_FILES_FOR_CLIENTS = 64
 
 EPILOG = f"""\
 Quotas come from the configuration file's `quota:` section; no flag sets them. Every key, with its
@@ -36,8 +38,9 @@ Signals: SIGTERM or SIGINT drain and stop; SIGHUP reloads the configuration; SIG
 SIGUSR1, SIGUSR2 and the rest are logged and ignored. Only SIGKILL stops Sluice without a drain.
 
 Exit codes: 0 after SIGTERM or SIGINT (in-flight requests answered first), 2 when the configuration is
-refused (the message names the key, the value and what was expected; also a listen host that does not
-resolve, an upstream that is Sluice's own listener, or a broker port found at start-up to be impossible),
+refused (the message names the key, the value and what was expected; also a listen host that is not an
+address of this machine, upstream servers of which none resolves, an upstream that is Sluice's own
+listener, or a broker port found at start-up to be impossible),
 1 when a listener cannot open at start-up (the address is named)."""
 
 
@@ -152,13 +155,32 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, overrides)
         check_workers(config, workers)
-        check_addresses(config)  # listen hosts resolve; no upstream is Sluice itself
+        # Listen hosts are this machine's; some upstream resolves; no upstream is Sluice itself.
+        unresolved = check_addresses(config)
     except ConfigError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     configure_logging(config.log.level, config.log.format)
+    for key in unresolved:
+        get_logger().warning(
+            "upstream_unresolved", key=key, detail="does not resolve now; tried again on every connection"
+        )
+    was, open_files = raise_open_file_limit()
+    if open_files <= config.reserved_open_files + MIN_OPEN_FILES_FOR_CLIENTS:
+        error = ConfigError(
+            "reserved_open_files",
+            config.reserved_open_files,
+            f"fewer than the open-file limit {open_files} less {MIN_OPEN_FILES_FOR_CLIENTS} "
+            "(the hard limit: raise it, or reserve fewer)",
+        )
+        print(f"sluice: {error}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     get_logger().info(
-        "process_limits", open_files=raise_open_file_limit(), mmap_large_buffers=return_large_buffers_to_os()
+        "process_limits",
+        open_files=open_files,
+        open_files_raised_from=was if was != open_files else None,
+        reserved_open_files=config.reserved_open_files,
+        mmap_large_buffers=return_large_buffers_to_os(),
     )
     if workers > 1:
         return run_workers(

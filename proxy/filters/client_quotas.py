@@ -110,6 +110,7 @@ class ClientQuotas(Filter):
         "_stats",
         "_touched",
         "_turn",
+        "_turn_rank",
     )
 
     def __init__(self, conn: ConnectionInfo, shared: ClientQuotasFactory) -> None:
@@ -134,8 +135,10 @@ class ClientQuotas(Filter):
         self._fetch_throttle = shared.fetch_throttle
         self._stats = shared.stats
         self._gates = shared.gates  # gives None for Kafka's per-connection mute only
-        # This connection's place in its entity's queue, while its Produce waits for the gate.
+        # This connection's place in its entity's queue, while its Produce waits for the gate, and its rank
+        # there: when it was last let in (or opened), so the entity's connections are served in turn.
         self._turn: asyncio.Future[object] | None = None
+        self._turn_rank = conn.now_ms()
         # (quota type, user, client-id) -> the rules version its throttle series were made for.
         self._touched: dict[tuple[str, str, str | None], int] = {}
 
@@ -185,13 +188,14 @@ class ClientQuotas(Filter):
                     # client sent it again, or will; forwarding it would charge a copy nobody waits for,
                     # and hand the broker a gap in an idempotent producer's sequence.
                     return self._timed_out(header, frame, gates.shut_for_ms(gate_key, now))
-                turn = gates.wait(gate_key, now, deadline)
+                turn = gates.wait(gate_key, now, deadline, self._turn_rank)
                 if turn is not None:
                     self._turn = turn
                     return Defer(turn)  # the entity is throttled: wait, uncharged, on every connection
         throttle = self._produce.record_and_get_throttle_ms(user, client_id, len(frame) - 4, now)
         if gates is not None:
             gates.admitted(gate_key, throttle, now)
+            self._turn_rank = now
         if throttle <= 0:
             return frame
         self._stats.record_quota(
@@ -403,7 +407,7 @@ class ClientQuotasFactory(FilterFactory):
         if self.mute_scope is MuteScope.CONNECTION:
             return None
         if self._gates is None:
-            self._gates = EntityGates()
+            self._gates = self.stats.gates = EntityGates()
         return self._gates
 
     def needs_cpu_time(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -16,6 +16,9 @@ from ..log import get_logger
 from ..metrics import api_name
 from ..throttle_episodes import ThrottleEpisodes
 from .usage_recorder import UsageRecording
+
+if TYPE_CHECKING:
+    from .entity_gate import EntityGates
 
 _MAX_ENTITIES = 10_000
 # Sensors measured between two returns to the event loop during a scrape (~0.5 ms of work).
@@ -40,13 +43,15 @@ class ThrottleStats:
     * with `usage` (usage records on), the quota filters also add what they charge to the usage ledger:
       throttles here, CPU time and partition mutations through `usage` directly;
     * `gate_timeouts`: Produce requests the entity gate answered REQUEST_TIMED_OUT, their client's timeout
-      having passed while they waited (one count for the proxy: no label an entity could multiply).
+      having passed while they waited (one count for the proxy: no label an entity could multiply);
+    * `gates`: the entity gates, once made (how many requests wait at them now).
     """
 
     def __init__(self, episodes: ThrottleEpisodes | None = None) -> None:
         self.by_quota: dict[tuple[str, QuotaTags], list[int]] = {}
         self.by_response: dict[int, list[int]] = {}
         self.gate_timeouts = 0
+        self.gates: EntityGates | None = None
         self.episodes = episodes
         self.usage: UsageRecording | None = None
 
@@ -225,4 +230,10 @@ class QuotaCollector(Collector):
             "passed while they waited (quota.mute_scope: entity)",
         )
         gate_timeouts.add_metric([], self._stats.gate_timeouts)
-        out.append(gate_timeouts)
+        gates = self._stats.gates
+        gate_waiting = GaugeMetricFamily(
+            "sluice_gate_waiting_requests",
+            "Produce requests waiting now for their turn at an entity's gate (quota.mute_scope: entity)",
+            value=gates.waiting if gates is not None else 0,
+        )
+        out += (gate_timeouts, gate_waiting)

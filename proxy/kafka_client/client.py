@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 from sluice.config.client_settings import ClientSasl
 from sluice.protocol.client_requests import (
     ACKS_ALL,
+    DESCRIBE_CONFIGS,
     EARLIEST_TIMESTAMP,
     FETCH,
     LATEST_TIMESTAMP,
@@ -39,6 +40,7 @@ from sluice.protocol.client_requests import (
 )
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.record_batches import FetchedRecord, Record, decode_records, encode_record_batch
+from sluice.protocol.topic_metadata import decode_broker_configs, encode_broker_config_request
 
 from .backoff import RetryPolicy
 from .cluster import MAIN_LANE, Cluster
@@ -138,6 +140,28 @@ class KafkaClient:
         )
         await self._retrying(f"leaders of {name}", lambda: await_leaders(self.cluster, name), timeout_s)
         return outcome
+
+    async def broker_configs(
+        self, node_id: int, names: Sequence[str], *, timeout_s: float | None = None
+    ) -> dict[str, str | None]:
+        """Broker `node_id`'s values of the configs `names` (DescribeConfigs, asked of that broker; None
+        for one it does not report). A refusal (an ACL: CLUSTER_AUTHORIZATION_FAILED) raises at once."""
+        where = f"DescribeConfigs of broker {node_id}"
+
+        async def attempt() -> dict[str, str | None]:
+            connection = await self.cluster.connection_to(node_id)
+            answer = await self.cluster.call(
+                connection,
+                DESCRIBE_CONFIGS,
+                "DescribeConfigs",
+                lambda v: encode_broker_config_request(v, node_id, names),
+                decode_broker_configs,
+            )
+            if answer.error_code:
+                raise from_code(answer.error_code, where, answer.error_message)
+            return {name: answer.values.get(name) for name in names}
+
+        return await self._retrying(where, attempt, timeout_s)
 
     # ---- produce ----------------------------------------------------------------------------------
 

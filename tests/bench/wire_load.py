@@ -34,6 +34,8 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from sluice.protocol.headers import encode_request_header, frame, response_header_size
 
+API_VERSIONS = 18
+
 PRODUCE_VERSION = 7  # the newest non-flexible Produce: a fixed-size header, nothing to patch
 CLIENT_ID = "sluice-bench"
 
@@ -137,9 +139,19 @@ class PipelinedConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.stopping = False
+        self._greeting: asyncio.Future[None] | None = None
+        self._client_id = client_id
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+
+    async def greet(self) -> None:
+        """ApiVersions first, as every Kafka client sends it: until the broker has answered a connection's
+        first request, the proxy holds it to frames of 512 KiB."""
+        assert self._transport is not None
+        self._greeting = asyncio.get_running_loop().create_future()
+        self._transport.write(frame(encode_request_header(API_VERSIONS, 0, -1, self._client_id)))
+        await self._greeting
 
     def begin(self) -> None:
         for _ in range(max(1, self._in_flight_target // self._batch)):
@@ -166,6 +178,12 @@ class PipelinedConnection(asyncio.Protocol):
         buffer += data
         pos = 0
         end = len(buffer)
+        greeting = self._greeting
+        if greeting is not None and not greeting.done():
+            if end < 4 or end < 4 + int.from_bytes(buffer[:4], "big"):
+                return
+            pos = 4 + int.from_bytes(buffer[:4], "big")  # the ApiVersions answer: not counted
+            greeting.set_result(None)
         tally = self._tally
         answered = 0
         while end - pos >= 4:
@@ -247,6 +265,7 @@ async def generate(args: argparse.Namespace) -> LoadResult:
             args.port,
             **tls,
         )
+        await conn.greet()
         connections.append(conn)
     if budget is not None:
         _mark("window_start")

@@ -28,8 +28,8 @@ def config(listen: str, upstream: str, **extra: object):
     return load_config(overrides={"listen": listen, "upstream.bootstrap": upstream, **extra})
 
 
-def check(cfg) -> None:
-    check_addresses(cfg, resolve, LOCAL.__contains__)
+def check(cfg) -> list[str]:
+    return check_addresses(cfg, resolve, LOCAL.__contains__)
 
 
 @pytest.mark.parametrize(
@@ -61,26 +61,42 @@ def test_an_upstream_that_is_sluice_itself_is_refused(
         ("127.0.0.1:9092", "127.0.0.2:9092"),  # a loopback address the listener is not bound to
         ("0.0.0.0:9092", "10.9.9.9:9092"),  # the wildcard, but not an address of this machine
         ("127.0.0.1:9092", "127.0.0.1:9095"),  # this machine, a port Sluice does not hold
-        ("127.0.0.1:9092", "nowhere:9092"),  # unresolvable now: discovery keeps trying, not a config error
     ],
 )
 def test_a_real_cluster_passes(listen: str, upstream: str) -> None:
-    check(config(listen, upstream, advertised_host="me"))
+    assert check(config(listen, upstream, advertised_host="me")) == []
+
+
+def test_an_upstream_server_that_does_not_resolve_is_reported_when_another_does() -> None:
+    # Kafka's Java client skips (and logs) a bootstrap name that does not resolve, and uses the others.
+    assert check(config("127.0.0.1:9092", "kafka-1:9092,nowhere:9092")) == ["upstream.bootstrap[1]"]
+
+
+def test_upstream_servers_of_which_none_resolves_are_refused() -> None:
+    # ... and refuses to start when none does ("No resolvable bootstrap urls given in bootstrap.servers").
+    with pytest.raises(ConfigError) as raised:
+        check(config("127.0.0.1:9092", "nowhere:9092,nor-here:9092"))
+    assert raised.value.key == "upstream.bootstrap"
+    assert "none does" in raised.value.expected
 
 
 @pytest.mark.parametrize(
-    ("extra", "key"),
+    ("extra", "key", "expected"),
     [
-        ({"listen": "nowhere:9092"}, "listen"),
-        ({"metrics.listen": "nowhere:9404"}, "metrics.listen"),
+        ({"listen": "nowhere:9092"}, "listen", "resolve"),
+        ({"metrics.listen": "nowhere:9404"}, "metrics.listen", "resolve"),
+        ({"listen": "10.1.2.3:9092", "advertised_host": "me"}, "listen", "an address of this machine"),
+        # Resolves, but to another machine.
+        ({"listen": "kafka-1:9092", "advertised_host": "me"}, "listen", "an address of this machine"),
+        ({"metrics.listen": "10.1.2.3:9404"}, "metrics.listen", "an address of this machine"),
     ],
 )
-def test_a_listen_host_that_does_not_resolve_is_refused(extra: dict, key: str) -> None:
+def test_a_listen_host_that_is_not_this_machines_is_refused(extra: dict, key: str, expected: str) -> None:
     cfg = load_config(overrides={"listen": "127.0.0.1:9092", "upstream.bootstrap": "kafka-1:9092", **extra})
     with pytest.raises(ConfigError) as raised:
         check(cfg)
     assert raised.value.key == key
-    assert "resolve" in raised.value.expected
+    assert expected in raised.value.expected
 
 
 def test_the_real_resolver_and_local_check() -> None:

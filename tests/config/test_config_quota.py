@@ -201,9 +201,19 @@ def test_window_keys_default_independently() -> None:
     assert engine.controller_window == QuotaWindow(num_samples=3, size_s=1)
 
 
-@pytest.mark.parametrize("value", [1, 2**31 - 1])
+@pytest.mark.parametrize("value", [1, 2_147_483])
 def test_window_bounds_are_accepted(value: int) -> None:
     assert from_overrides(**{"window.samples": value}).engine.client_window.num_samples == value
+
+
+@pytest.mark.parametrize("section", ["window", "controller_window"])
+@pytest.mark.parametrize(
+    ("samples", "size"), [(2**31 - 1, 2**31 - 1), (2_147_484, 1), (1, 2_147_484), (1000, 3600)]
+)
+def test_a_window_longer_than_an_int32_throttle_is_refused(section: str, samples: int, size: int) -> None:
+    # Kafka's throttle_time_ms is an int32 of ms: a longer window owes throttles no answer can carry.
+    error = error_for({section: {"samples": samples, "size_seconds": size}})
+    check(error, f"quota.{section}", "samples x size_seconds at most 2147483 s")
 
 
 def test_legacy_windows_accepts_yaml_booleans(tmp_path: Path) -> None:
@@ -307,13 +317,20 @@ def test_byte_rates_take_whole_numbers(value: float, stored: float) -> None:
     assert rule.values[C] == stored
 
 
-@pytest.mark.parametrize("value", [12.34, 0.001, 1, 5e-324, 10**30])
+@pytest.mark.parametrize("value", [12.34, 0.001, 1, 1000 / (2**31 - 1), 10**30])
 def test_fractional_quotas_for_double_keys(value: float) -> None:
     (rule,) = entities(
         {"client_id": "x", "request_percentage": value, "controller_mutation_rate": value}
     ).rules
     assert rule.values[R] == float(value)
     assert rule.values[M] == float(value)
+
+
+@pytest.mark.parametrize("value", [1e-300, 5e-324, 4.6e-7])
+def test_a_mutation_rate_whose_one_mutation_overflows_the_throttle_is_refused(value: float) -> None:
+    # One partition at 1e-300/s owes 1e300 s of throttle: Kafka's int32 ms wraps it to no throttle at all.
+    error = error_for({"entities": [{"client_id": "x", "controller_mutation_rate": value}]})
+    check(error, "quota.entities[0].controller_mutation_rate", "at least 4.66e-07")
 
 
 def test_a_name_and_the_default_of_the_same_component_are_different_entities() -> None:

@@ -288,3 +288,50 @@ def test_protocol_unvetted_apis_is_hide_by_default_pass_on_request_and_nothing_e
         "known keys under protocol: unvetted_apis",
     )
     check(error_for({"protocol": "hide"}), "protocol", "a mapping")
+
+
+@pytest.mark.parametrize("value", [-1, 1_000_001, True, "128", 1.5])
+def test_reserved_open_files_range(value: object) -> None:
+    check(error_for({"reserved_open_files": value}), "reserved_open_files", "an integer in 0..1000000")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("upstream.max_in_flight_bytes_per_broker", 1023, "an integer in 1024.."),
+        ("upstream.max_in_flight_bytes_per_broker", "256MiB", "an integer in 1024.."),
+        ("upstream.learn_limits", "maybe", "true or false"),
+    ],
+)
+def test_broker_limits_keys_are_checked(key: str, value: object, fragment: str) -> None:
+    check(error_for({key: value}), key, fragment)
+
+
+def test_broker_limits_defaults_and_values() -> None:
+    config = load_config(overrides=BASE)
+    assert (
+        config.max_in_flight_bytes_per_broker,
+        config.learn_broker_limits,
+        config.reserved_open_files,
+    ) == (
+        None,
+        True,
+        128,
+    )
+    config = load_config(
+        overrides={
+            **BASE,
+            "upstream.max_in_flight_bytes_per_broker": 4096,
+            "upstream.learn_limits": False,
+            "reserved_open_files": 0,
+        }
+    )
+    assert (
+        config.max_in_flight_bytes_per_broker,
+        config.learn_broker_limits,
+        config.reserved_open_files,
+    ) == (
+        4096,
+        False,
+        0,
+    )

@@ -69,10 +69,18 @@ class AdminBrokerDouble:
     """One Kafka broker (and controller) on 127.0.0.1 answering the admin APIs; see the module doc."""
 
     def __init__(
-        self, *, node_id: int = 0, num_partitions: int = 1, topics: dict[str, int] | None = None
+        self,
+        *,
+        node_id: int = 0,
+        num_partitions: int = 1,
+        topics: dict[str, int] | None = None,
+        broker_configs: dict[str, str] | None = None,
     ) -> None:
+        """`broker_configs`: more broker configs DescribeConfigs reports (such as socket.request.max.bytes),
+        besides num.partitions."""
         self.node_id = node_id
         self.num_partitions = num_partitions
+        self.broker_configs = dict(broker_configs or {})
         self.topics: dict[str, int] = dict(topics or {})
         self.topic_ids: dict[str, bytes] = {name: uuid.uuid4().bytes for name in self.topics}
         self.topic_configs: dict[str, dict[str, str | None]] = {}  # the configs each created topic was given
@@ -255,7 +263,7 @@ class AdminBrokerDouble:
                 f"but received {resource.resource_name}",
             )
         else:
-            known = {"num.partitions": str(self.num_partitions)}
+            known = {"num.partitions": str(self.num_partitions), **self.broker_configs}
             wanted = resource.configuration_keys
             result["configs"] = [
                 {

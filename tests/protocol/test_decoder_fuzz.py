@@ -363,6 +363,11 @@ def _targets() -> list[Target]:
             _samples(MetadataResponse),
         ),
         Target(
+            "topic_metadata.decode_broker_configs",
+            topic_metadata.decode_broker_configs,
+            _samples(DescribeConfigsResponse),
+        ),
+        Target(
             "topic_metadata.decode_config_value",
             lambda v, d: topic_metadata.decode_config_value(v, d, "ab"),
             _samples(DescribeConfigsResponse),

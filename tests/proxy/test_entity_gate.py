@@ -120,3 +120,84 @@ async def test_a_waiter_let_in_before_its_deadline_is_not_timed_out_later() -> N
     timers.advance(5000)
     assert turn.result() is None
     assert gates.shut_for_ms(key, 5100) == 0
+
+
+async def test_the_connection_let_in_least_recently_goes_first() -> None:
+    timers = ManualTimers(asyncio.get_running_loop())
+    gates = EntityGates(timers, lambda: timers.now_ms)  # type: ignore[arg-type]
+    key = ("produce", "c")
+    gates.admitted(key, 100, 0)
+    served_lately = gates.wait(key, 10, rank=90)  # first to arrive, but its connection was let in at 90
+    waited_long = gates.wait(key, 20, rank=5)
+    also_long = gates.wait(key, 30, rank=5)  # the same rank: arrival order
+    assert served_lately is not None and waited_long is not None and also_long is not None
+    timers.advance(100)
+    assert waited_long.done() and not also_long.done() and not served_lately.done()
+    gates.admitted(key, 10, 100)
+    timers.advance(10)
+    assert also_long.done() and not served_lately.done()
+
+
+class Crowd:
+    """Many connections of one entity producing flat out through its gate, on the manual clock: each
+    admission earns THROTTLE_MS (the gate's quota), the connection is muted that long and then sends its
+    next request; a request not let in within its client's timeout is answered TIMED_OUT and sent again
+    after a random back-off (seeded), as producers do."""
+
+    THROTTLE_MS = 100
+    TIMEOUT_MS = 2_500
+
+    def __init__(self, timers: ManualTimers, connections: int, seed: int) -> None:
+        import random
+
+        self._timers = timers
+        self._random = random.Random(seed)
+        self.gates = EntityGates(timers, lambda: timers.now_ms)  # type: ignore[arg-type]
+        self.admitted = [0] * connections
+        self._rank = [0] * connections  # what ClientQuotas passes: when each was last let in
+        for conn in range(connections):
+            timers.call_later(self._random.uniform(0, 1), self._send, conn)
+
+    def _send(self, conn: int) -> None:
+        now = self._timers.now_ms
+        turn = self.gates.wait("entity", now, now + self.TIMEOUT_MS, rank=self._rank[conn])
+        if turn is None:
+            self._admit(conn)
+            return
+
+        def settled(turn: asyncio.Future) -> None:
+            if turn.result() is TIMED_OUT:
+                self._timers.call_later(self._random.uniform(0, 0.8), self._send, conn)
+            else:
+                self._admit(conn)
+
+        turn.add_done_callback(settled)
+
+    def _admit(self, conn: int) -> None:
+        now = self._timers.now_ms
+        self.admitted[conn] += 1
+        self._rank[conn] = now
+        self.gates.admitted("entity", self.THROTTLE_MS, now)
+        self._timers.call_later(self.THROTTLE_MS / 1000 + self._random.uniform(0, 0.05), self._send, conn)
+
+    async def run(self, until_ms: int) -> None:
+        timers = self._timers
+        while timers.now_ms < until_ms:
+            due = [at for at, _callback, _args, cancelled in timers.timers if not cancelled]
+            timers.advance(max(1, int(min(due)) - timers.now_ms) if due else 1)
+            await asyncio.sleep(0)  # the turns' done callbacks run
+
+
+async def test_every_connection_of_an_entity_gets_its_turn_whatever_their_timeouts() -> None:
+    # 50 connections, one admission per 100 ms: a round of the entity's connections takes 5 s, twice the
+    # clients' 2.5 s timeout, so most requests time out once before their turn (as 2,000 connections under
+    # one 50 kB/s quota did). In arrival order, whoever happened to wait less was let in: over 10 whole
+    # rounds, connections got from 0 to 20 admissions. In turn, each gets one a round.
+    connections, rounds = 50, 10
+    for seed in range(3):
+        timers = ManualTimers(asyncio.get_running_loop())
+        crowd = Crowd(timers, connections, seed)
+        await crowd.run(rounds * connections * Crowd.THROTTLE_MS + 1000)
+        assert sum(crowd.admitted) >= rounds * connections  # the quota's rate, whole periods
+        assert min(crowd.admitted) >= rounds - 1, sorted(crowd.admitted)
+        assert max(crowd.admitted) <= rounds + 1, sorted(crowd.admitted)

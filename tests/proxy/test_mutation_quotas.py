@@ -91,7 +91,10 @@ def mutation_proxy(
     }
     if mutations:
         quota["mutations"] = mutations
-    return ProxyProcess(broker.bootstrap, extra_config={"quota": quota})
+    # The proxy's own look-up of the broker's limits (a DescribeConfigs at start) is off: these tests count
+    # the DescribeConfigs the topic cache sends.
+    upstream = {"bootstrap": [broker.bootstrap], "learn_limits": False}
+    return ProxyProcess(broker.bootstrap, extra_config={"quota": quota, "upstream": upstream})
 
 
 @pytest.fixture(scope="module")

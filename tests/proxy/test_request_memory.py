@@ -36,9 +36,24 @@ def rss_mb(pid: int) -> int:
 UNKNOWN_API_HEADER = struct.pack(">hhih", 1000, 0, 1, -1)
 
 
-def start_frame(port: int, size: int, send: int) -> socket.socket:
-    """A connection that announces a `size`-byte frame and sends only `send` bytes of it."""
+def answered_connection(port: int) -> socket.socket:
+    """A connection whose first request (ApiVersions) the broker answered: past the limits a connection
+    has before it proves itself (512 KiB frames), as any Kafka client after its first request."""
     sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(struct.pack(">ihhih", 10, 18, 0, 1, -1))
+    sock.settimeout(10)
+    answer = b""
+    while len(answer) < 4 or len(answer) < 4 + struct.unpack(">i", answer[:4])[0]:
+        chunk = sock.recv(65536)
+        assert chunk, "the proxy closed the connection instead of answering ApiVersions"
+        answer += chunk
+    sock.settimeout(None)
+    return sock
+
+
+def start_frame(port: int, size: int, send: int) -> socket.socket:
+    """An answered connection that announces a `size`-byte frame and sends only `send` bytes of it."""
+    sock = answered_connection(port)
     sock.sendall(size.to_bytes(4, "big") + UNKNOWN_API_HEADER)
     send -= len(UNKNOWN_API_HEADER)
     chunk = b"\0" * MIB
@@ -88,7 +103,7 @@ def test_the_budget_pauses_reading_when_reached(cluster) -> None:
         first = [start_frame(proxy.port, size, 1 * MIB) for _ in range(2)]
         waiting = []
         for _ in range(2):
-            sock = socket.create_connection(("127.0.0.1", proxy.port))
+            sock = answered_connection(proxy.port)
             sock.sendall(size.to_bytes(4, "big") + UNKNOWN_API_HEADER + b"\0" * 1000)
             waiting.append(sock)
         time.sleep(0.5)

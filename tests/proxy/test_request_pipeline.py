@@ -16,6 +16,7 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
+from sluice.proxy.broker_load import COUNTED_MIN_BYTES, BrokerLoad, LoadShare
 from sluice.proxy.filters import (
     Answer,
     Close,
@@ -500,3 +501,69 @@ def test_draining_while_deferred_means_the_resume_forwards_nothing() -> None:
     assert h.pipeline.resume() is None
     assert h.upstream() == []
     assert calls == [1]
+
+
+# ---- bytes in flight toward the broker (proxy/broker_load.py) ----------------------------------------
+
+KIB = 1024
+
+
+def big_produce(correlation_id: int, size: int, acks: int = 1) -> bytes:
+    # Produce v3: transactional_id (null), acks, timeout, no topics; then padding to `size` bytes in all.
+    body = struct.pack(">hhii", -1, acks, 1000, 0)
+    frame = request(PRODUCE, correlation_id, 3, body)
+    return request(PRODUCE, correlation_id, 3, body + b"\0" * (size - len(frame)))
+
+
+def loaded(load: BrokerLoad, seen: list) -> Harness:
+    h = Harness(Factory(Recorder, seen=seen))
+    h.pipeline.load = LoadShare(load)
+    return h
+
+
+async def test_a_request_without_room_waits_past_the_filters_and_goes_when_an_answer_gives_room() -> None:
+    load = BrokerLoad("broker:9092", limit=100 * KIB)
+    seen: list = []
+    first, second = loaded(load, seen), loaded(load, seen)
+    assert first.client(big_produce(1, 80 * KIB)) is None
+    assert first.upstream() == [1] and load.used == 80 * KIB
+    ready = second.client(big_produce(2, 80 * KIB), request(3, 3))  # and a Metadata behind it
+    assert ready is not None and not ready.done()
+    assert second.upstream() == [] and load.waiting == 1
+    first.broker(response(PRODUCE, 1))  # answered: its 80 KiB go back, and the room is the second's
+    assert ready.done() and load.used == 80 * KIB
+    second._note(second.pipeline.resume())
+    assert second.upstream() == [2, 3]
+    assert seen.count(("request", 2)) == 1  # the filters saw it once
+    second.broker(response(PRODUCE, 2), response(3, 3))
+    assert load.used == 0
+
+
+async def test_small_requests_and_acks0_ones_do_not_hold_room() -> None:
+    load = BrokerLoad("broker:9092", limit=100 * KIB)
+    h = loaded(load, [])
+    h.client(request(3, 1), big_produce(2, COUNTED_MIN_BYTES, acks=0))
+    assert h.upstream() == [1, 2]
+    assert load.used == 0  # the small one is not counted; the acks=0 one counted while forwarded whole
+
+
+async def test_a_request_larger_than_the_limit_goes_alone() -> None:
+    load = BrokerLoad("broker:9092", limit=100 * KIB)
+    h = loaded(load, [])
+    h.client(big_produce(1, 300 * KIB))
+    assert h.upstream() == [1] and load.used == 300 * KIB
+
+
+async def test_a_closed_connection_gives_back_what_it_had_in_flight_and_leaves_the_queue() -> None:
+    load = BrokerLoad("broker:9092", limit=100 * KIB)
+    first, second, third = loaded(load, []), loaded(load, []), loaded(load, [])
+    first.client(big_produce(1, 80 * KIB))
+    waiting = second.client(big_produce(2, 80 * KIB))
+    third_ready = third.client(big_produce(3, 80 * KIB))
+    assert load.waiting == 2
+    for ready in second.pipeline.close():  # the connection cancels what nobody will complete
+        ready.cancel()  # type: ignore[attr-defined]
+    assert waiting.cancelled()  # type: ignore[union-attr]
+    first.pipeline.close()
+    assert third_ready.done()  # the second left the queue: the room went to the third
+    assert load.used == 80 * KIB and load.waiting == 0

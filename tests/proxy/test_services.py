@@ -230,8 +230,10 @@ async def test_a_service_that_cannot_start_closes_the_proxy_listener_again() -> 
             "metrics_endpoint",
             "kafka_client",
             "broker_discovery",
+            "broker_limits",
             "quota_store",
             "sensor_sweep",
+            "memory_return",
             "throttle_episodes",
         ]
         with structlog.testing.capture_logs() as logs, pytest.raises(ServiceStartError) as caught:
@@ -262,8 +264,10 @@ async def test_the_server_stops_its_services_on_shutdown() -> None:
     assert server.services.running == [
         "kafka_client",
         "broker_discovery",
+        "broker_limits",
         "quota_store",
         "sensor_sweep",
+        "memory_return",
         "throttle_episodes",
     ]
     discovery = server.services.get("broker_discovery")

@@ -58,6 +58,21 @@ def test_an_unresolvable_listen_host_exits_2(tmp_path: Path) -> None:
     assert_refused(run_sluice(tmp_path, config), "listen")
 
 
+def test_a_listen_address_this_machine_does_not_have_exits_2(tmp_path: Path) -> None:
+    # TEST-NET-1 (RFC 5737) is never assigned to a machine: before, bind() failed with exit 1.
+    port = free_port_block(4)
+    config = base_config(port, listen=f"192.0.2.1:{port}", advertised_host="127.0.0.1")
+    result = run_sluice(tmp_path, config)
+    assert_refused(result, "listen")
+    assert "an address of this machine" in result.stderr
+
+
+def test_upstream_servers_of_which_none_resolves_exit_2(tmp_path: Path) -> None:
+    port = free_port_block(4)
+    config = base_config(port, upstream={"bootstrap": ["no-such-host.invalid:9092"]})
+    assert_refused(run_sluice(tmp_path, config), "upstream.bootstrap")
+
+
 def test_an_unresolvable_metrics_host_exits_2(tmp_path: Path) -> None:
     port = free_port_block(4)
     config = base_config(port, metrics={"listen": f"no-such-host.invalid:{port + 3}"})
@@ -81,3 +96,10 @@ def test_an_absurd_idle_timeout_exits_2(tmp_path: Path, value: float) -> None:
 def test_ports_beyond_65535_exit_2(tmp_path: Path, extra: dict, key: str) -> None:
     port = free_port_block(4)
     assert_refused(run_sluice(tmp_path, base_config(port, **extra)), key)
+
+
+def test_a_reserve_of_open_files_the_limit_cannot_hold_exits_2(tmp_path: Path) -> None:
+    port = free_port_block(4)
+    result = run_sluice(tmp_path, base_config(port, reserved_open_files=1_000_000))
+    assert_refused(result, "reserved_open_files")
+    assert "open-file limit" in result.stderr

@@ -8,7 +8,8 @@ The batches are then read straight from the brokers and replayed with a Kafka br
 With a broker's per-connection mute (`quota.mute_scope: connection`) the pipelined requests wait behind
 the mute, time out, and librdkafka sends their batches again on the same connection: the broker gets
 each such batch twice.
-* with enable.idempotence=true a broker keeps every record exactly once: every key once, none missing;
+* with enable.idempotence=true a broker keeps every record exactly once: every key once, none missing
+  (librdkafka closes the connection of a request that timed out, and what the proxy held for it goes);
 * without it the re-sent batches are new data to a broker: records appear twice.
 
 With the entity gate (`entity`, the default) the three connections share one gate, so requests wait
@@ -119,9 +120,11 @@ def keys_a_broker_keeps(cluster: MockCluster, client_id: str) -> tuple[Counter[b
 def test_an_idempotent_producer_gets_every_record_exactly_once(cluster: MockCluster) -> None:
     run = produce_through_a_tight_quota(cluster, "idempotent", idempotent=True, scope="connection")
     assert run.client_timeouts > 0, "no request outlived its timeout: the test did not reach its case"
-    kept, duplicates, out_of_order = keys_a_broker_keeps(cluster, "idempotent")
-    # The held requests and their retries both reached the broker; the sequence numbers made them one.
-    assert duplicates > 0
+    kept, _duplicates, out_of_order = keys_a_broker_keeps(cluster, "idempotent")
+    # Held requests whose client gave up on them may reach the broker beside their retries (the sequence
+    # numbers make them one), or not: an idempotent librdkafka producer closes a connection whose request
+    # timed out, and the proxy then drops what it held for that connection at once
+    # (proxy/peer_watch.py; it used to forward it when the mute ended).
     assert out_of_order == 0
     assert set(kept) == {f"idempotent-{i:04d}".encode() for i in range(RECORDS)}, "records missing"
     assert [key for key, count in kept.items() if count > 1] == []

@@ -1,0 +1,49 @@
+"""When MemoryReturn collects and trims: after the connection count has fallen by a quarter (and by at
+least MIN_FALL) from its high-water mark, and once more on the next check, as closed connections finish
+closing; never while the count holds or grows."""
+
+from __future__ import annotations
+
+from sluice.proxy.memory_return import MIN_FALL, MemoryReturn
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.live = 0
+        self.peak = 0
+
+    def __len__(self) -> int:
+        return self.live
+
+    def open(self, n: int) -> None:
+        self.live += n
+        self.peak = max(self.peak, self.live)
+
+
+def test_a_fall_from_the_peak_collects_and_trims_twice_then_waits_for_the_next_fall() -> None:
+    registry = Registry()
+    trims: list[int] = []
+    service = MemoryReturn(registry, trim=lambda: trims.append(registry.live) or True, resident=lambda: 0)
+    registry.open(4_000)
+    service._check(0)
+    assert trims == []  # nothing fell
+    registry.live = 3_100  # a fall of 900: under a quarter of the peak
+    service._check(0)
+    assert trims == []
+    registry.live = 2_900  # 1,100 gone: more than a quarter
+    service._check(0)
+    registry.live = 2_800
+    service._check(0)  # the second look, as connections finish closing
+    service._check(0)
+    assert trims == [2_900, 2_800]
+    assert registry.peak == 2_800  # the next spike is measured from here
+
+
+def test_a_small_fall_is_left_alone_even_if_it_is_a_quarter() -> None:
+    registry = Registry()
+    trims: list[int] = []
+    service = MemoryReturn(registry, trim=lambda: trims.append(registry.live) or True, resident=lambda: 0)
+    registry.open(2 * MIN_FALL)
+    registry.live = MIN_FALL + 1  # half of them gone, but fewer than MIN_FALL
+    service._check(0)
+    assert trims == []
