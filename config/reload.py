@@ -4,7 +4,8 @@
 invalid file raises ConfigError naming the key, and the caller keeps the configuration in force. A
 valid one comes back with the settings that apply live and the keys whose change needs a restart:
 
-* live: `quota.entities` (client and IP quotas), `quota.topics`, `quota.admin_principals`;
+* live: `quota.entities` (client and IP quotas), `quota.topics`, `quota.broker_protection`,
+  `quota.admin_principals`;
 * after a restart: everything else (listeners, upstream, TLS, SASL, quota windows and sensors, the
   throttle mode, the store topic, ...). Those keep their running values until then, and are reported so
   the operator is told.
@@ -21,7 +22,7 @@ from sluice.config.load import load_config
 from sluice.config.model import ProxyConfig
 from sluice.config.quota_settings import QuotaSettings
 
-LIVE_QUOTA_FIELDS = ("rules", "ip_rules", "topics", "admin_principals")
+LIVE_QUOTA_FIELDS = ("rules", "ip_rules", "topics", "broker_protection", "admin_principals")
 # QuotaSettings field -> the file key an operator knows it by.
 _QUOTA_KEYS = {
     "engine": "quota.window / quota.controller_window / quota.legacy_windows / quota.sensor",

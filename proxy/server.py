@@ -26,12 +26,17 @@ from sluice.config.model import ProxyConfig
 from sluice.config.quota_settings import AdminMode
 from sluice.config.quota_state import QuotaState
 
+from .broker_nodes import BrokerNodes, listener_name
+from .broker_shield_metrics import BrokerShieldCollector
+from .broker_shield_ticks import ShieldTicker
 from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
 from .discovery import BrokerDiscovery
 from .filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, FilterFactory
+from .filters.broker_shield import BrokerShieldFactory
 from .filters.client_quotas import ClientQuotasFactory
 from .filters.mutation_quotas import MutationQuotasFactory
+from .filters.produce_round_trips import ProduceRoundTripsFactory
 from .filters.quota_admin import QuotaAdminFactory
 from .filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from .filters.sasl_inspector import SaslInspectorFactory
@@ -103,6 +108,11 @@ class SluiceServer:
             request_timeout_s=config.client.request_timeout_s,
         )
         self.topic_cache = TopicCache(config.quota.mutations.num_partitions)
+        # Which broker a connection reaches, for the broker shield (and the usage records' broker).
+        self.broker_nodes = BrokerNodes(self.directory.known_nodes)
+        self.broker_shield = BrokerShieldFactory(
+            lambda: self.quota_state.live.brokers, self.broker_nodes, self.throttle_stats
+        )
         # Usage records and fleet quotas (docs/fleet.md): nothing at all unless usage.enabled.
         self.usage = (
             UsagePlane(config, self.quota_managers, self.kafka_client, self.topic_cache.name_of)
@@ -144,6 +154,13 @@ class SluiceServer:
                 ProxyCollector(self.metrics),
                 QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates),
             ]
+            collectors.append(
+                BrokerShieldCollector(
+                    lambda: self.quota_state.live.brokers,
+                    lambda: self.broker_shield.unattributed_bytes,
+                    _loop_ms,
+                )
+            )
             if self.usage is not None:
                 collectors.append(self.usage.collector())
             services.append(MetricsEndpoint(collectors, metrics_listen.host, metrics_listen.port))
@@ -157,6 +174,8 @@ class SluiceServer:
             services.append(self.quota_store)
         services.append(SensorSweep(self.quota_state.live))
         services.append(Periodic("throttle_episodes", 1.0, self.throttle_stats.sweep_episodes))
+        shield_ticker = ShieldTicker(lambda: self.quota_state.live.brokers)
+        services.append(Periodic("broker_shield", 1.0, shield_ticker.tick))
         if self.usage is not None:
             services += self.usage.services()
         return services
@@ -187,6 +206,7 @@ class SluiceServer:
             ),
             # Before ClientQuotas: the larger of the two throttles is the request's, told by ClientQuotas.
             TopicQuotasFactory(lambda: self.quota_state.live.topics, self.throttle_stats),
+            self.broker_shield,  # the same, per broker: the larger throttle wins, told by ClientQuotas
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
             ClientQuotasFactory(
                 self.quota_managers,
@@ -197,6 +217,8 @@ class SluiceServer:
             ),
             # After the quota filters: it counts what was forwarded and what the client got.
             *(self.usage.filters() if self.usage is not None else ()),
+            # Last: it times a Produce from when it is forwarded (after any filter that deferred it).
+            ProduceRoundTripsFactory(lambda: self.quota_state.live.brokers, self.broker_nodes),
         ]
 
     async def _write_quota_store(self, records) -> int:
@@ -243,7 +265,7 @@ class SluiceServer:
 
     def _open_broker_listener(self, node_id: int) -> int:
         """Open node `node_id`'s listener and return its port, or raise ListenerUnavailable."""
-        name = f"broker-{node_id}"
+        name = listener_name(node_id)
         host = self.config.listen.host
         if self._stop.is_set():
             raise ListenerUnavailable(node_id, host, "the proxy is stopping", config_error=False)

@@ -233,6 +233,7 @@ async def test_a_service_that_cannot_start_closes_the_proxy_listener_again() -> 
             "quota_store",
             "sensor_sweep",
             "throttle_episodes",
+            "broker_shield",
         ]
         with structlog.testing.capture_logs() as logs, pytest.raises(ServiceStartError) as caught:
             await server.start()
@@ -265,6 +266,7 @@ async def test_the_server_stops_its_services_on_shutdown() -> None:
         "quota_store",
         "sensor_sweep",
         "throttle_episodes",
+        "broker_shield",
     ]
     discovery = server.services.get("broker_discovery")
     assert isinstance(discovery, BrokerDiscovery)
