@@ -7,17 +7,22 @@ round-trip p99 (quota/round_trips.py), evaluated once per period (a second). Per
 * **open** (no threshold): when the p99 passes the target (`produce_p99_ms`), the broker's current bytes-in
   rate becomes its threshold (never below the floor): it is *holding*, and the topics over their share on
   it are throttled (quota/broker_shield.py).
-* **holding**, p99 still above the target: the threshold falls by ``DECREASE``, at most once per
-  ``settle_ms`` (the p99 window's span, so the p99 has had time to see the last step before the next);
-  never below the floor.
+* **holding**, p99 still above the target and not falling since the last evaluation: the threshold falls
+  by ``DECREASE``, at most once per ``settle_ms`` (the p99 window's span, so each step is judged on what
+  it did; a falling p99 means the last step is working: a queue takes time to drain); never below the
+  floor.
 * **holding**, p99 below the release level (`release_p99_ms`, under the target: the hysteresis): the
-  threshold rises by ``INCREASE`` per evaluation; once the broker's bytes-in rate stays under
-  ``RELEASE_MARGIN`` of it (the threshold no longer holds anything back) the broker is open again.
+  threshold rises by ``INCREASE`` per ``settle_ms``, but only by ``CREEP`` once within ``NEAR`` of the
+  threshold at which the p99 last passed the target (probe gently where the trouble was; a loop that had
+  to go down to the floor forgets that level, since lowering did not help: the latency was not the
+  ingress's doing). Once the broker's bytes-in rate is under ``RELEASE_MARGIN`` of the threshold (it
+  holds nothing back any more) the broker is open again.
 * between the release level and the target, nothing changes.
 
 A multiplicative decrease with a gentler increase (TCP's answer to the same problem) finds the ingress at
-which the broker's latency sits at the target and stays near it; docs/quotas.md gives the simulated
-reaction time and overshoot. Sans-IO and clock-free: the caller passes the p99, the rate and ``now_ms``.
+which the broker's latency sits at the target and stays near it. The constants were chosen on the
+simulated broker of tests/shield_sim.py, and docs/quotas.md gives its reaction time and overshoot.
+Sans-IO and clock-free: the caller passes the p99, the rate and ``now_ms``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from sluice.quota.errors import QuotaConfigError, require_bound
 
 # Holding and still above the target: the threshold times this, once per settle time.
 DECREASE = 0.8
-# Below the release level: the threshold times this, once per evaluation.
+# Below the release level: the threshold times this once per settle time, or CREEP once within NEAR of
+# where the p99 last passed the target.
 INCREASE = 1.1
 CREEP = 1.01
 NEAR = 0.95
