@@ -14,6 +14,7 @@ from sluice.quota import QuotaManagers
 from sluice.quota.fleet import FleetQuotas
 from sluice.quota.usage_ledger import UsageLedger, bounds_in_force
 
+from .broker_nodes import BrokerNodes
 from .filters.base import FilterFactory
 from .filters.usage_recorder import TopicNames, UsageRecorderFactory, UsageRecording
 from .fleet_follower import FleetFollower, UsageConsumer
@@ -38,6 +39,7 @@ class UsagePlane:
         managers: QuotaManagers,
         client: UsageClient,
         topic_names: TopicNames | None = None,
+        nodes: BrokerNodes | None = None,
     ) -> None:
         usage, fleet = config.usage, config.fleet
         self.instance = usage.instance_id or default_instance_id(config)
@@ -45,6 +47,7 @@ class UsagePlane:
         self.recording = (
             UsageRecording(self.ledger, topic_names) if topic_names else UsageRecording(self.ledger)
         )
+        self._nodes = nodes
         self.publisher = UsagePublisher(client, self.ledger, usage, bounds=bounds_in_force(managers))
         self.fleet: FleetQuotas | None = None
         self.follower: FleetFollower | None = None
@@ -56,7 +59,7 @@ class UsagePlane:
             self.follower = FleetFollower(client, self.fleet, usage.topic, catch_up_ms=catch_up_ms)
 
     def filters(self) -> list[FilterFactory]:
-        return [UsageRecorderFactory(self.recording)]
+        return [UsageRecorderFactory(self.recording, self._nodes)]
 
     def services(self) -> list[Service]:
         """After the Kafka client; the follower last, so it stops first."""
