@@ -116,7 +116,12 @@ class SluiceServer:
         # Usage records and fleet quotas (docs/fleet.md): nothing at all unless usage.enabled.
         self.usage = (
             UsagePlane(
-                config, self.quota_managers, self.kafka_client, self.topic_cache.name_of, self.broker_nodes
+                config,
+                self.quota_managers,
+                self.kafka_client,
+                self.topic_cache.name_of,
+                self.broker_nodes,
+                lambda: self.quota_state.live.brokers,
             )
             if config.usage.enabled
             else None
