@@ -4,8 +4,9 @@
   (the last ~5 s; in a fleet, every instance's);
 * `sluice_broker_produce_bytes_total{node_id}`: Produce record bytes this instance charged to it;
 * `sluice_broker_threshold_bytes{node_id}`: its threshold in force (no sample while it is open);
-* `sluice_broker_holding{node_id}`: 1 while it holds topics back, else 0; `sluice_broker_held_topic{node_id,
-  topic}`: 1 for each topic it holds (at most MAX_TOPICS_SHOWN per broker);
+* `sluice_broker_holding{node_id}`: 1 while it holds topics back, else 0;
+  `sluice_broker_held_topics{node_id}`: how many; `sluice_broker_held_topic{node_id, topic}`: 1 for each
+  topic it holds (at most MAX_TOPICS_SHOWN per broker);
 * `sluice_broker_throttles_total{node_id}`, `sluice_broker_throttle_time_ms_total{node_id}`;
 * `sluice_broker_produce_p99_ms{node_id}`: the Produce round-trip p99 the latency trigger reads (with
   `trigger: latency`, once a Produce was answered in its window);
@@ -58,6 +59,9 @@ class BrokerShieldCollector(Collector):
         holding = GaugeMetricFamily(
             "sluice_broker_holding", "1 while the broker holds topics back, else 0", labels=_NODE
         )
+        held_count = GaugeMetricFamily(
+            "sluice_broker_held_topics", "How many topics each broker holds back", labels=_NODE
+        )
         held = GaugeMetricFamily(
             "sluice_broker_held_topic", "1 for each topic a broker holds back", labels=["node_id", "topic"]
         )
@@ -74,7 +78,8 @@ class BrokerShieldCollector(Collector):
             "sluice_broker_unattributed_bytes", "Produce bytes charged to no broker (unknown upstream)"
         )
         unattributed.add_metric([], self._unattributed())
-        families = [rate, produced, threshold, holding, held, throttles, throttle_ms, p99, unattributed]
+        families = [rate, produced, threshold, holding, held_count, held, throttles, throttle_ms, p99]
+        families.append(unattributed)
         shield = self._shield()
         if shield is None:
             return iter(families)
@@ -87,6 +92,7 @@ class BrokerShieldCollector(Collector):
             if view.threshold is not None:
                 threshold.add_metric(labels, view.threshold)
             holding.add_metric(labels, 1 if view.held_topics else 0)
+            held_count.add_metric(labels, len(view.held_topics))
             for topic in view.held_topics[:MAX_TOPICS_SHOWN]:
                 held.add_metric([str(node), topic], 1)
             throttles.add_metric(labels, view.throttles)
