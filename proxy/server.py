@@ -36,7 +36,6 @@ from .filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, Filte
 from .filters.broker_shield import BrokerShieldFactory
 from .filters.client_quotas import ClientQuotasFactory
 from .filters.mutation_quotas import MutationQuotasFactory
-from .filters.produce_round_trips import ProduceRoundTripsFactory
 from .filters.quota_admin import QuotaAdminFactory
 from .filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from .filters.sasl_inspector import SaslInspectorFactory
@@ -111,7 +110,7 @@ class SluiceServer:
         # Which broker a connection reaches, for the broker shield (and the usage records' broker).
         self.broker_nodes = BrokerNodes(self.directory.known_nodes)
         self.broker_shield = BrokerShieldFactory(
-            lambda: self.quota_state.live.brokers, self.broker_nodes, self.throttle_stats
+            self.quota_state.live, self.broker_nodes, self.throttle_stats
         )
         # Usage records and fleet quotas (docs/fleet.md): nothing at all unless usage.enabled.
         self.usage = (
@@ -213,7 +212,6 @@ class SluiceServer:
             ),
             # Before ClientQuotas: the larger of the two throttles is the request's, told by ClientQuotas.
             TopicQuotasFactory(lambda: self.quota_state.live.topics, self.throttle_stats),
-            self.broker_shield,  # the same, per broker: the larger throttle wins, told by ClientQuotas
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
             ClientQuotasFactory(
                 self.quota_managers,
@@ -224,8 +222,9 @@ class SluiceServer:
             ),
             # After the quota filters: it counts what was forwarded and what the client got.
             *(self.usage.filters() if self.usage is not None else ()),
-            # Last: it times a Produce from when it is forwarded (after any filter that deferred it).
-            ProduceRoundTripsFactory(lambda: self.quota_state.live.brokers, self.broker_nodes),
+            # Last: a Produce is charged to its broker, and timed, as it is forwarded (after any filter
+            # that deferred it); the larger throttle of all is the request's, told by ClientQuotas.
+            self.broker_shield,
         ]
 
     async def _write_quota_store(self, records) -> int:

@@ -131,10 +131,12 @@ class _Broker:
 class BrokerShield:
     """Every broker's threshold, the seed's rule under it, and the latency trigger (when configured)."""
 
-    __slots__ = ("_brokers", "_episodes", "_limits", "_next_expiry_ms")
+    __slots__ = ("_brokers", "_episodes", "_limits", "_next_expiry_ms", "measures_latency")
 
     def __init__(self, limits: ShieldLimits) -> None:
         self._limits = limits
+        # Whether Produce round trips are wanted (the latency trigger is on): read per request.
+        self.measures_latency = limits.latency is not None
         self._brokers: dict[int, _Broker] = {}
         self._episodes = HoldEpisodes()
         self._next_expiry_ms: int | None = None
@@ -143,11 +145,6 @@ class BrokerShield:
     def limits(self) -> ShieldLimits:
         return self._limits
 
-    @property
-    def measures_latency(self) -> bool:
-        """Whether Produce round trips are wanted (the latency trigger is on)."""
-        return self._limits.latency is not None
-
     def nodes(self) -> list[int]:
         return sorted(self._brokers)
 
@@ -155,6 +152,7 @@ class BrokerShield:
         """New limits (a reload): sensors keep their history, thresholds change at once."""
         dropped = set(self._limits.topic_thresholds) - set(limits.topic_thresholds)
         self._limits = limits
+        self.measures_latency = limits.latency is not None
         for broker in self._brokers.values():
             broker.static = limits.static_threshold(broker.node)
             if limits.latency is None:

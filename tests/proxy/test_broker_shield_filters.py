@@ -1,6 +1,6 @@
-"""The broker shield's filters in a real chain, one connection at a time: each Produce charged to the broker
+"""The broker shield's filter in a real chain, one connection at a time: each Produce charged to the broker
 its connection reaches and throttled there, and each broker's Produce round trips timed for the latency
-trigger (proxy/filters/broker_shield.py, proxy/filters/produce_round_trips.py)."""
+trigger (proxy/filters/broker_shield.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from sluice.proxy.broker_nodes import BrokerNodes, listener_name, listener_node
 from sluice.proxy.filters import FilterChain, Forward, InFlight
 from sluice.proxy.filters.base import EntryKind
 from sluice.proxy.filters.broker_shield import BROKER_PRODUCE, BrokerShieldFactory
-from sluice.proxy.filters.produce_round_trips import ProduceRoundTripsFactory
 from sluice.proxy.filters.quota_metrics import ThrottleStats
 from sluice.quota import QuotaTags
 from sluice.quota.broker_shield import BrokerShield, ShieldLimits
@@ -44,9 +43,8 @@ class Live:
 
 
 def chain(live: Live, stats: ThrottleStats | None = None) -> tuple[FilterChain, BrokerShieldFactory]:
-    nodes = BrokerNodes(lambda: dict(NODES))
-    shield = BrokerShieldFactory(lambda: live.brokers, nodes, stats or ThrottleStats())
-    return FilterChain([shield, ProduceRoundTripsFactory(lambda: live.brokers, nodes)]), shield
+    shield = BrokerShieldFactory(live, BrokerNodes(lambda: dict(NODES)), stats or ThrottleStats())
+    return FilterChain([shield]), shield
 
 
 def connection(listener: str, upstream: str = "127.0.0.1:9001") -> Connection:
@@ -107,9 +105,11 @@ def test_without_a_shield_nothing_is_read_and_a_large_produce_may_stream() -> No
     live = Live(None)
     filter_chain, _ = chain(live)
     filters = filter_chain.for_connection(connection("broker-1"), lambda _ms: None)
-    frame = produce(1)
-    assert filters.on_request(parse_request_header(frame), frame) is frame
+    frame = produce(1, size=100_000)
     assert filter_chain.may_stream(ApiKey.PRODUCE)
+    head = FrameHead(memoryview(frame)[:1024], len(frame))
+    assert filters.on_request(parse_request_header(frame), head) is head
+    answer(filters, frame, Connection("broker-1", ""), 10)  # nothing was timed: nothing to match
     live.brokers = BrokerShield(ShieldLimits(bytes_in_per_s=1000))  # a reload brings one
     assert not filter_chain.may_stream(ApiKey.PRODUCE)
     assert filter_chain.max_versions[ApiKey.PRODUCE] == LAST_WITH_TOPIC_NAMES
@@ -151,17 +151,3 @@ def test_an_acks0_produce_and_an_answer_the_proxy_made_are_not_timed() -> None:
     window = live.brokers._brokers[1].round_trips
     assert window is not None and window.count(conn.now) == 1
     assert live.brokers.view(1, conn.now).p99_ms == 20
-
-
-def test_a_large_produce_passing_through_is_timed_from_its_head() -> None:
-    targets = LatencyTargets(produce_p99_ms=50, release_p99_ms=40, floor_bytes_per_s=1000)
-    live = Live(ShieldLimits(latency=targets))
-    timing = FilterChain([ProduceRoundTripsFactory(lambda: live.brokers, BrokerNodes(lambda: dict(NODES)))])
-    conn = connection("broker-1")
-    filters = timing.for_connection(conn, lambda _ms: None)
-    assert timing.may_stream(ApiKey.PRODUCE)  # it reads the header only
-    frame = produce(1, size=100_000)
-    head = FrameHead(memoryview(frame)[:1024], len(frame))
-    assert filters.on_request(parse_request_header(frame), head) is head
-    answer(filters, frame, conn, 30)
-    assert live.brokers is not None and live.brokers.view(1, conn.now).p99_ms == 30
