@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from sluice.config.errors import MISSING, ConfigError
 from sluice.config.quota_admin_section import TOPIC_NAME, parse_rate
-from sluice.config.values import _parse_node_id, parse_choice, parse_number, parse_section, value_at
+from sluice.config.values import parse_choice, parse_node_map, parse_number, parse_section, value_at
 from sluice.quota.broker_shield import ShieldLimits
 from sluice.quota.latency_trigger import LatencyTargets
 
@@ -65,18 +65,7 @@ def parse_broker_protection(raw: object, key: str) -> ShieldLimits | None:
 
 
 def _nodes(raw: object, key: str) -> dict[int, float]:
-    if raw is MISSING:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(key, raw, "a mapping of broker node id to bytes per second")
-    nodes: dict[int, float] = {}
-    for raw_node, value in raw.items():
-        entry_key = f"{key}.{raw_node}"
-        node = _parse_node_id(raw_node, entry_key)
-        if node in nodes:
-            raise ConfigError(entry_key, value, f"each node id once (node {node} is listed twice)")
-        nodes[node] = parse_rate(value, entry_key)
-    return nodes
+    return {} if raw is MISSING else parse_node_map(raw, key, "bytes per second", parse_rate)
 
 
 def _topic_thresholds(raw: object, key: str) -> dict[str, float]:

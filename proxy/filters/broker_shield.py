@@ -25,9 +25,8 @@ from collections.abc import Mapping
 from typing import ClassVar, Protocol
 
 from sluice.protocol.api_keys import ApiKey
-from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader
-from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, produce_partition_sizes, topic_sizes
+from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, produce_topic_sizes
 from sluice.quota import QuotaTags
 from sluice.quota.broker_shield import BrokerShield
 
@@ -78,13 +77,10 @@ class BrokerShieldFilter(Filter):
             if clock is None:
                 clock = self._clock = RoundTripClock()
             clock.sent(header.correlation_id, now)
-        try:
-            sizes = produce_partition_sizes(frame, header)
-        except ProtocolError as exc:
-            if exc.reason != "unsupported_version":
-                raise
+        sizes = produce_topic_sizes(frame, header)
+        if sizes is None:
             return frame  # a version naming topics by id: the clamp keeps clients from it
-        throttle = shield.record(node, topic_sizes(sizes).items(), now)
+        throttle = shield.record(node, sizes.items(), now)
         if throttle <= 0:
             return frame
         self._shared.stats.record_quota(BROKER_PRODUCE, _NO_TAGS, throttle)
