@@ -134,3 +134,14 @@ def test_it_reloads_live_and_the_engine_keeps_its_state(tmp_path: Path) -> None:
     assert live.brokers is shield and shield.view(1, 0).threshold == 2000
     assert not live.apply_brokers(reloaded.quota.broker_protection)  # nothing changed
     assert live.apply_brokers(None) and live.brokers is None
+
+
+def test_the_documented_example_loads_as_it_says(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "broker-shield.yaml"
+    limits = load_config(example).quota.broker_protection
+    assert limits == ShieldLimits(50_000_000.0, {3: 20_000_000.0}, {"payments": 10_000_000.0})
+    # Its latency lines uncommented, as it says.
+    text = example.read_text().replace("    # trigger", "    trigger").replace("    # latency", "    latency")
+    (tmp_path / "latency.yaml").write_text(text.replace("    #   ", "      "))
+    latency = load_config(tmp_path / "latency.yaml").quota.broker_protection
+    assert latency is not None and latency.latency == LatencyTargets(50.0, 40.0, 10_000_000.0)
