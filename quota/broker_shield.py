@@ -50,6 +50,8 @@ OTHER_TOPICS = "<other topics>"  # never a Kafka topic name ('<' is not allowed 
 # A topic not produced to for this long leaves its broker's share (as an idle quota sensor expires).
 IDLE_TOPIC_MS = 3_600_000
 _EXPIRY_EVERY_MS = 30_000
+# Brokers a fleet's usage records may name (a cluster has far fewer; this only bounds bad records).
+MAX_BROKERS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +198,8 @@ class BrokerShield:
         """Another instance's Produce bytes to `node` (a fleet): recorded, never throttled on."""
         broker = self._brokers.get(node)
         if broker is None:
+            if len(self._brokers) >= MAX_BROKERS:
+                return  # node ids from a garbled usage record cannot grow memory without bound
             broker = self._add(node)
         named = broker.named(topic_sizes, now_ms)
         broker.rate.record(sum(size for _topic, size in named), now_ms)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.quota.broker_shield import MAX_TOPICS, OTHER_TOPICS, BrokerShield, ShieldLimits
+from sluice.quota.broker_shield import MAX_BROKERS, MAX_TOPICS, OTHER_TOPICS, BrokerShield, ShieldLimits
 from sluice.quota.latency_trigger import LatencyTargets
 from sluice.quota.topic_quotas import TopicQuotas
 
@@ -152,3 +152,12 @@ def test_the_latency_trigger_holds_a_slow_broker_at_its_current_ingress() -> Non
     view = shield.view(1, 20_000)
     assert view.threshold is not None and view.threshold <= 100_000
     assert 80 <= view.p99_ms <= 85  # to its histogram bucket's upper edge
+
+
+def test_node_ids_from_other_instances_are_bounded() -> None:
+    shield = BrokerShield(ShieldLimits(bytes_in_per_s=1000))
+    for node in range(MAX_BROKERS + 10):
+        shield.record_remote(node, [("t", 1)], 0)
+    assert len(shield.nodes()) == MAX_BROKERS
+    shield.record(MAX_BROKERS + 20, [("t", 1)], 0)  # a node this instance's own listeners reach counts
+    assert len(shield.nodes()) == MAX_BROKERS + 1
