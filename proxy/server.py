@@ -223,8 +223,9 @@ class SluiceServer:
             # After the quota filters: it counts what was forwarded and what the client got.
             *(self.usage.filters() if self.usage is not None else ()),
             # Last: a Produce is charged to its broker, and timed, as it is forwarded (after any filter
-            # that deferred it); the larger throttle of all is the request's, told by ClientQuotas.
-            self.broker_shield,
+            # that deferred it); the larger throttle of all is the request's, told by ClientQuotas. Only
+            # when configured at start (adding it needs a restart): without it, it costs nothing.
+            *((self.broker_shield,) if quota.broker_protection is not None else ()),
         ]
 
     async def _write_quota_store(self, records) -> int:

@@ -13,9 +13,10 @@ matched to it (round_trip_clock.py): the broker's time and the network both ways
 
 Last in the chain: its `on_request` runs as the Produce is forwarded, after any filter that deferred it
 (the entity gate) or answered it instead, in the same pass that writes it upstream; so a request is
-charged to its broker when the broker gets it, and its round trip starts then. The shield is read per
-request (`quota.broker_protection` can appear, change and go with a reload): without it, both hooks
-return at once and a large Produce may pass through as it arrives. Produce v13 names topics by id; the
+charged to its broker when the broker gets it, and its round trip starts then. The server puts it in the
+chain only when `quota.broker_protection` is configured at start (a proxy without it pays nothing); the
+shield is read per request, since a reload may change it or take it away: without it, both hooks return
+at once and a large Produce may pass through as it arrives. Produce v13 names topics by id; the
 filter keeps clients at v12, where they are named.
 """
 

@@ -145,3 +145,18 @@ def test_the_documented_example_loads_as_it_says(tmp_path: Path) -> None:
     (tmp_path / "latency.yaml").write_text(text.replace("    #   ", "      "))
     latency = load_config(tmp_path / "latency.yaml").quota.broker_protection
     assert latency is not None and latency.latency == LatencyTargets(50.0, 40.0, 10_000_000.0)
+
+
+def test_adding_it_to_a_proxy_started_without_it_waits_for_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "sluice.yaml"
+    head = "listen: '127.0.0.1:9092'\nupstream: {bootstrap: 'kafka:19092'}\n"
+    path.write_text(head)
+    running = load_config(path)
+    path.write_text(head + "quota:\n  broker_protection: {bytes_in_per_s: 1000}\n")
+    reloaded = reload_config(path, running)
+    assert reloaded.restart_required == ("quota.broker_protection",)
+    assert reloaded.quota.broker_protection is None  # what applies until then
+    path.write_text(head)
+    started_with_it = load_config(overrides={**BASE, "quota": {"broker_protection": {"bytes_in_per_s": 1}}})
+    removed = reload_config(path, started_with_it)
+    assert removed.restart_required == () and removed.quota.broker_protection is None
