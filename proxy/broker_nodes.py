@@ -12,9 +12,14 @@ charged to no broker, and counted.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from .brokers import Address
+
+# An upstream address that is no known broker is looked for again at most this often (the directory may
+# have learnt it since), so a connection whose bootstrap server is an alias costs no look-up per request.
+MISS_RETRY_S = 1.0
 
 BROKER_LISTENER_PREFIX = "broker-"
 
@@ -37,16 +42,25 @@ def listener_node(listener: str) -> int | None:
 class BrokerNodes:
     """Resolves a connection (its listener and upstream address) to a broker node id."""
 
-    __slots__ = ("_known_nodes",)
+    __slots__ = ("_by_address", "_clock", "_known_nodes", "_read_at")
 
-    def __init__(self, known_nodes: Callable[[], dict[int, Address]]) -> None:
+    def __init__(
+        self, known_nodes: Callable[[], dict[int, Address]], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._known_nodes = known_nodes  # BrokerDirectory.known_nodes: node -> its real address
+        self._clock = clock
+        self._by_address: dict[str, int] = {}  # "host:port" -> node, as last read
+        self._read_at: float | None = None
 
     def node_of(self, listener: str, upstream_peer: str) -> int | None:
         node = listener_node(listener)
         if node is not None or not upstream_peer:
             return node
-        for known, (host, port) in self._known_nodes().items():
-            if f"{host}:{port}" == upstream_peer:
-                return known
-        return None
+        node = self._by_address.get(upstream_peer)
+        if node is None:
+            now = self._clock()
+            if self._read_at is None or now - self._read_at >= MISS_RETRY_S:
+                self._read_at = now
+                self._by_address = {f"{h}:{p}": n for n, (h, p) in self._known_nodes().items()}
+                node = self._by_address.get(upstream_peer)
+        return node

@@ -151,3 +151,22 @@ def test_an_acks0_produce_and_an_answer_the_proxy_made_are_not_timed() -> None:
     window = live.brokers._brokers[1].round_trips
     assert window is not None and window.count(conn.now) == 1
     assert live.brokers.view(1, conn.now).p99_ms == 20
+
+
+def test_an_unknown_upstream_is_looked_for_again_at_most_once_a_second() -> None:
+    known: dict[int, tuple[str, int]] = {}
+    reads = []
+    clock = [0.0]
+
+    def known_nodes() -> dict[int, tuple[str, int]]:
+        reads.append(clock[0])
+        return dict(known)
+
+    nodes = BrokerNodes(known_nodes, clock=lambda: clock[0])
+    assert nodes.node_of("bootstrap", "127.0.0.1:9001") is None  # nothing discovered yet
+    known.update(NODES)
+    assert nodes.node_of("bootstrap", "127.0.0.1:9001") is None  # not read again so soon
+    clock[0] = 1.0
+    assert nodes.node_of("bootstrap", "127.0.0.1:9001") == 1
+    assert nodes.node_of("bootstrap", "127.0.0.1:9002") == 2  # from what was read
+    assert reads == [0.0, 1.0]
