@@ -17,6 +17,7 @@ from sluice.config.model import ProxyConfig
 from sluice.config.quota_settings import QuotaSettings
 from sluice.config.usage_settings import UsageSettings
 from sluice.quota import DEFAULT, QuotaKey, QuotaWindow
+from sluice.quota.broker_shield import ShieldLimits
 
 HIDDEN = "[hidden]"
 DEFAULT_NAME = "<default>"
@@ -125,6 +126,7 @@ def _quota(quota: QuotaSettings) -> dict[str, Any]:
             "total_bytes_per_s": int(quota.topics.total_bytes_per_s),
             "thresholds": {topic: int(rate) for topic, rate in quota.topics.thresholds.items()},
         },
+        "broker_protection": _broker_protection(quota.broker_protection),
         "admin": quota.admin.value,
         "admin_principals": None
         if principals.open
@@ -196,3 +198,24 @@ def _client(client: ClientSettings, reveal: bool) -> dict[str, Any]:
             "password": sasl.password.reveal() if reveal else HIDDEN,
         },
     }
+
+
+def _broker_protection(limits: ShieldLimits | None) -> dict[str, Any] | None:
+    """Only the keys that are set: an absent one reads back as absent, which `null` would not."""
+    if limits is None:
+        return None
+    latency = limits.latency
+    out: dict[str, Any] = {"trigger": "bytes_in" if latency is None else "latency"}
+    if limits.bytes_in_per_s is not None:
+        out["bytes_in_per_s"] = int(limits.bytes_in_per_s)
+    if limits.nodes:
+        out["nodes"] = {node: int(rate) for node, rate in sorted(limits.nodes.items())}
+    if limits.topic_thresholds:
+        out["topic_thresholds"] = {topic: int(rate) for topic, rate in limits.topic_thresholds.items()}
+    if latency is not None:
+        out["latency"] = {
+            "produce_p99_ms": latency.produce_p99_ms,
+            "release_p99_ms": latency.release_p99_ms,
+            "floor_bytes_in_per_s": int(latency.floor_bytes_per_s),
+        }
+    return out

@@ -9,7 +9,8 @@ that disappears stops applying (the engine reference-counts entity shapes, docs/
 
 The engine objects are built once, from the start-up configuration's windows, and then only updated:
 the filters hold on to them. Topic quotas (`quota.topics`) are a `TopicQuotas`, replaced by None when the
-section goes away.
+section goes away; the broker shield (`quota.broker_protection`) a `BrokerShield`, likewise, whose
+limits change in place (its sensors keep their history).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sluice.config.client_quota_entity import ClientQuotaEntity
 from sluice.config.quota_settings import TopicQuotaSettings
 from sluice.config.quota_store import CONNECTION_CREATION_RATE
 from sluice.quota import ConnectionRateQuotas, QuotaKey, QuotaManagers, TopicQuotas
+from sluice.quota.broker_shield import BrokerShield, ShieldLimits
 
 QuotaMap = Mapping[ClientQuotaEntity, Mapping[str, float]]
 
@@ -37,7 +39,7 @@ class QuotaChange(NamedTuple):
 class LiveQuotas:
     """The running engine (managers, connection rates, topic quotas) and what has been applied to it."""
 
-    __slots__ = ("_applied", "_topic_settings", "connections", "managers", "topics")
+    __slots__ = ("_applied", "_topic_settings", "brokers", "connections", "managers", "topics")
 
     def __init__(
         self, managers: QuotaManagers | None = None, connections: ConnectionRateQuotas | None = None
@@ -50,6 +52,7 @@ class LiveQuotas:
             else connections
         )
         self.topics: TopicQuotas | None = None
+        self.brokers: BrokerShield | None = None
         self._topic_settings: TopicQuotaSettings | None = None
         self._applied: dict[ClientQuotaEntity, dict[str, float]] = {}
 
@@ -123,6 +126,20 @@ class LiveQuotas:
         for topic, value in wanted.items():
             if topics.threshold(topic) != value:
                 topics.set_threshold(topic, value)
+        return True
+
+    def apply_brokers(self, limits: ShieldLimits | None) -> bool:
+        """Make `limits` the broker shield's; True if anything changed (sensors keep their history)."""
+        shield = self.brokers
+        if limits is None:
+            self.brokers = None
+            return shield is not None
+        if shield is None:
+            self.brokers = BrokerShield(limits)
+            return True
+        if shield.limits == limits:
+            return False
+        shield.configure(limits)
         return True
 
     def expire_idle_sensors(self, now_ms: int) -> int:

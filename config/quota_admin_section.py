@@ -32,7 +32,7 @@ IP_ENTITY_KEYS = ("ip", "connection_creation_rate")
 INT_MAX = 2**31 - 1
 DEFAULT_NAME = "<default>"
 # Kafka's legal topic names (org.apache.kafka.common.internals.Topic).
-_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PRINCIPAL = re.compile(r"User:.+")
 
 
@@ -71,7 +71,7 @@ def parse_store(raw: object, key: str) -> QuotaStoreSettings:
     topic = value_at(section, "topic")
     if topic is MISSING:
         topic = default.topic
-    elif not isinstance(topic, str) or _TOPIC_NAME.fullmatch(topic) is None or topic in (".", ".."):
+    elif not isinstance(topic, str) or TOPIC_NAME.fullmatch(topic) is None or topic in (".", ".."):
         raise ConfigError(f"{key}.topic", topic, "a Kafka topic name: 1-249 of a-z A-Z 0-9 . _ -")
     replication = value_at(section, "replication_factor")
     timeout = value_at(section, "write_timeout_ms")
@@ -101,7 +101,7 @@ def parse_topics(raw: object, key: str) -> TopicQuotaSettings | None:
         raise ConfigError(
             f"{key}.total_bytes_per_s", MISSING, "a byte rate: required when quota.topics is set"
         )
-    total = _rate(total_raw, f"{key}.total_bytes_per_s")
+    total = parse_rate(total_raw, f"{key}.total_bytes_per_s")
     thresholds_raw = value_at(section, "thresholds")
     thresholds: dict[str, float] = {}
     if thresholds_raw is not MISSING:
@@ -111,9 +111,9 @@ def parse_topics(raw: object, key: str) -> TopicQuotaSettings | None:
             )
         for topic, value in thresholds_raw.items():
             entry_key = f"{key}.thresholds.{topic}"
-            if not isinstance(topic, str) or _TOPIC_NAME.fullmatch(topic) is None:
+            if not isinstance(topic, str) or TOPIC_NAME.fullmatch(topic) is None:
                 raise ConfigError(entry_key, topic, "a Kafka topic name as the key")
-            thresholds[topic] = _rate(value, entry_key)
+            thresholds[topic] = parse_rate(value, entry_key)
     explicit = sum(thresholds.values())
     if explicit > total:
         raise ConfigError(
@@ -124,7 +124,7 @@ def parse_topics(raw: object, key: str) -> TopicQuotaSettings | None:
     return TopicQuotaSettings(total_bytes_per_s=total, thresholds=thresholds)
 
 
-def _rate(raw: object, key: str) -> float:
+def parse_rate(raw: object, key: str) -> float:
     expected = "a whole number of bytes per second > 0"
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise ConfigError(key, raw, expected)

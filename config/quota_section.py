@@ -13,6 +13,7 @@ from enum import StrEnum
 from functools import partial
 from typing import TypeVar
 
+from sluice.config.broker_protection import parse_broker_protection
 from sluice.config.errors import MISSING, ConfigError
 from sluice.config.quota_admin_section import (
     parse_admin_mode,
@@ -55,6 +56,7 @@ QUOTA_KEYS = (
     "max_entities",
     "entities",
     "topics",
+    "broker_protection",
     "admin",
     "admin_principals",
     "store",
@@ -106,6 +108,7 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
     )
     rules, ip_rules = _rules(value_at(raw, "entities"), f"{key}.entities")
     topics = parse_topics(value_at(raw, "topics"), f"{key}.topics")
+    brokers = parse_broker_protection(value_at(raw, "broker_protection"), f"{key}.broker_protection")
     admin = parse_admin_mode(value_at(raw, "admin"), f"{key}.admin")
     principals = parse_admin_principals(value_at(raw, "admin_principals"), f"{key}.admin_principals")
     store = parse_store(value_at(raw, "store"), f"{key}.store")
@@ -125,6 +128,7 @@ def parse_quota_section(raw: object, key: str = "quota") -> QuotaSettings:
         mute_scope=mute_scope,
         ip_rules=ip_rules,
         topics=topics,
+        broker_protection=brokers,
         admin=admin,
         admin_principals=principals,
         store=store,

@@ -12,6 +12,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from sluice.quota import OverflowReport, QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
+from sluice.quota.broker_shield import ShieldLimits
 from sluice.quota.entities import DefaultEntity
 
 
@@ -164,6 +165,8 @@ class QuotaSettings:
     mute_scope: MuteScope = MuteScope.ENTITY
     ip_rules: tuple[IpQuotaRule, ...] = ()
     topics: TopicQuotaSettings | None = None
+    # `quota.broker_protection` (config/broker_protection.py): the engine's own limits, None when absent.
+    broker_protection: ShieldLimits | None = None
     admin: AdminMode = AdminMode.PROXY
     admin_principals: AdminPrincipals = AdminPrincipals()
     store: QuotaStoreSettings = QuotaStoreSettings()

@@ -32,6 +32,7 @@ class QuotaState:
         self._file, self._sources = file_quotas(settings)
         self.live.apply(self.in_force())
         self.live.apply_topics(settings.topics)
+        self.live.apply_brokers(settings.broker_protection)
 
     def in_force(self) -> QuotaMap:
         """The client and IP quotas in force: the file's with the store's on top."""
@@ -71,4 +72,5 @@ class QuotaState:
         self._file, self._sources = file_quotas(settings)
         changes = self.live.apply(self.in_force())
         self.live.apply_topics(settings.topics)
+        self.live.apply_brokers(settings.broker_protection)
         return changes

@@ -4,7 +4,10 @@
 invalid file raises ConfigError naming the key, and the caller keeps the configuration in force. A
 valid one comes back with the settings that apply live and the keys whose change needs a restart:
 
-* live: `quota.entities` (client and IP quotas), `quota.topics`, `quota.admin_principals`;
+* live: `quota.entities` (client and IP quotas), `quota.topics`, `quota.admin_principals`, and
+  `quota.broker_protection` once the proxy runs with it (changed or removed); adding it to a proxy started
+  without it needs a restart, since its filter is in the chain only then (so a proxy without it pays
+  nothing for it on the data path): until then the running configuration keeps it absent;
 * after a restart: everything else (listeners, upstream, TLS, SASL, quota windows and sensors, the
   throttle mode, the store topic, ...). Those keep their running values until then, and are reported so
   the operator is told.
@@ -21,7 +24,7 @@ from sluice.config.load import load_config
 from sluice.config.model import ProxyConfig
 from sluice.config.quota_settings import QuotaSettings
 
-LIVE_QUOTA_FIELDS = ("rules", "ip_rules", "topics", "admin_principals")
+LIVE_QUOTA_FIELDS = ("rules", "ip_rules", "topics", "broker_protection", "admin_principals")
 # QuotaSettings field -> the file key an operator knows it by.
 _QUOTA_KEYS = {
     "engine": "quota.window / quota.controller_window / quota.legacy_windows / quota.sensor",
@@ -49,7 +52,10 @@ def reload_config(
 ) -> Reloaded:
     """Read `path` again (with the start-up flags in `overrides` on top); ConfigError if it is invalid."""
     new = load_config(path, overrides)
-    return Reloaded(new, restart_required(running, new))
+    restart = restart_required(running, new)
+    if running.quota.broker_protection is None and new.quota.broker_protection is not None:
+        new = dataclasses.replace(new, quota=dataclasses.replace(new.quota, broker_protection=None))
+    return Reloaded(new, restart)
 
 
 def restart_required(running: ProxyConfig, new: ProxyConfig) -> tuple[str, ...]:
@@ -61,6 +67,10 @@ def restart_required(running: ProxyConfig, new: ProxyConfig) -> tuple[str, ...]:
         if getattr(running, field.name) != getattr(new, field.name):
             keys.append(field.name)
     for field in dataclasses.fields(running.quota):
+        if field.name == "broker_protection" and running.quota.broker_protection is None:
+            if new.quota.broker_protection is not None:
+                keys.append("quota.broker_protection")  # added: its filter joins the chain at start
+            continue
         if field.name in LIVE_QUOTA_FIELDS:
             continue
         if _differs(getattr(running.quota, field.name), getattr(new.quota, field.name)):

@@ -6,7 +6,8 @@ import difflib
 import ipaddress
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import TypeVar
 
 from sluice.config.errors import MISSING, ConfigError
 from sluice.config.model import MAX_PORT, HostPort
@@ -16,6 +17,9 @@ MAX_NODE_ID = 2**31 - 1  # Kafka node ids are int32
 
 _HOSTNAME = re.compile(r"[A-Za-z0-9._-]+")
 _DIGITS = re.compile(r"[0-9]+")  # not str.isdigit(): that accepts "²" and other non-ASCII digits
+
+
+Value = TypeVar("Value")
 
 
 def is_wildcard(host: str) -> bool:
@@ -179,18 +183,28 @@ def _parse_node_id(raw: object, key: str) -> int:
     return raw
 
 
-def parse_broker_ports(value: object, key: str) -> dict[int, int]:
-    """A mapping of broker node id to port; no node or port twice."""
+def parse_node_map(
+    value: object, key: str, what: str, parse_value: Callable[[object, str], Value]
+) -> dict[int, Value]:
+    """A mapping of broker node id to `what`, each value read by `parse_value(raw, key)`; no node twice."""
     if not isinstance(value, Mapping):
-        raise ConfigError(key, value, "a mapping of broker node id to port")
-    ports: dict[int, int] = {}
-    for raw_node, raw_port in value.items():
+        raise ConfigError(key, value, f"a mapping of broker node id to {what}")
+    found: dict[int, Value] = {}
+    for raw_node, raw in value.items():
         entry_key = f"{key}.{raw_node}"
         node = _parse_node_id(raw_node, entry_key)
-        if node in ports:
-            raise ConfigError(entry_key, raw_port, f"each node id once (node {node} is listed twice)")
-        port = parse_int(raw_port, entry_key, 1, MAX_PORT)
-        if port in ports.values():
-            raise ConfigError(entry_key, port, "a port no other broker_ports entry uses")
-        ports[node] = port
+        if node in found:
+            raise ConfigError(entry_key, raw, f"each node id once (node {node} is listed twice)")
+        found[node] = parse_value(raw, entry_key)
+    return found
+
+
+def parse_broker_ports(value: object, key: str) -> dict[int, int]:
+    """A mapping of broker node id to port; no node or port twice."""
+    ports = parse_node_map(value, key, "port", lambda raw, entry_key: parse_int(raw, entry_key, 1, MAX_PORT))
+    seen: set[int] = set()
+    for node, port in ports.items():
+        if port in seen:
+            raise ConfigError(f"{key}.{node}", port, "a port no other broker_ports entry uses")
+        seen.add(port)
     return ports

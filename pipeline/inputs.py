@@ -22,6 +22,7 @@ from sluice.quota.usage_records import UsageRecordError
 from .kafka_source import SOURCE_NAME
 from .usage_table import (
     COLUMN_NAMES,
+    LATER_COLUMNS,
     USAGE_COLUMNS,
     USAGE_DDL,
     UsageTableError,
@@ -84,6 +85,8 @@ def read_usage_parquet(spark, path: str):
     check_columns(table.columns, path)
     newest = table.agg(F.max("schema_version")).first()[0]
     check_schema_version(newest, path)
+    for name in LATER_COLUMNS - set(table.columns):
+        table = table.withColumn(name, F.lit(None))
     return table.select(*[F.col(f"`{name}`").cast(kind).alias(name) for name, kind in USAGE_COLUMNS])
 
 

@@ -25,7 +25,16 @@ OFFSETS_DIR = "_sluice_export_offsets"
 
 def _batch_line(key: tuple, rows: Iterable) -> tuple[int, str]:
     instance, start_ms, interval_ms = key[0], key[1], key[2]
-    ordered = sorted(rows, key=lambda r: (r.topic is not None, r.user, r.client_id or "", r.topic or ""))
+    ordered = sorted(
+        rows,
+        key=lambda r: (
+            r.topic is not None,
+            r.user,
+            r.client_id or "",
+            r.topic or "",
+            -1 if r.broker is None else r.broker,
+        ),
+    )
     usage_rows = tuple(
         UsageRow(
             user=r.user,
@@ -39,6 +48,7 @@ def _batch_line(key: tuple, rows: Iterable) -> tuple[int, str]:
             partition_mutations=r.partition_mutations,
             cpu_time_ns=r.cpu_time_ns,
             quotas=r.quotas or {},
+            broker=r.broker,
         )
         for r in ordered
     )

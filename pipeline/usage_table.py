@@ -6,7 +6,8 @@ decoded by `sluice.quota.usage_records.decode_batch`, the codec the proxy writes
 parser here.
 
 `schema_version` is the usage-record version the row's layout follows (`usage_records.VERSION` when it
-was flattened). A Parquet table whose rows carry a newer version is refused by `check_schema_version`.
+was flattened). A Parquet table whose rows carry a newer version is refused by `check_schema_version`;
+one written before a column existed (`broker`, version 2) reads with that column null.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ USAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("user", "string"),
     ("client_id", "string"),
     ("topic", "string"),
+    # A topic row's broker node id (version 2); null for entity rows, version-1 rows and unknown brokers.
+    ("broker", "int"),
     ("produce_bytes", "bigint"),
     ("fetch_bytes", "bigint"),
     ("requests", "map<string,bigint>"),
@@ -40,6 +43,8 @@ USAGE_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 USAGE_DDL = ", ".join(f"`{name}` {kind}" for name, kind in USAGE_COLUMNS)
 COLUMN_NAMES = tuple(name for name, _ in USAGE_COLUMNS)
+# Columns added by a later version: a table written before them reads with them null.
+LATER_COLUMNS = frozenset({"broker"})
 
 _UTC = datetime.UTC
 
@@ -77,6 +82,7 @@ def batch_rows(
             row.user,
             row.client_id,
             row.topic,
+            row.broker,
             row.produce_bytes,
             row.fetch_bytes,
             _counts(row.requests, "requests"),
@@ -104,7 +110,7 @@ def message_rows(value: bytes | None, where: str, **kafka: int | None) -> Iterat
 
 def check_columns(names: list[str] | tuple[str, ...], source: str) -> None:
     """Refuse a table that lacks a column of the usage layout (a table of something else)."""
-    missing = [name for name in COLUMN_NAMES if name not in names]
+    missing = [name for name in COLUMN_NAMES if name not in names and name not in LATER_COLUMNS]
     if missing:
         raise UsageTableError(
             f"{source} is not a Sluice usage table: missing column(s) {', '.join(missing)}. "

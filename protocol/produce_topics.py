@@ -63,6 +63,15 @@ def produce_partitions(frame: Buffer, header: RequestHeader) -> list[tuple[Topic
     return list(found.items())
 
 
+def produce_topic_sizes(frame: Buffer, header: RequestHeader) -> dict[str, int] | None:
+    """Record-set bytes per topic of a framed Produce request (`topic_sizes` of `produce_partition_sizes`), or
+    None for a version that names topics by id (what charges by topic name cannot use: the filters that do
+    keep clients below it). ProtocolError('bad_produce_request') for a malformed body."""
+    if header.api_version > LAST_WITH_TOPIC_NAMES:
+        return None
+    return topic_sizes(produce_partition_sizes(frame, header))
+
+
 def topic_sizes(partition_sizes: list[tuple[str, int]]) -> dict[str, int]:
     """The same, summed per topic (in first-seen order)."""
     totals: dict[str, int] = {}

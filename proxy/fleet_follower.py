@@ -2,7 +2,8 @@
 
 A service (`proxy/services.py`), one task per partition of the usage topic, each a long-poll fetch loop
 through the proxy's own Kafka client. Every batch goes to `quota.fleet.FleetQuotas.charge`, which skips
-this instance's own batches and batches too old to weigh on any quota window.
+this instance's own batches and batches too old to weigh on any quota window, and to the `also` charges
+(the broker shield's, quota/broker_fleet.py), which skip them likewise.
 
 Where it starts reading: the records of the last quota window, so a process that starts (or restarts)
 catches up with what the fleet has admitted recently. Kafka answers that look-up by time
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sluice.quota.fleet import FleetQuotas
-from sluice.quota.usage_records import UsageRecordError, decode_batch
+from sluice.quota.usage_records import UsageBatch, UsageRecordError, decode_batch
 
 from .kafka_client import FetchResult, KafkaClientError, OffsetOutOfRange
 from .log import get_logger
@@ -34,6 +35,8 @@ DEFAULT_CATCH_UP_RECORDS = 2_000
 FETCH_WAIT_MS = 200
 _RETRY_S = (0.5, 5.0)
 _SWEEP_S = 1.0
+# Another charge of each batch: (batch, the sensors' ms, wall-clock ms) -> rows charged.
+BatchCharge = Callable[[UsageBatch, int, int], int]
 
 
 class UsageConsumer(Protocol):
@@ -75,6 +78,7 @@ class FleetFollower:
         now_ms: Callable[[], int] | None = None,
         wall_ms: Callable[[], int] = wall_clock_ms,
         catch_up_records: int = DEFAULT_CATCH_UP_RECORDS,
+        also: Sequence[BatchCharge] = (),
     ) -> None:
         self._client = client
         self._fleet = fleet
@@ -83,6 +87,7 @@ class FleetFollower:
         self._now_ms = now_ms
         self._wall_ms = wall_ms
         self._catch_up_records = catch_up_records
+        self._also = tuple(also)
         self.stats = FollowerStats()
         self._tasks: list[asyncio.Task[None]] = []
         self._bad_reasons: set[str] = set()
@@ -151,7 +156,10 @@ class FleetFollower:
                 _log.warning("fleet_record_skipped", topic=self.topic, reason=str(exc))
             return
         assert self._now_ms is not None
-        self.stats.rows_charged += self._fleet.charge(batch, self._now_ms(), self._wall_ms())
+        now_ms, wall_ms = self._now_ms(), self._wall_ms()
+        self.stats.rows_charged += self._fleet.charge(batch, now_ms, wall_ms)
+        for charge in self._also:
+            self.stats.rows_charged += charge(batch, now_ms, wall_ms)
 
     async def _sweep(self) -> None:
         assert self._now_ms is not None

@@ -30,10 +30,14 @@ from sluice.config.quota_state import QuotaState
 from .accepting import Accepting, Listener
 from .broker_limits import BrokerLimits
 from .broker_load import BrokerLoads
+from .broker_nodes import BrokerNodes, listener_name
+from .broker_shield_metrics import BrokerShieldCollector
+from .broker_shield_ticks import ShieldTicker
 from .brokers import Address, BrokerDirectory, ListenerUnavailable
 from .connection import ClientSide, ConnectionRegistry, SessionSettings
 from .discovery import BrokerDiscovery
 from .filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, FilterFactory
+from .filters.broker_shield import BrokerShieldFactory
 from .filters.client_quotas import ClientQuotasFactory
 from .filters.mutation_quotas import MutationQuotasFactory
 from .filters.quota_admin import QuotaAdminFactory
@@ -112,9 +116,21 @@ class SluiceServer:
             request_timeout_s=config.client.request_timeout_s,
         )
         self.topic_cache = TopicCache(config.quota.mutations.num_partitions)
+        # Which broker a connection reaches, for the broker shield (and the usage records' broker).
+        self.broker_nodes = BrokerNodes(self.directory.known_nodes)
+        self.broker_shield = BrokerShieldFactory(
+            self.quota_state.live, self.broker_nodes, self.throttle_stats
+        )
         # Usage records and fleet quotas (docs/fleet.md): nothing at all unless usage.enabled.
         self.usage = (
-            UsagePlane(config, self.quota_managers, self.kafka_client, self.topic_cache.name_of)
+            UsagePlane(
+                config,
+                self.quota_managers,
+                self.kafka_client,
+                self.topic_cache.name_of,
+                self.broker_nodes,
+                lambda: self.quota_state.live.brokers,
+            )
             if config.usage.enabled
             else None
         )
@@ -157,6 +173,13 @@ class SluiceServer:
                 self.accepting.collector(),
                 QuotaCollector(self.quota_managers, self.throttle_stats, _loop_ms, self.mutation_rates),
             ]
+            collectors.append(
+                BrokerShieldCollector(
+                    lambda: self.quota_state.live.brokers,
+                    lambda: self.broker_shield.unattributed_bytes,
+                    _loop_ms,
+                )
+            )
             if self.usage is not None:
                 collectors.append(self.usage.collector())
             services.append(MetricsEndpoint(collectors, metrics_listen.host, metrics_listen.port))
@@ -180,6 +203,8 @@ class SluiceServer:
         services.append(SensorSweep(self.quota_state.live))
         services.append(MemoryReturn(self.registry))
         services.append(Periodic("throttle_episodes", 1.0, self.throttle_stats.sweep_episodes))
+        shield_ticker = ShieldTicker(lambda: self.quota_state.live.brokers)
+        services.append(Periodic("broker_shield", 1.0, shield_ticker.tick))
         if self.usage is not None:
             services += self.usage.services()
         return services
@@ -224,6 +249,10 @@ class SluiceServer:
             ),
             # After the quota filters: it counts what was forwarded and what the client got.
             *(self.usage.filters() if self.usage is not None else ()),
+            # Last: a Produce is charged to its broker, and timed, as it is forwarded (after any filter
+            # that deferred it); the larger throttle of all is the request's, told by ClientQuotas. Only
+            # when configured at start (adding it needs a restart): without it, it costs nothing.
+            *((self.broker_shield,) if quota.broker_protection is not None else ()),
         ]
 
     def _cluster_request_max(self, size: int) -> None:
@@ -278,7 +307,7 @@ class SluiceServer:
 
     def _open_broker_listener(self, node_id: int) -> int:
         """Open node `node_id`'s listener and return its port, or raise ListenerUnavailable."""
-        name = f"broker-{node_id}"
+        name = listener_name(node_id)
         host = self.config.listen.host
         if self._stop.is_set():
             raise ListenerUnavailable(node_id, host, "the proxy is stopping", config_error=False)

@@ -18,7 +18,8 @@ Differences from the seed, on purpose:
   records everything, then checks (Kafka's record-then-check order, spec §1.5).
 * The seed measures with a one-minute EWMA meter; Sluice uses the same sensors as the client quotas (a
   sampled window, or a token bucket), with the same N and W.
-* The seed's thresholds are per broker; Sluice's apply to all traffic through this proxy.
+* The seed's thresholds are per broker; these apply to all traffic through this proxy. The broker shield
+  (quota/broker_shield.py) applies the same arithmetic per broker, one TopicQuotas each.
 """
 
 from __future__ import annotations
@@ -152,12 +153,43 @@ class TopicQuotas:
         """
         return self.record_request(((topic, size_bytes),), now_ms)
 
-    def record_request(self, topic_sizes: Iterable[tuple[str, int]], now_ms: int) -> int:
-        """Record one produce request's bytes per topic; the throttle is the largest over its topics."""
+    def record_request(
+        self, topic_sizes: Iterable[tuple[str, int]], now_ms: int, held: list[str] | None = None
+    ) -> int:
+        """Record one produce request's bytes per topic; the throttle is the largest over its topics.
+
+        `held`, when given, gets the topics that earned a throttle (those over their threshold while the
+        total is over too)."""
+        total_sensor, topics = self._record(topic_sizes, now_ms)
+        if not total_sensor.violated(now_ms):
+            return 0
+        total_throttle = total_sensor.throttle_ms(now_ms)
+        throttle = 0
+        for topic, sensor in topics:
+            if sensor is None:
+                # A zero share: the topic is always over, so the total alone decides.
+                topic_throttle = total_throttle
+            elif not sensor.violated(now_ms):
+                continue
+            else:
+                topic_throttle = min(total_throttle, sensor.throttle_ms(now_ms))
+            if held is not None and topic_throttle > 0:
+                held.append(topic)
+            throttle = max(throttle, topic_throttle)
+        return throttle
+
+    def record_only(self, topic_sizes: Iterable[tuple[str, int]], now_ms: int) -> None:
+        """Record bytes without a check (another instance's traffic, in a fleet): they weigh on the next
+        local request, as Kafka's unchecked records do."""
+        self._record(topic_sizes, now_ms)
+
+    def _record(
+        self, topic_sizes: Iterable[tuple[str, int]], now_ms: int
+    ) -> tuple[QuotaSensor, list[tuple[str, QuotaSensor | None]]]:
         total_sensor = self._total_sensor
         if total_sensor is None:
             total_sensor = self._total_sensor = self._new_sensor(self._total, now_ms)
-        topics = []
+        topics: list[tuple[str, QuotaSensor | None]] = []
         request_bytes = 0
         for topic, size in topic_sizes:
             if topic not in self._topics:
@@ -168,23 +200,10 @@ class TopicQuotas:
                 sensor = self._sensors[topic] = self._new_sensor(threshold, now_ms)
             if sensor is not None:
                 sensor.record(size, now_ms, False)
-            topics.append(sensor)
+            topics.append((topic, sensor))
             request_bytes += size
         total_sensor.record(request_bytes, now_ms, False)
-        if not total_sensor.violated(now_ms):
-            return 0
-        total_throttle = total_sensor.throttle_ms(now_ms)
-        throttle = 0
-        for sensor in topics:
-            if sensor is None:
-                # A zero share: the topic is always over, so the total alone decides.
-                topic_throttle = total_throttle
-            elif not sensor.violated(now_ms):
-                continue
-            else:
-                topic_throttle = min(total_throttle, sensor.throttle_ms(now_ms))
-            throttle = max(throttle, topic_throttle)
-        return throttle
+        return total_sensor, topics
 
     def rate(self, topic: str, now_ms: int) -> float:
         """What ``topic``'s sensor measures now (rate, or tokens left for a token bucket); 0 if none."""

@@ -4,7 +4,8 @@ The filters add to it as they forward requests and responses; the usage publishe
 interval into a :class:`~quota.usage_records.UsageBatch` (the schema of ``docs/usage-records.md``). Sans-IO
 and clock-free: the caller says when the interval started and how long it was.
 
-Bounded: at most ``max_entities`` entities and ``max_topics`` topics per entity are kept per interval.
+Bounded: at most ``max_entities`` entities and ``max_topics`` (topic, broker) pairs per entity are kept
+per interval.
 What does not fit is counted (``overflow_entities``, ``overflow_topics`` and the bytes they carried), never
 kept, so a client that invents a new client-id per request cannot grow memory or the usage topic.
 
@@ -54,7 +55,8 @@ class EntityUsage:
         self.requests: dict[int, int] = {}  # API key -> count
         self.throttle_time_ms: dict[str, int] = {}  # quota type -> ms
         self.throttle_count: dict[str, int] = {}
-        self.topics: dict[str, list[int]] = {}  # topic -> [produce bytes, fetch bytes]
+        # (topic, broker node or None) -> [produce bytes, fetch bytes]
+        self.topics: dict[tuple[str, int | None], list[int]] = {}
         self._max_topics = max_topics
         self._overflow = overflow
 
@@ -67,18 +69,20 @@ class EntityUsage:
         self.throttle_time_ms[quota_type] = self.throttle_time_ms.get(quota_type, 0) + throttle_ms
         self.throttle_count[quota_type] = self.throttle_count.get(quota_type, 0) + 1
 
-    def add_topics(self, found: Iterable[tuple[str, int]], fetched: bool) -> None:
-        """Record-set bytes per topic, produced (`fetched` False) or fetched."""
+    def add_topics(self, found: Iterable[tuple[str, int]], fetched: bool, broker: int | None = None) -> None:
+        """Record-set bytes per topic, produced (`fetched` False) or fetched, through broker node `broker`
+        (None: not known)."""
         topics = self.topics
         at = 1 if fetched else 0
         for topic, size in found:
-            counters = topics.get(topic)
+            key = (topic, broker)
+            counters = topics.get(key)
             if counters is None:
                 if len(topics) >= self._max_topics:
                     self._overflow.topics += 1
                     self._overflow.bytes += size
                     continue
-                counters = topics[topic] = [0, 0]
+                counters = topics[key] = [0, 0]
             counters[at] += size
 
     def is_empty(self) -> bool:
@@ -111,7 +115,7 @@ class _OverflowSink(EntityUsage):
 
     __slots__ = ()
 
-    def add_topics(self, found: Iterable[tuple[str, int]], fetched: bool) -> None:
+    def add_topics(self, found: Iterable[tuple[str, int]], fetched: bool, broker: int | None = None) -> None:
         return None
 
 
@@ -206,9 +210,13 @@ class UsageLedger:
                     quotas=dict(bounds(user, client_id)) if bounds is not None else {},
                 )
             )
-            for topic, (produced, fetched) in usage.topics.items():
+            for (topic, broker), (produced, fetched) in usage.topics.items():
                 if produced or fetched:
-                    rows.append(UsageRow(user, client_id, topic, produce_bytes=produced, fetch_bytes=fetched))
+                    rows.append(
+                        UsageRow(
+                            user, client_id, topic, produce_bytes=produced, fetch_bytes=fetched, broker=broker
+                        )
+                    )
         sink = self._sink
         overflow = self._overflow
         overflow.bytes += sink.produce_bytes + sink.fetch_bytes

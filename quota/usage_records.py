@@ -16,7 +16,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 SCHEMA = "sluice.usage"
-VERSION = 1
+# 2: topic rows name the broker their bytes went to (`broker`); a version-1 reader refuses them by name.
+VERSION = 2
 # Kafka's quota types, as its throttle-time metrics name them.
 QUOTA_TYPES = ("Produce", "Fetch", "Request", "ControllerMutation")
 
@@ -30,7 +31,8 @@ class UsageRecordError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """One entity's usage in one interval (``topic`` None), or that entity's traffic to one topic."""
+    """One entity's usage in one interval (``topic`` None), or that entity's traffic to one topic (through one
+    broker: ``broker`` is its node id, None where the proxy could not tell or the record is version 1)."""
 
     user: str
     client_id: str | None
@@ -47,6 +49,8 @@ class UsageRow:
     cpu_time_ns: int = 0
     # Quota key (e.g. "producer_byte_rate") -> the bound in force at the interval's end; entity rows only.
     quotas: Mapping[str, float] = field(default_factory=dict)
+    # Topic rows only (version 2): the broker node the bytes went to (produce) or came from (fetch).
+    broker: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,8 @@ def _row_to_json(row: UsageRow) -> dict[str, object]:
     out: dict[str, object] = {"user": row.user, "client_id": row.client_id}
     if row.topic is not None:
         out["topic"] = row.topic
+    if row.broker is not None:
+        out["broker"] = row.broker
     for name in _INT_FIELDS:
         value = getattr(row, name)
         if value:
@@ -121,6 +127,13 @@ def _optional_str(document: Mapping[str, object], name: str, where: str) -> str 
     return value
 
 
+def _broker(document: Mapping[str, object], where: str) -> int | None:
+    value = document.get("broker")
+    if value is not None and (type(value) is not int or value < 0):
+        raise UsageRecordError(f"{where}: broker must be a node id (a non-negative integer), got {value!r}")
+    return value
+
+
 def _row_from_json(document: object, where: str) -> UsageRow:
     if not isinstance(document, dict):
         raise UsageRecordError(f"{where}: a row must be an object")
@@ -139,6 +152,7 @@ def _row_from_json(document: object, where: str) -> UsageRow:
         partition_mutations=_int(document, "partition_mutations", where),
         cpu_time_ns=_int(document, "cpu_time_ns", where),
         quotas=_mapping(document, "quotas", where),
+        broker=_broker(document, where),
     )
 
 

@@ -146,6 +146,7 @@ def synth_usage(spark, spec: SynthSpec, partitions: int | None = None):
     entity_rows = base.select(
         *common,
         F.lit(None).cast("string").alias("topic"),
+        F.lit(None).cast("int").alias("broker"),
         "produce_bytes",
         "fetch_bytes",
         F.col("requests").cast("map<string,bigint>").alias("requests"),
@@ -159,6 +160,7 @@ def synth_usage(spark, spec: SynthSpec, partitions: int | None = None):
     topic_rows = base.select(
         *common,
         F.col("topic_name").alias("topic"),
+        F.lit(None).cast("int").alias("broker"),
         "produce_bytes",
         "fetch_bytes",
         empty_counts.alias("requests"),

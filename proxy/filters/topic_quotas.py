@@ -17,9 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 from sluice.protocol.api_keys import ApiKey
-from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader
-from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, produce_partition_sizes, topic_sizes
+from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, produce_topic_sizes
 from sluice.quota import QuotaTags, TopicQuotas
 
 from .base import ConnectionInfo, Filter, FilterFactory, Forward, Frame
@@ -42,13 +41,10 @@ class TopicQuotaFilter(Filter):
         quotas = self._shared.topics()
         if quotas is None:
             return frame
-        try:
-            sizes = produce_partition_sizes(frame, header)
-        except ProtocolError as exc:
-            if exc.reason != "unsupported_version":
-                raise
+        sizes = produce_topic_sizes(frame, header)
+        if sizes is None:
             return frame  # a version naming topics by id: the clamp keeps clients from it
-        throttle = quotas.record_request(topic_sizes(sizes).items(), self.conn.now_ms())
+        throttle = quotas.record_request(sizes.items(), self.conn.now_ms())
         if throttle <= 0:
             return frame
         self._shared.stats.record_quota("TopicProduce", _TOPIC_TAGS, throttle)

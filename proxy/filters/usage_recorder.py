@@ -7,8 +7,9 @@ proxy read a request whole. Per Fetch response as sent to the
 client: its size (body + 4, what `consumer_byte_rate` is charged) and the record-set bytes per topic. The
 topic breakdown walks the topic/partition structure without decoding a record
 (`protocol/record_sets.py`); a body it cannot walk is left to the broker (or the client) to refuse, and
-only the breakdown is lost. Throttles, CPU time and partition mutations come from the quota filters, which
-charge them.
+only the breakdown is lost. Topic bytes are kept per broker: the node the connection reaches
+(proxy/broker_nodes.py), None where it cannot be told. Throttles, CPU time and partition mutations come
+from the quota filters, which charge them.
 
 It runs after the quota filters, so it counts what was forwarded and what the client got.
 
@@ -33,6 +34,7 @@ from sluice.protocol.record_sets import TopicBytes, fetch_topic_bytes, produce_t
 from sluice.protocol.topic_metadata import TOPIC_IDS_METADATA_VERSION, decode_topic_partitions
 from sluice.quota.usage_ledger import EntityUsage, UsageLedger
 
+from ..broker_nodes import BrokerNodes
 from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
 
 PRODUCE, FETCH, METADATA = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA
@@ -75,7 +77,9 @@ class UsageRecording:
         self._cache = (ledger.generation, user, client_id, usage)
         return usage
 
-    def request(self, user: str, header: RequestHeader, frame: Frame | FrameHead) -> None:
+    def request(
+        self, user: str, header: RequestHeader, frame: Frame | FrameHead, broker: int | None = None
+    ) -> None:
         usage = self.usage(user, header.client_id)
         key = header.api_key
         usage.add_request(key)
@@ -83,18 +87,22 @@ class UsageRecording:
             return
         usage.produce_bytes += len(frame) - 4
         if type(frame) is FrameHead:
-            frame.observe(_StreamedProduce(self, user, header, len(frame)))
+            frame.observe(_StreamedProduce(self, user, header, len(frame), broker))
             return
         try:
             found = produce_topic_bytes(header.api_version, memoryview(frame)[4 + header.size :])
         except ProtocolError:
             return
-        self.produced(user, header.client_id, found)
+        self.produced(user, header.client_id, found, broker)
 
-    def produced(self, user: str, client_id: str | None, found: TopicBytes) -> None:
-        self.usage(user, client_id).add_topics(self._named(found), fetched=False)
+    def produced(
+        self, user: str, client_id: str | None, found: TopicBytes, broker: int | None = None
+    ) -> None:
+        self.usage(user, client_id).add_topics(self._named(found), False, broker)
 
-    def fetch_response(self, user: str, header: RequestHeader, frame: Frame) -> None:
+    def fetch_response(
+        self, user: str, header: RequestHeader, frame: Frame, broker: int | None = None
+    ) -> None:
         usage = self.usage(user, header.client_id)
         try:
             header_size = response_header_size(FETCH, header.api_version, frame)
@@ -105,7 +113,7 @@ class UsageRecording:
             found = fetch_topic_bytes(header.api_version, memoryview(frame)[4 + header_size :])
         except ProtocolError:
             return
-        usage.add_topics(self._named(found), fetched=True)
+        usage.add_topics(self._named(found), True, broker)
 
     def metadata_response(self, header: RequestHeader, frame: Frame) -> None:
         """Keep the (id, name) pairs of a Metadata answer: the ids the client will name topics by."""
@@ -140,10 +148,13 @@ class _StreamedProduce:
     """A Produce passing through: its topic breakdown, read from its pieces as they go by, is added when it
     ends (to the interval it ends in)."""
 
-    __slots__ = ("_client_id", "_recording", "_stream", "_user")
+    __slots__ = ("_broker", "_client_id", "_recording", "_stream", "_user")
 
-    def __init__(self, recording: UsageRecording, user: str, header: RequestHeader, size: int) -> None:
+    def __init__(
+        self, recording: UsageRecording, user: str, header: RequestHeader, size: int, broker: int | None
+    ) -> None:
         self._recording, self._user, self._client_id = recording, user, header.client_id
+        self._broker = broker
         self._stream = ProduceTopicStream(header.api_version, header.size, size)
 
     def feed(self, piece: memoryview) -> None:
@@ -152,7 +163,7 @@ class _StreamedProduce:
     def end(self) -> None:
         found = self._stream.result()
         if found is not None:  # else malformed: the broker refuses it, only the breakdown is lost
-            self._recording.produced(self._user, self._client_id, found)
+            self._recording.produced(self._user, self._client_id, found, self._broker)
 
 
 class UsageRecorder(Filter):
@@ -161,14 +172,20 @@ class UsageRecorder(Filter):
     head_only_api_keys = _ALL_API_KEYS
     response_api_keys = frozenset({FETCH, METADATA})
 
-    __slots__ = ("_recording",)
+    __slots__ = ("_broker", "_nodes", "_recording")
 
     def __init__(self, conn: ConnectionInfo, shared: UsageRecorderFactory) -> None:
         super().__init__(conn)
         self._recording = shared.recording
+        self._nodes = shared.nodes
+        self._broker: int | None = None
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
-        self._recording.request(self.conn.user, header, frame)  # a FrameHead too (head_only_api_keys)
+        broker = self._broker
+        if broker is None:
+            broker = self._broker_node()
+        # a FrameHead too (head_only_api_keys)
+        self._recording.request(self.conn.user, header, frame, broker)
         return frame
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame:
@@ -176,8 +193,16 @@ class UsageRecorder(Filter):
         if header.api_key == METADATA:
             self._recording.metadata_response(header, frame)
         else:
-            self._recording.fetch_response(self.conn.user, header, frame)
+            self._recording.fetch_response(self.conn.user, header, frame, self._broker_node())
         return frame
+
+    def _broker_node(self) -> int | None:
+        """The broker this connection reaches, found once (a bootstrap connection's may be unknown)."""
+        broker = self._broker
+        if broker is None and self._nodes is not None:
+            conn = self.conn
+            broker = self._broker = self._nodes.node_of(conn.listener, conn.upstream_peer)
+        return broker
 
 
 class UsageRecorderFactory(FilterFactory):
@@ -185,8 +210,9 @@ class UsageRecorderFactory(FilterFactory):
 
     filter_class = UsageRecorder
 
-    def __init__(self, recording: UsageRecording) -> None:
+    def __init__(self, recording: UsageRecording, nodes: BrokerNodes | None = None) -> None:
         self.recording = recording
+        self.nodes = nodes
 
     def create(self, conn: ConnectionInfo) -> UsageRecorder:
         return UsageRecorder(conn, self)

@@ -13,7 +13,7 @@ from sluice.pipeline.jobs.synth import SynthSpec, synth_usage
 from sluice.pipeline.kafka_offsets import plan_ranges
 from sluice.pipeline.usage_export import export_usage, usage_lines
 from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.quota.usage_records import UsageBatch, UsageRow, encode_batch
+from sluice.quota.usage_records import VERSION, UsageBatch, UsageRow, encode_batch
 
 TOPIC, BAD_TOPIC, PARTITIONS = "_sluice_usage", "usage-with-bad", 4
 SPEC = SynthSpec(entities=5, duration_s=300, interval_s=1, instances=3, jitter_pct=3)
@@ -96,9 +96,10 @@ def _batch(version: int = 1) -> bytes:
 
 
 def test_a_record_of_a_newer_version_or_not_a_record_is_refused_naming_where(spark, cluster) -> None:
-    produce_lines(cluster.bootstrap, BAD_TOPIC, [_batch(), _batch(2), b"not json", _batch()], 1)
+    newer = VERSION + 1
+    produce_lines(cluster.bootstrap, BAD_TOPIC, [_batch(), _batch(newer), b"not json", _batch()], 1)
     with pytest.raises(
-        Exception, match=r"partition 0 offset 1: usage record version 2 was written by a newer"
+        Exception, match=rf"partition 0 offset 1: usage record version {newer} was written by a newer"
     ):
         read(spark, cluster, topic=BAD_TOPIC).collect()
     skipped = read(spark, cluster, topic=BAD_TOPIC, badRecords="skip").collect()

@@ -434,6 +434,11 @@ def _targets() -> list[Target]:
             _request_frames(0, ProduceRequest),
         ),
         Target(
+            "produce_topics.produce_topic_sizes",
+            lambda v, d: produce_topics.produce_topic_sizes(d, headers.parse_request_header(d)),
+            _request_frames(0, ProduceRequest),
+        ),
+        Target(
             "produce_topics.produce_partitions",
             lambda v, d: produce_topics.produce_partitions(d, headers.parse_request_header(d)),
             _request_frames(0, ProduceRequest),

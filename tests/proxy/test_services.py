@@ -235,6 +235,7 @@ async def test_a_service_that_cannot_start_closes_the_proxy_listener_again() -> 
             "sensor_sweep",
             "memory_return",
             "throttle_episodes",
+            "broker_shield",
         ]
         with structlog.testing.capture_logs() as logs, pytest.raises(ServiceStartError) as caught:
             await server.start()
@@ -269,6 +270,7 @@ async def test_the_server_stops_its_services_on_shutdown() -> None:
         "sensor_sweep",
         "memory_return",
         "throttle_episodes",
+        "broker_shield",
     ]
     discovery = server.services.get("broker_discovery")
     assert isinstance(discovery, BrokerDiscovery)

@@ -76,6 +76,7 @@ def test_every_byte_is_in_the_records_of_the_interval_it_was_admitted_in() -> No
                 entry[2] += row.requests.get("Produce", 0)
             else:
                 assert row.topic == TOPIC
+                assert row.broker == 1  # the node whose listener took it
                 entry[1] += row.produce_bytes
     # Per interval and client-id: the request bytes, the record bytes of the topic, the requests.
     assert recorded == expected
@@ -121,6 +122,7 @@ def test_the_records_a_real_consumer_reads_follow_the_documented_schema() -> Non
                 "user",
                 "client_id",
                 "topic",
+                "broker",
                 "produce_bytes",
                 "fetch_bytes",
                 "requests",
@@ -131,6 +133,9 @@ def test_the_records_a_real_consumer_reads_follow_the_documented_schema() -> Non
                 "quotas",
             }
     assert any(row.get("client_id") == "pump" for m in messages for row in json.loads(m.value())["rows"])
+    # The topic's three partitions live on brokers 1, 2 and 3 (the mock's placement): a topic row each.
+    brokers = {row.get("broker") for m in messages for row in json.loads(m.value())["rows"] if "topic" in row}
+    assert brokers == {1, 2, 3}
 
 
 def test_kafka_unreachable_for_the_usage_topic_never_holds_traffic_back() -> None:

@@ -110,3 +110,14 @@ def test_the_bounds_in_force_are_reported_per_entity() -> None:
         {"producer_byte_rate": 100_000, "consumer_byte_rate": 50_000, "controller_mutation_rate": 5},
         {},
     ]
+
+
+def test_topic_bytes_are_kept_per_broker() -> None:
+    ledger = UsageLedger("i")
+    usage = ledger.entity("ANONYMOUS", "pump")
+    usage.add_topics([("orders", 600)], False, 1)
+    usage.add_topics([("orders", 100)], False, 2)
+    usage.add_topics([("orders", 50)], False, 1)
+    usage.add_topics([("orders", 7)], False)  # a bootstrap connection to no known broker
+    rows = {(r.topic, r.broker): r.produce_bytes for r in ledger.drain(0, 1000).rows if r.topic}
+    assert rows == {("orders", 1): 650, ("orders", 2): 100, ("orders", None): 7}

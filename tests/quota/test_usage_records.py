@@ -79,3 +79,32 @@ def test_a_large_batch_splits_into_messages_under_the_limit_with_every_row_once(
     assert len(messages) > 1 and all(len(m) <= 8_000 for m in messages)
     read = [row for m in messages for row in decode_batch(m).rows]
     assert read == list(rows)
+
+
+def test_version_2_topic_rows_name_their_broker() -> None:
+    row = UsageRow("ANONYMOUS", "pump", topic="orders", produce_bytes=10, broker=3)
+    batch = UsageBatch("i", 0, 1000, (row,))
+    document = json.loads(encode_batch(batch))
+    assert document["version"] == 2 and document["rows"][0]["broker"] == 3
+    assert decode_batch(encode_batch(batch)).rows == (row,)
+
+
+def test_a_version_1_batch_still_reads_with_no_broker() -> None:
+    document = {
+        "schema": SCHEMA,
+        "version": 1,
+        "instance": "old",
+        "interval_start_ms": 0,
+        "interval_ms": 1000,
+        "rows": [{"user": "u", "client_id": "c", "topic": "t", "produce_bytes": 5}],
+    }
+    (row,) = decode_batch(json.dumps(document).encode()).rows
+    assert row.topic == "t" and row.broker is None
+
+
+@pytest.mark.parametrize("broker", [-1, "1", 1.5, True])
+def test_a_broker_that_is_no_node_id_is_refused(broker: object) -> None:
+    document = json.loads(encode_batch(BATCH))
+    document["rows"][1]["broker"] = broker
+    with pytest.raises(UsageRecordError, match="row 1: broker"):
+        decode_batch(json.dumps(document).encode())

@@ -1,0 +1,64 @@
+"""One broker shield for a fleet, end to end: two `sluice run` processes with `fleet.enabled`, a paced
+librdkafka producer through each into a topic broker 1 leads, together more than twice broker 1's
+threshold. Each process charges the other's usage records (their topic rows name the broker, version 2)
+to its own shield, so broker 1's ingress from the whole fleet, read back from those records, is held at
+one threshold (+-5 % over whole seconds), where without sharing each process would admit a threshold of
+its own."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fleet_harness import read_usage
+from shield_harness import PacedProducer
+
+from sluice.proxy.tools.mock_cluster_process import MockCluster
+from sluice.proxy.tools.proxy_process import ProxyProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fleet")]
+
+THRESHOLD = 300_000
+DEMAND = 400_000  # per process: 800 kB/s in all
+START_S = 10  # both processes heard of each other, the first buckets paid back
+MEASURE_S = 40
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def test_two_processes_hold_a_broker_at_one_threshold() -> None:
+    config = {
+        "quota": {"broker_protection": {"bytes_in_per_s": THRESHOLD}},
+        "usage": {"enabled": True, "interval_ms": 1000},
+        "fleet": {"enabled": True},
+    }
+    with MockCluster(brokers=3, topics={"one": 1}) as cluster:
+        cluster.set_leader("one", 0, 1)
+        proxies = [ProxyProcess(cluster.bootstrap, config, log_level="warning") for _ in range(2)]
+        try:
+            producers = [PacedProducer(p.bootstrap, "one", 1, DEMAND, f"p{i}") for i, p in enumerate(proxies)]
+            started = _wall_ms()
+            for producer in producers:
+                producer.start()
+            # The measurement is the span itself: both producers run for it.
+            time.sleep(START_S + MEASURE_S + 2)
+            for producer in producers:
+                producer.stop()
+            for proxy in proxies:
+                proxy.stop()
+            batches = read_usage(cluster.bootstrap)
+        finally:
+            for proxy in proxies:
+                proxy.close()
+    per_second: dict[int, int] = {}
+    for batch in batches:
+        end_s = (batch.interval_start_ms + batch.interval_ms) // 1000
+        for row in batch.rows:
+            if row.topic == "one" and row.broker == 1:
+                per_second[end_s] = per_second.get(end_s, 0) + row.produce_bytes
+    first = started // 1000 + START_S
+    fleet = sum(per_second.get(s, 0) for s in range(first, first + MEASURE_S)) / MEASURE_S
+    assert fleet == pytest.approx(THRESHOLD, rel=0.05), sorted(per_second.items())
+    assert all(producer.throttles for producer in producers)  # both were held, not one starved

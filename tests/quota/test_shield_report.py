@@ -1,0 +1,18 @@
+"""docs/quotas.md's simulated table of the latency trigger is what the simulation gives today."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "bench"))
+
+import shield_report  # noqa: E402
+
+
+def test_the_documented_table_matches_the_simulation() -> None:
+    text = shield_report.DOC.read_text(encoding="utf-8")
+    start = text.index(shield_report.BEGIN)
+    end = text.index(shield_report.END) + len(shield_report.END)
+    assert text[start:end] == shield_report.section(), "run tests/bench/shield_report.py"
