@@ -182,6 +182,7 @@ def test_v11_permissive_never_refuses_and_throttles_8000_then_17000_ms(proxy):
 def test_v12_refills_then_accepts_across_zero_and_refuses_below_it(proxy):
     with client(proxy, "v12") as a, client(proxy, "v12") as b:
         started = time.monotonic()
+        # The vector's timeline: a request each second while the bucket refills (the time is the event).
         for second in range(10):
             time.sleep(max(0.0, started + second - time.monotonic()))
             response = create({f"v12-{second}": 10}, STRICT_CREATE, a)

@@ -54,7 +54,7 @@ async def wait_for(predicate, timeout_s: float = 5.0) -> float:
     while not predicate():
         if time.monotonic() - start > timeout_s:
             raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a poll: the predicate is the event
     return time.monotonic() - start
 
 
