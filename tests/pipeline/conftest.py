@@ -31,8 +31,13 @@ def spark() -> Iterator[object]:
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that start Spark are end-to-end tests (`make test-fast` leaves them out), and share one
-    worker under xdist."""
+    worker under xdist. The pipeline's end-to-end tests start JVMs, which a loaded two-core machine
+    slows threefold (the CLI test: 62 s quiet, 220 s loaded): pytest-timeout's 300 s is a guard against
+    a hang, so they get 900 s."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.xdist_group("spark"))
+        in_pipeline = item.path.parent.name == "pipeline" and item.path.parent.parent.name == "tests"
+        if in_pipeline and item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(900))
