@@ -41,6 +41,8 @@ def test_a_bad_quotas_file_names_the_key_and_exits_2_before_spark_starts(tmp_pat
 
 @pytest.mark.slow
 def test_synth_to_the_topic_then_every_job_from_kafka(tmp_path) -> None:
+    """Takes a minute quiet, three loaded: two `sluice pipeline` commands, each starting its own JVM, as
+    an operator runs them."""
     made = sluice(
         "pipeline",
         "synth",

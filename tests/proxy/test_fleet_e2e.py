@@ -191,6 +191,7 @@ def test_three_processes_hold_one_quota(cluster, plan: Plan) -> None:
 
 @pytest.mark.xdist_group("fleet-bucket")
 def test_without_sharing_three_processes_admit_three_quotas(cluster) -> None:
+    """Takes most of a minute: the start, then 30 s of three buckets each at its quota."""
     run_s = BUCKET.start_s + 30
     t0, _, batches = _run_fleet(cluster, BUCKET.config(sharing=False), run_s=run_s)
     rate = slope(admitted_per_interval(batches), t0 + BUCKET.start_s * 1000, t0 + run_s * 1000)
@@ -219,6 +220,7 @@ def test_one_process_dies_and_the_others_converge_within_one_quota_window(cluste
 
 @pytest.mark.xdist_group("fleet-bucket")
 def test_two_workers_on_one_machine_hold_one_quota(cluster) -> None:
+    """Takes a minute: the start, then the 40 s the token bucket's bound holds over."""
     with ProxyProcess(
         cluster.bootstrap, BUCKET.config(), log_level="warning", run_args=["--workers", "2"]
     ) as proxy:

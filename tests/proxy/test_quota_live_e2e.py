@@ -229,7 +229,8 @@ def _configs_when_admitted(proxy: ProxyProcess, *args: str) -> list[str]:
 
 
 def test_connection_creation_rate_holds_then_closes_new_connections_per_address(cluster) -> None:
-    with quota_proxy(cluster, "live-ip-store") as proxy:
+    # Kafka's window (N = 11): the connection rate's sampled window is the client quotas' window.
+    with quota_proxy(cluster, "live-ip-store", window={"samples": 11, "size_seconds": 1}) as proxy:
         configs(
             proxy,
             "--alter",

@@ -70,6 +70,7 @@ def read_back(bootstrap: str, topic: str, expected: int, timeout_s: float = 90) 
 
 
 def test_librdkafka_is_held_by_the_mute_and_told_and_loses_nothing(cluster) -> None:
+    """Takes half a minute: the first burst, the 20 s measured, and every record read back."""
     topic = "throttle-librdkafka"
     with quota_proxy(cluster, {"client_id": "pump", "producer_byte_rate": QUOTA}, **TOKEN_BUCKET) as proxy:
         sampler = TrafficSampler(proxy, "Produce").start()
@@ -95,6 +96,7 @@ def test_librdkafka_is_held_by_the_mute_and_told_and_loses_nothing(cluster) -> N
 
 
 async def test_aiokafka_honours_the_field(cluster) -> None:
+    """Takes half a minute: the first burst, then the 20 s measured."""
     from aiokafka import AIOKafkaProducer
 
     topic = "throttle-aiokafka"
@@ -123,6 +125,7 @@ async def test_aiokafka_honours_the_field(cluster) -> None:
 
 
 def test_kafka_python_honours_the_field(cluster) -> None:
+    """Takes half a minute: the first burst, then the 20 s measured."""
     from kafka import KafkaProducer
 
     topic = "throttle-kafkapython"
@@ -179,6 +182,7 @@ def test_kafka_window_sensor_bounds_a_flat_out_producer(cluster) -> None:
 
 
 def test_clients_sharing_a_quota_are_held_together(cluster) -> None:
+    """Takes half a minute: the first burst, then the 20 s measured."""
     # A default-user quota: every ANONYMOUS client shares one sensor, whatever its client-id (spec 2.3).
     topic = "throttle-shared"
     with quota_proxy(cluster, {"user": "<default>", "producer_byte_rate": QUOTA}, **TOKEN_BUCKET) as proxy:
@@ -203,6 +207,7 @@ def test_clients_sharing_a_quota_are_held_together(cluster) -> None:
 
 
 def test_consumer_byte_rate(cluster) -> None:
+    """Takes half a minute: 8 MB written, a group joined, the first burst read, then 20 s measured."""
     from confluent_kafka import Consumer, Producer
 
     topic = "throttle-fetch"
