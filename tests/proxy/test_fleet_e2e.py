@@ -120,14 +120,6 @@ def _producer(bootstrap: str) -> FlatOutProducer:
     )
 
 
-def _stop_now(producer: FlatOutProducer) -> None:
-    """Stop without waiting for queued records: the measurement is over (or the proxy is dead)."""
-    producer._stop_flag.set()
-    producer.join(30)
-    producer.producer.purge()
-    producer.producer.flush(5)
-
-
 def _print_fleet_metrics(proxy: ProxyProcess) -> None:
     """What this process heard of the others, for the output of a failed run: late or stale reports are
     what moves a fleet off its quota."""
@@ -150,10 +142,10 @@ def _run_fleet(cluster, config, *, run_s: float, processes: int = 3, kill_at_s: 
             time.sleep(kill_at_s)  # the death comes at a set moment of the run: the sleep is the event
             proxies[0].process.kill()
             killed_at = _wall_ms()
-            _stop_now(producers[0])
+            producers[0].stop_now()  # the proxy is dead
         time.sleep(max(0.0, run_s - (_wall_ms() - t0) / 1000))  # the run is the measurement
         for producer in producers[1 if kill_at_s is not None else 0 :]:
-            _stop_now(producer)
+            producer.stop_now()  # the measurement is over
         for proxy in proxies[1 if kill_at_s is not None else 0 :]:
             _print_fleet_metrics(proxy)
         for proxy in proxies:
@@ -231,7 +223,7 @@ def test_two_workers_on_one_machine_hold_one_quota(cluster) -> None:
             producer.start()
         time.sleep(BUCKET.run_s)  # the run is the measurement: producers flat out for its whole span
         for producer in producers:
-            _stop_now(producer)
+            producer.stop_now()  # the measurement is over
         proxy.stop()
     batches = read_usage(cluster.bootstrap)
     rate = slope(admitted_per_interval(batches), t0 + BUCKET.start_s * 1000, t0 + BUCKET.run_s * 1000)

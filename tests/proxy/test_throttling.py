@@ -173,7 +173,7 @@ def test_kafka_window_sensor_bounds_a_flat_out_producer(cluster) -> None:
         producer.start()
         time.sleep(16)  # the measurement: the producer runs flat out for its span
         sampler.stop()
-        producer.stop()
+        producer.stop_now()  # what is still queued would drain at the quota, for nothing
     elapsed = sampler.samples[-1][0] - sampler.samples[0][0]
     sent = sampler.samples[-1][1] - sampler.samples[0][1]
     allowance = (samples + 1) * QUOTA + 16_384  # (N + 1) x W x Q, plus the one request that crosses the bound
@@ -196,7 +196,7 @@ def test_clients_sharing_a_quota_are_held_together(cluster) -> None:
         time.sleep(WARM_UP_S + MEASURE_S)  # the measurement: the producers run flat out for its span
         sampler.stop()
         for p in producers:
-            p.stop()
+            p.stop_now()  # what is still queued would drain at the quota: 10 s for nothing
         text = proxy.metrics_text()
     assert_near_quota(sampler.average_rate(WARM_UP_S))
     assert all(p.delivered > 0 for p in producers), "one client starved the other"

@@ -174,9 +174,7 @@ def test_kafka_unreachable_for_the_usage_topic_never_holds_traffic_back() -> Non
             rate = (during - before) / (time.monotonic() - t0)
             dropped = metric_value(text, "sluice_usage_batches_dropped_total")
             buffered = metric_value(text, "sluice_usage_buffered_messages")
-            producer._stop_flag.set()
-            producer.join(30)
-            producer.producer.purge()
+            producer.stop_now()
     print(f"rate while the usage topic is unreachable: {rate:.0f} B/s; dropped {dropped:.0f}")
     assert rate == pytest.approx(200_000, rel=0.1)
     assert dropped > 0 and buffered <= 4
@@ -198,9 +196,7 @@ def test_throttles_and_the_quota_in_force_are_in_the_records() -> None:
             )
             producer.start()
             started = proxy.wait_for_event("throttle_started", client_id="pump", timeout_s=60)
-            producer._stop_flag.set()
-            producer.join(30)
-            producer.producer.purge()
+            producer.stop_now()
         batches = read_usage(cluster.bootstrap)
     rows = [row for b in batches for row in b.rows if row.client_id == "pump" and row.topic is None]
     assert sum(row.throttle_count.get("Produce", 0) for row in rows) > 0
