@@ -21,18 +21,19 @@ $(STAMP): pyproject.toml
 demo: install
 	$(PY) -m sluice.proxy demo
 
-# Every test, on three workers (the end-to-end tests mostly wait on throttles); the tests of one xdist group
-# run on one worker, one at a time. The 15 slowest are listed before pytest's summary line, which is the
-# last line printed.
+# Every test, on four workers (on two cores: the end-to-end tests mostly wait on throttles); the tests of
+# one xdist group run on one worker, one at a time (Spark; each fleet sensor), and the slow tests start
+# first (tests/conftest.py). The ten slowest are listed before pytest's summary line, the last line
+# printed; each says in its docstring why it takes what it takes.
 test: install
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 3 --dist loadgroup --durations=15
+	$(PY) -m pytest -q -n 4 --dist loadgroup --durations=10
 
 # The unit and property tests: everything not marked `slow` (the end-to-end tests that start the test
-# broker, the proxy or client processes). About 2 1/2 minutes on 2 cores.
+# broker, the proxy or client processes), on two workers. Under a minute.
 test-fast: install
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -m "not slow" --durations=10
+	$(PY) -m pytest -q -m "not slow" -n 2 --durations=10
 
 # Hostile clients and a flood while 200,000 records go through (a few minutes; not part of `make test`).
 soak: install

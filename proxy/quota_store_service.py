@@ -7,7 +7,7 @@ A service of SluiceServer on top of the proxy's own Kafka client:
   keeps following it with long-poll fetches, so a record written by any instance is in force here
   within one fetch round trip. Start-up waits for that first read for at most `startup_wait_s`: an
   unreachable cluster never stops the proxy from starting (the file's quotas apply meanwhile, and the
-  follower keeps trying in the background).
+  follower keeps trying in the background). A stop asked for meanwhile (SIGTERM) ends the wait at once.
 * `write` appends an alter's records as one batch (acks=all) and returns its offset; anything short of
   an acknowledgement within `write_timeout_ms` raises StoreUnavailable, which the alter answers as
   REQUEST_TIMED_OUT. Writes are serialised, so two alters on one instance are ordered.
@@ -54,11 +54,15 @@ class QuotaStoreService:
         *,
         startup_wait_s: float = 5.0,
         follow_wait_ms: int = FOLLOW_WAIT_MS,
+        stop_requested: asyncio.Event | None = None,
     ) -> None:
+        """`stop_requested`, once set, ends the start-up wait: a proxy told to stop while it starts
+        stops at once rather than after `startup_wait_s`."""
         self._client = client
         self._state = state
         self._settings = settings
         self._startup_wait_s = startup_wait_s
+        self._stop_requested = stop_requested
         self._follow_wait_ms = follow_wait_ms
         self._task: asyncio.Task[None] | None = None
         self._caught_up = asyncio.Event()
@@ -82,10 +86,18 @@ class QuotaStoreService:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._follow(), name="quota-store-follower")
+        waits = [asyncio.ensure_future(self._caught_up.wait())]
+        if self._stop_requested is not None:
+            waits.append(asyncio.ensure_future(self._stop_requested.wait()))
         try:
-            await asyncio.wait_for(asyncio.shield(self._caught_up.wait()), self._startup_wait_s)
-        except TimeoutError:
-            self.ready.set()
+            await asyncio.wait(waits, timeout=self._startup_wait_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if self._caught_up.is_set():
+            return
+        self.ready.set()
+        if self._stop_requested is None or not self._stop_requested.is_set():
             _log.warning(
                 "quota_store_not_read_at_start",
                 topic=self.topic,

@@ -136,9 +136,12 @@ class SluiceServer:
         )
         if self.usage is not None:  # the quota filters add their throttles, CPU time and mutations
             self.throttle_stats.usage = self.usage.recording
+        self._stop = asyncio.Event()
         self.quota_store: QuotaStoreService | None = None
         if config.quota.admin is AdminMode.PROXY:
-            self.quota_store = QuotaStoreService(self.kafka_client, self.quota_state, config.quota.store)
+            self.quota_store = QuotaStoreService(
+                self.kafka_client, self.quota_state, config.quota.store, stop_requested=self._stop
+            )
         self.settings = SessionSettings(
             FilterChain(self._filters()),
             self.metrics,
@@ -156,7 +159,6 @@ class SluiceServer:
         self.metrics.broker_loads = self.settings.broker_loads
         self._servers: dict[str, Listener | PendingServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()
-        self._stop = asyncio.Event()
         self._remove_signal_handlers: Callable[[], None] = lambda: None
         self.reloader = QuotaReloader(self.quota_state, config)
         # SIGHUP runs these (proxy/signals.py): quotas reload live.

@@ -19,42 +19,62 @@ CLIENT_ID = "pump"
 
 
 def fleet_config(
-    sensor: str, *, sharing: bool = True, quota: int = QUOTA, client_id: str = CLIENT_ID, **usage: Any
+    sensor: str,
+    *,
+    sharing: bool = True,
+    quota: int = QUOTA,
+    client_id: str = CLIENT_ID,
+    samples: int | None = None,
+    **usage: Any,
 ) -> dict[str, Any]:
+    """One quota on `client_id`, usage records every second (or as `usage` says), the fleet sharing it;
+    `samples` sets the quota window's N (W stays 1 s): the sampled window's span, the token bucket's
+    burst of N x W x Q."""
+    quota_section: dict[str, Any] = {
+        "sensor": sensor,
+        "throttle_mode": "kip219",
+        "entities": [{"client_id": client_id, "producer_byte_rate": quota}],
+    }
+    if samples is not None:
+        quota_section["window"] = {"samples": samples, "size_seconds": 1}
     return {
-        "quota": {
-            "sensor": sensor,
-            "throttle_mode": "kip219",
-            "entities": [{"client_id": client_id, "producer_byte_rate": quota}],
-        },
+        "quota": quota_section,
         "usage": {"enabled": True, "interval_ms": 1000, **usage},
         "fleet": {"enabled": sharing},
     }
 
 
-def read_usage(bootstrap: str, topic: str = DEFAULT_TOPIC, settle_s: float = 3.0) -> list[UsageBatch]:
-    """Every batch on the usage topic, read from the start with a real Kafka client until `settle_s` pass
-    without a new one."""
-    from confluent_kafka import Consumer
+def read_usage(bootstrap: str, topic: str = DEFAULT_TOPIC, timeout_s: float = 60.0) -> list[UsageBatch]:
+    """Every batch on the usage topic, read from the start with a real Kafka client up to the end offsets
+    it has when called: the processes that published have stopped, so that is every batch there is."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"usage-reader-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }
     )
-    consumer.subscribe([topic])
     batches: list[UsageBatch] = []
-    quiet_until = time.monotonic() + max(settle_s, 10.0)  # the first assignment takes a moment
     try:
-        while time.monotonic() < quiet_until:
-            message = consumer.poll(0.2)
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {}
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if high > low:
+                ends[partition] = high
+        # Assigned, not subscribed: no group to join, so reading starts at once.
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        deadline = time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
             if message is None or message.error():
                 continue
             batches.append(decode_batch(message.value()))
-            quiet_until = time.monotonic() + settle_s
+            if message.offset() + 1 >= ends.get(message.partition(), 0):
+                ends.pop(message.partition(), None)
+        assert not ends, f"the usage topic was not read to its end within {timeout_s} s: {ends}"
     finally:
         consumer.close()
     return batches

@@ -172,7 +172,7 @@ def produce_all(bootstrap: str) -> tuple[int, list[str]]:
             producer.poll(0)
             ahead = i / per_second - (time.monotonic() - started)
             if ahead > 0:
-                time.sleep(ahead)
+                time.sleep(ahead)  # the pace of the load: so many records a second
     producer.flush(300)
     return acked, errors
 

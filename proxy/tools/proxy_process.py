@@ -17,6 +17,21 @@ import yaml
 from ..ports import free_port_block, wait_for_port
 
 _START_ATTEMPTS = 3
+# A directory to keep every proxy's configuration and log in (one folder per proxy, named after the test
+# that started it); unset, they go to a temporary directory removed when the proxy is closed.
+KEEP_LOGS_ENV = "SLUICE_TEST_LOGS"
+
+
+def _work_dir() -> tuple[Path, tempfile.TemporaryDirectory[str] | None]:
+    keep = os.environ.get(KEEP_LOGS_ENV)
+    if not keep:
+        temporary = tempfile.TemporaryDirectory(prefix="sluice-test-")
+        return Path(temporary.name), temporary
+    # pytest names the running test: "tests/proxy/test_x.py::test_y[a] (call)"
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+    prefix = "".join(c if c.isalnum() or c in "-_." else "_" for c in test)[-120:] or "sluice"
+    Path(keep).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=keep)), None
 
 
 class ProxyProcess:
@@ -66,8 +81,8 @@ class ProxyProcess:
         # Node ids of the mock cluster are small (1..N), so base + N stays inside the block.
         self.broker_port_base = block + 2
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self._dir = tempfile.TemporaryDirectory(prefix="sluice-test-")
-        self.log_path = Path(self._dir.name) / "proxy.log"
+        self.work_dir, self._temporary = _work_dir()
+        self.log_path = self.work_dir / "proxy.log"
         config = {
             "listen": self.bootstrap,
             "advertised_host": "127.0.0.1",
@@ -80,7 +95,7 @@ class ProxyProcess:
             config["metrics"] = {"listen": f"127.0.0.1:{self.metrics_port}"}
         for key, value in (extra_config or {}).items():
             config[key] = value
-        self.config_path = Path(self._dir.name) / "sluice.yaml"
+        self.config_path = self.work_dir / "sluice.yaml"
         self.config_path.write_text(yaml.safe_dump(config))
         self._log_file = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -159,7 +174,8 @@ class ProxyProcess:
 
     def close(self) -> None:
         self.stop()
-        self._dir.cleanup()
+        if self._temporary is not None:
+            self._temporary.cleanup()
 
     def __enter__(self) -> ProxyProcess:
         return self

@@ -124,9 +124,7 @@ def fleet_accuracy(sensor: str) -> Record:
                 producer.start()
             time.sleep(FLEET_RUN_S)
             for producer in producers:
-                producer._stop_flag.set()
-                producer.join(30)
-                producer.producer.purge()
+                producer.stop_now()
             for proxy in proxies:
                 proxy.stop()
             batches = read_usage(cluster.bootstrap)

@@ -541,7 +541,7 @@ def test_a_request_after_the_session_expired_closes_the_connection(cluster: Mock
         _raw_client(double) as client,
     ):
         _plain(client, "alice", USERS["alice"])
-        time.sleep(0.3)
+        time.sleep(0.3)  # the session's 100 ms lifetime passing is the event
         client.send(MetadataRequest(topics=[]), 1)
         assert client.is_closed_by_peer()
 

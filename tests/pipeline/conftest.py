@@ -1,5 +1,11 @@
 """One real local SparkSession for every pipeline test (Spark starts in ~10 s; it is shared, never stopped
-early), and small synthetic data sets with known answers."""
+early), and small synthetic data sets with known answers.
+
+Under xdist (`make test`) every test that uses Spark runs on one worker (the xdist group `spark`), so
+the session starts once for the whole run and each module's data set (`reported`, `published`, ...) is
+built once: spread over three workers, three JVMs started and the known-answers module built its
+report three times (125 s, 82 s and 18 s of set-up on a loaded machine, where one worker takes 27 s).
+"""
 
 from __future__ import annotations
 
@@ -22,8 +28,16 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that start Spark are end-to-end tests: `make test-fast` leaves them out."""
+    """Tests that start Spark are end-to-end tests (`make test-fast` leaves them out), and share one
+    worker under xdist. The pipeline's end-to-end tests start JVMs, which a loaded two-core machine
+    slows threefold (the CLI test: 62 s quiet, 220 s loaded): pytest-timeout's 300 s is a guard against
+    a hang, so they get 900 s."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        in_pipeline = item.path.parent.name == "pipeline" and item.path.parent.parent.name == "tests"
+        if in_pipeline and item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(900))

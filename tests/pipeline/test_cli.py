@@ -62,6 +62,8 @@ def test_a_file_that_is_not_usage_records_is_one_line_and_spark_keeps_its_noise_
 
 @pytest.mark.slow
 def test_synth_to_the_topic_then_every_job_from_kafka(tmp_path) -> None:
+    """Takes a minute quiet, three loaded: two `sluice pipeline` commands, each starting its own JVM, as
+    an operator runs them."""
     made = sluice(
         "pipeline",
         "synth",

@@ -28,6 +28,8 @@ def rows(out: str, job: str, name: str) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def reported(spark, tmp_path_factory):
+    """Takes half a minute quiet, a minute and a half loaded: Spark's start (if this module runs first in
+    the session) and two days of six entities through report and propose, once for the module."""
     base = tmp_path_factory.mktemp("known")
     path = str(base / "usage.parquet")
     write_usage_parquet(synth_usage(spark, SPEC), path)

@@ -64,7 +64,7 @@ def run_clients(bootstrap: str) -> dict[str, int]:
                 producer.poll(0.05)
             producer.poll(0)
         n += 1
-        time.sleep(0.001)
+        time.sleep(0.001)  # the producers' pace: a millisecond a round
     for producer in producers.values():
         producer.flush(10)
     consumer = Consumer(
@@ -92,7 +92,7 @@ def sluice_records(tmp_path_factory):
         }
         with ProxyProcess(cluster.bootstrap, config, log_level="warning") as proxy:
             sent = run_clients(proxy.bootstrap)
-            time.sleep(2.5)  # the last intervals are published
+        # The proxy publishes its last, partial interval as it stops: the topic then holds every byte.
         base = tmp_path_factory.mktemp("real")
         # Export while the broker is up; the jobs then run on the files (and once on the topic itself).
         from sluice.pipeline.usage_export import export_usage

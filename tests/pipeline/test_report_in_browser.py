@@ -67,6 +67,8 @@ def console_messages(stderr: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def report(spark, tmp_path_factory) -> str:
+    """Takes most of a minute on a loaded machine (Spark's first jobs in this session, if it runs first):
+    four days of six entities through every job (report, what-if, propose, forecast), once for the module."""
     base = tmp_path_factory.mktemp("browser")
     usage = synth_usage(spark, SynthSpec(entities=6, duration_s=4 * 86_400, interval_s=600))
     # A client-id an attacker chose: the page must show it as text, never run it.

@@ -1,9 +1,9 @@
-"""The accept queue is real and configurable (issue 14 item 6).
+"""The accept queue is real and configurable.
 
 `loop.create_server(sock=...)` used to call listen(100) on a socket bound with listen(1024), so with 3,000
 connections arriving together 975 overflowed. Here a stopped proxy (SIGSTOP: it accepts nothing) shows the
-kernel holding `listen_backlog` connections for it, and 10,000 clients connecting at once are all accepted
-and answered.
+kernel holding `listen_backlog` connections for it, and 10,000 clients connecting in bursts as large as
+the accept queue are all accepted and answered.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 
 from throttle_harness import metric_value
 
-from sluice.config.model import DEFAULT_RESERVED_OPEN_FILES
+from sluice.config.model import DEFAULT_LISTEN_BACKLOG, DEFAULT_RESERVED_OPEN_FILES
 from sluice.protocol.headers import encode_request
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
@@ -27,8 +27,10 @@ CONNECTIONS = 10_000
 API_VERSIONS_V0 = encode_request(18, 0, 7, "backlog", b"")
 
 
-def established_within(port: int, count: int, seconds: float) -> tuple[int, list[socket.socket]]:
-    """Start `count` non-blocking connects at once; how many complete their handshake within `seconds`."""
+def established(port: int, count: int, expected: int) -> tuple[int, list[socket.socket]]:
+    """Start `count` non-blocking connects at once; how many complete their handshake, counted until
+    `expected` have and then for as long again (at least half a second): time in which more would have
+    completed had the kernel had room for them, on a machine however loaded."""
     sockets = []
     for _ in range(count):
         sock = socket.socket()
@@ -39,12 +41,15 @@ def established_within(port: int, count: int, seconds: float) -> tuple[int, list
     for sock in sockets:
         selector.register(sock, selectors.EVENT_WRITE)
     done = 0
-    deadline = time.monotonic() + seconds
+    started = time.monotonic()
+    deadline = started + 60
     while done < count and time.monotonic() < deadline:
         for key, _ in selector.select(0.1):
             selector.unregister(key.fileobj)
             if key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:  # type: ignore[union-attr]
                 done += 1
+        if done >= expected and deadline > time.monotonic() + 1:
+            deadline = time.monotonic() + max(0.5, time.monotonic() - started)
     selector.close()
     return done, sockets
 
@@ -53,7 +58,7 @@ def test_the_configured_backlog_holds_connections_while_the_proxy_cannot_accept(
     with ProxyProcess(cluster.bootstrap, extra_config={"listen_backlog": 600}) as proxy:
         os.kill(proxy.process.pid, signal.SIGSTOP)
         try:
-            done, sockets = established_within(proxy.port, 900, seconds=2.0)
+            done, sockets = established(proxy.port, 900, expected=600)
         finally:
             os.kill(proxy.process.pid, signal.SIGCONT)
         for sock in sockets:
@@ -81,48 +86,86 @@ def _raise_limit(process_pid: int | None, wanted: int) -> int:
     return hard
 
 
-def test_ten_thousand_connections_arriving_together_are_all_accepted_and_answered(cluster) -> None:
-    # Each client connection costs the proxy two descriptors (client + upstream) and this test one.
+def _sysctl(name: str) -> list[int]:
+    return [int(v) for v in open(f"/proc/sys/{name.replace('.', '/')}").read().split()]
+
+
+def test_ten_thousand_connections_in_bursts_the_accept_queue_holds_are_all_accepted_and_answered(
+    cluster,
+) -> None:
+    """Sized to what the machine grants, and says so: open files (the test, the proxy with two
+    descriptors per client, the test broker with one), ephemeral ports, and the accept queue. The kernel
+    holds at most min(listen_backlog, net.core.somaxconn) connections for a listener; beyond that it
+    drops handshakes and, once they time out, resets the clients (seen on a loaded two-core machine:
+    9,950 connects at once, a reset at 28 s). So the SYNs go in bursts of one queue each, the next as
+    soon as the proxy has accepted the last: every burst arrives together, every connection stays open,
+    and a connection lost or unanswered is the proxy's doing."""
     own_limit = _raise_limit(None, CONNECTIONS + 500)
+    cluster_limit = _raise_limit(cluster.pid, CONNECTIONS + 500)
+    low, high = _sysctl("net.ipv4.ip_local_port_range")
+    queue = min(DEFAULT_LISTEN_BACKLOG, _sysctl("net.core.somaxconn")[0])
     with ProxyProcess(cluster.bootstrap) as proxy:
         proxy_limit = _raise_limit(proxy.process.pid, 2 * CONNECTIONS + 500)
-        # Where the machine's hard limit stops us lower (20,000 descriptors and no CAP_SYS_RESOURCE on the
-        # project's machines: 9,886 connections, the proxy keeping reserved_open_files for itself), the test
-        # runs as many as it allows and says so.
-        count = min(CONNECTIONS, own_limit - 100, (proxy_limit - DEFAULT_RESERVED_OPEN_FILES - 100) // 2)
-        print(f"\n{count} connections (open-file limit: test {own_limit}, proxy {proxy_limit})")
-        assert count >= 9_000, f"open-file limits allow only {count} connections here"
+        count = min(
+            CONNECTIONS,
+            own_limit - 100,
+            (proxy_limit - DEFAULT_RESERVED_OPEN_FILES - 100) // 2,
+            cluster_limit - 100,
+            high - low,
+        )
+        bursts = [min(queue, count - start) for start in range(0, count, queue)]
+        print(
+            f"\n{count} connections in {len(bursts)} bursts of up to {queue} (the accept queue); open-file "
+            f"limits: test {own_limit}, proxy {proxy_limit}, test broker {cluster_limit}; "
+            f"ephemeral ports {high - low + 1}"
+        )
+        assert count >= 9_000, f"this machine's limits allow only {count} connections"
+        accepted_before = metric_value(proxy.metrics_text(), "sluice_connections_total")
 
         sockets: list[socket.socket] = []
         selector = selectors.DefaultSelector()
+        answered = 0
+        pending: dict[socket.socket, bytes] = {}
+
+        def serve(timeout_s: float) -> None:
+            nonlocal answered
+            for key, events in selector.select(timeout_s):
+                sock = key.fileobj  # type: ignore[assignment]
+                if events & selectors.EVENT_WRITE:
+                    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                    sock.send(API_VERSIONS_V0)
+                    selector.modify(sock, selectors.EVENT_READ)
+                    pending[sock] = b""
+                    continue
+                try:
+                    data = pending[sock] + sock.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                assert data, f"the proxy closed a connection instead of answering it: {_closes(proxy)}"
+                pending[sock] = data
+                if len(data) >= 8 and len(data) >= 4 + struct.unpack(">i", data[:4])[0]:
+                    assert struct.unpack(">i", data[4:8])[0] == 7
+                    selector.unregister(sock)
+                    answered += 1
+
         try:
-            for _ in range(count):  # every SYN sent before the first handshake is waited for
-                sock = socket.socket()
-                sock.setblocking(False)
-                sock.connect_ex(("127.0.0.1", proxy.port))
-                sockets.append(sock)
-                selector.register(sock, selectors.EVENT_WRITE)
-            answered = 0
-            pending: dict[socket.socket, bytes] = {}
+            for burst in bursts:
+                for _ in range(burst):  # every SYN of the burst sent before its first handshake is waited for
+                    sock = socket.socket()
+                    sock.setblocking(False)
+                    sock.connect_ex(("127.0.0.1", proxy.port))
+                    sockets.append(sock)
+                    selector.register(sock, selectors.EVENT_WRITE)
+                deadline = time.monotonic() + 120
+                while metric_value(proxy.metrics_text(), "sluice_connections_total") < accepted_before + len(
+                    sockets
+                ):
+                    assert time.monotonic() < deadline, f"the proxy did not accept a burst: {_closes(proxy)}"
+                    serve(0.2)
             deadline = time.monotonic() + 180
             while answered < count and time.monotonic() < deadline:
-                for key, events in selector.select(0.5):
-                    sock = key.fileobj  # type: ignore[assignment]
-                    if events & selectors.EVENT_WRITE:
-                        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
-                        sock.send(API_VERSIONS_V0)
-                        selector.modify(sock, selectors.EVENT_READ)
-                        pending[sock] = b""
-                        continue
-                    data = pending[sock] + sock.recv(65536)
-                    assert data, f"the proxy closed a connection instead of answering it: {_closes(proxy)}"
-                    pending[sock] = data
-                    if len(data) >= 8 and len(data) >= 4 + struct.unpack(">i", data[:4])[0]:
-                        assert struct.unpack(">i", data[4:8])[0] == 7
-                        selector.unregister(sock)
-                        answered += 1
+                serve(0.5)
             assert answered == count, f"{count - answered} of {count} clients were never answered"
-            assert metric_value(proxy.metrics_text(), "sluice_connections_total") >= count
         finally:
             selector.close()
             for sock in sockets:

@@ -77,10 +77,10 @@ async def test_a_scrape_hands_the_loop_back_while_reading_sensors() -> None:
         nonlocal turns
         while not stop:
             turns += 1
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one turn of the loop: the turns are what is counted
 
     worker = asyncio.create_task(other_work())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn: the worker is running
     families = await collector.collect_async()
     stop = True
     await worker

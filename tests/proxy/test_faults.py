@@ -12,6 +12,7 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from rawclient import RawClient
 from throttle_harness import FlatOutProducer
+from waiting import wait_until
 
 from sluice.proxy.ports import free_port_block, wait_for_port
 from sluice.proxy.tools.proxy_process import ProxyProcess
@@ -56,7 +57,8 @@ def test_bad_frame_closes_only_that_connection(proxy, name: str) -> None:
         event = proxy.wait_for_event("protocol_error", peer=bad_peer)
         assert event["reason"] == reason
         assert api_versions_ok(healthy), "a healthy connection was disturbed"
-    time.sleep(0.3)
+    delivered = steady.delivered
+    wait_until(lambda: steady.delivered > delivered, "the steady producer delivering after the bad input")
     steady.stop()
     assert steady.errors == []
     assert steady.delivered == len(steady.sent) > 0
@@ -66,12 +68,14 @@ def test_bad_frame_closes_only_that_connection(proxy, name: str) -> None:
 def test_broker_down_and_up(proxy, cluster) -> None:
     steady = steady_producer(proxy.bootstrap)
     steady.start()
-    time.sleep(1.0)
+    wait_until(lambda: steady.delivered > 0, "the steady producer delivering")
     for node in (1, 2):
         cluster.broker_down(node)
-        time.sleep(1.5)
+        time.sleep(1.5)  # the outage itself: the producer's requests to that broker meet it meanwhile
         cluster.broker_up(node)
-        time.sleep(1.0)
+        wait_until(
+            lambda before=steady.delivered: steady.delivered > before, "deliveries after the broker came back"
+        )
     steady.stop()
     assert proxy.process.poll() is None
     assert steady.errors == []

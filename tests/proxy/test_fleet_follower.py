@@ -48,7 +48,7 @@ class FakeTopic:
         log = self.logs[partition]
         index = offset - self.start
         if index >= len(log):
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)  # a broker's long poll at the log's end, made short
             return FetchResult([], offset, self.start + len(log), self.start)
         value = log[index]
         return FetchResult([FetchedRecord(offset, WALL, b"k", value, ())], offset + 1, 0, self.start)
@@ -72,8 +72,11 @@ async def follow(topic: FakeTopic, quotas: FleetQuotas, **kwargs) -> FleetFollow
         topic, quotas, TOPIC, catch_up_ms=11_000, now_ms=lambda: 5_000, wall_ms=lambda: WALL + 5_000, **kwargs
     )
     await follower.start()
-    for _ in range(50):
-        await asyncio.sleep(0.002)
+    # Until every partition has been read to its end (the follower then long-polls there).
+    ends = {(p, topic.start + len(log)) for p, log in topic.logs.items()}
+    async with asyncio.timeout(30):
+        while not ends <= set(topic.fetches):
+            await asyncio.sleep(0.001)  # a poll: the fetch at the end is the event
     await follower.stop()
     return follower
 

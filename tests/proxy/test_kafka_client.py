@@ -118,7 +118,16 @@ async def test_a_long_poll_fetch_does_not_hold_up_a_produce_to_the_same_broker(c
         end = (await client.latest_offsets(TOPIC, [0]))[0]
         loop = asyncio.get_running_loop()
         polling = loop.create_task(client.fetch(TOPIC, 0, end, max_wait_ms=3000))
-        await asyncio.sleep(0.2)
+
+        def fetch_in_flight() -> bool:
+            return any(
+                lane.startswith("fetch:") and connection.in_flight
+                for (_node, lane), connection in client.cluster._connections.items()
+            )
+
+        async with asyncio.timeout(10):
+            while not fetch_in_flight():  # the long poll is at the broker: a produce could queue behind it
+                await asyncio.sleep(0.005)
         # Same leader (broker 1). A broker answers one connection's requests in order, so on a shared
         # connection this produce would wait out the poll.
         offset = await client.produce(TOPIC, 0, [Record(b"k", b"not held up")])
@@ -153,11 +162,14 @@ async def test_a_leader_that_goes_down_is_retried_until_it_is_back(cluster) -> N
         await client.produce("downed", 0, [Record(b"k", b"one")])
         await asyncio.to_thread(cluster.broker_down, leader)
         try:
-            producing = asyncio.get_running_loop().create_task(
-                client.produce("downed", 0, [Record(b"k", b"two")], timeout_s=20)
-            )
-            await asyncio.sleep(0.5)
-            assert not producing.done()  # retrying with backoff, not failed
+            with structlog.testing.capture_logs() as logs:
+                producing = asyncio.get_running_loop().create_task(
+                    client.produce("downed", 0, [Record(b"k", b"two")], timeout_s=20)
+                )
+                async with asyncio.timeout(20):
+                    while not [e for e in logs if e["event"] == "kafka_client_retry"]:
+                        await asyncio.sleep(0.01)  # a poll: the failed attempt's retry is the event
+            assert not producing.done()  # it failed once and is retrying with backoff, not failed
         finally:
             await asyncio.to_thread(cluster.broker_up, leader)
         offset = await asyncio.wait_for(producing, 20)

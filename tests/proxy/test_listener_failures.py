@@ -12,7 +12,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import yaml
 from confluent_kafka import KafkaError, Producer
 from doubles.sasl_broker import SaslBrokerDouble
 from throttle_harness import metric_value
+from waiting import wait_until
 
 from sluice.proxy.ports import free_port_block
 from sluice.proxy.tools.mock_cluster_process import MockCluster
@@ -197,9 +197,12 @@ def test_a_broker_learnt_later_without_a_listener_is_never_advertised(sasl_upstr
         assert metric_value(metrics, "sluice_broker_listener_failures_total") >= 1
         assert proxy.process.poll() is None
 
-        # Once the port is free again the node is advertised on the next answer after the retry period.
+        # Once the port is free again the node is advertised on the next answer after the retry period
+        # (10 s): asked again and again until an answer names it.
         other.close()
-        time.sleep(10.5)
-        metadata = producer.list_topics(TOPIC, timeout=10)
-        assert sorted(metadata.brokers) == [1, 2]
+        wait_until(
+            lambda: sorted(producer.list_topics(TOPIC, timeout=10).brokers) == [1, 2],
+            "node 2 advertised again",
+            interval_s=0.5,
+        )
         proxy.wait_for_event("broker_advertised_again", node_id=2)

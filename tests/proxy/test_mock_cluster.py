@@ -237,6 +237,8 @@ def test_started_in_the_background_with_stdin_closed_it_keeps_running_until_sigt
     )
     assert process.stdout is not None
     bootstrap = process.stdout.readline().decode().strip().removeprefix("BOOTSTRAP ")
+    # It reads its closed stdin (EOF at once) as soon as it has printed the bootstrap: a mock that
+    # stopped at EOF (the failure) would be gone well within this second.
     time.sleep(1.0)
     assert process.poll() is None, "the mock cluster stopped on its own"
     assert not _refuses_connections(parse_bootstrap(bootstrap)[0])

@@ -185,17 +185,18 @@ def test_v11_permissive_never_refuses_and_throttles_8000_then_17000_ms(proxy):
 def test_v12_refills_then_accepts_across_zero_and_refuses_below_it(proxy):
     with client(proxy, "v12") as a, client(proxy, "v12") as b:
         started = time.monotonic()
+        # The vector's timeline: a request each second while the bucket refills (the time is the event).
         for second in range(10):
             time.sleep(max(0.0, started + second - time.monotonic()))
             response = create({f"v12-{second}": 10}, STRICT_CREATE, a)
             assert errors(response) == {f"v12-{second}": NONE} and response.throttle_time_ms == 0
-        time.sleep(max(0.0, started + 10 - time.monotonic()))
+        time.sleep(max(0.0, started + 10 - time.monotonic()))  # the timeline's tenth second
         crossed_at = time.monotonic()
         crossing = create({"v12-big-1": 110}, STRICT_CREATE, a)  # bucket ~100 >= 0: accepted -> -10
         refused = create({"v12-big-2": 110}, STRICT_CREATE, b)  # -10 < 0: refused, 1000 ms
         # One second after the crossing, measured from no earlier than the proxy saw it (the bucket refills
         # 10 tokens/s, so a request a few ms early would still find it just below zero).
-        time.sleep(max(0.0, crossed_at + 1.1 - time.monotonic()))
+        time.sleep(max(0.0, crossed_at + 1.1 - time.monotonic()))  # the refill's second is the event
         again = create({"v12-big-3": 110}, STRICT_CREATE, a)  # refilled to ~0, not < 0: accepted
     assert errors(crossing) == {"v12-big-1": NONE} and crossing.throttle_time_ms == 0
     assert errors(refused) == {"v12-big-2": QUOTA_EXCEEDED}

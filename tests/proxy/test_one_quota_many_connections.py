@@ -69,6 +69,8 @@ def test_an_entity_is_held_to_its_quota_however_many_connections_it_opens(quota_
 def test_kafkas_per_connection_mute_is_still_available_and_lets_many_connections_overshoot(
     quota_cluster,
 ) -> None:
+    """Takes a minute: two floods of 2,000 connections, each 28 s, since a sampled window's bursts of
+    about two windows need 24 s measured to resolve an overshoot from the quota."""
     # Kafka's sampled windows, as the issue measured: each of 2,000 connections gets a request past its
     # own mute, and the throttle each is given does not account for the others waiting to do the same.
     rate = admitted_rate(quota_cluster, 2_000, "connection", sensor="window", measure_s=24)

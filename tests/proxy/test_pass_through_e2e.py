@@ -77,7 +77,7 @@ def _wait_for(predicate, timeout_s: float = 10.0) -> bool:  # type: ignore[no-un
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.01)
+        time.sleep(0.01)  # a poll: the predicate is the event
     return False
 
 
@@ -138,7 +138,7 @@ def test_a_throttle_earned_by_a_passing_request_lets_its_own_end_through(tapped)
         sock.sendall(produce(8, 10))  # a small one first: the connection is then open and forwarding
         assert read_response(sock)[0] == 8
         sock.sendall(big[:50_000])  # the head is charged now, and the connection muted for seconds
-        time.sleep(0.3)
+        assert _wait_for(lambda: any(sent.endswith(big[:50_000]) for sent in tap.upstream_bytes()))
         sent_all = time.monotonic()
         sock.sendall(big[50_000:])
         cid, response = read_response(sock)

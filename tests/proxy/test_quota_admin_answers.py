@@ -253,7 +253,7 @@ async def test_alters_on_one_instance_are_written_one_at_a_time_each_on_the_last
     written: list[tuple] = []
 
     async def slow_write(records) -> int:
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # a store that takes its time: the other alter arrives meanwhile
         written.append(tuple(decode_record(r.key, r.value) for r in records))
         return len(written)
 

@@ -228,7 +228,7 @@ async def _wait(predicate, timeout_s: float) -> float:
     while not predicate():
         if time.monotonic() - start > timeout_s:
             raise AssertionError("not seen in time")
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # a poll: the predicate is the event
     return time.monotonic() - start
 
 

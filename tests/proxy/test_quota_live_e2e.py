@@ -25,8 +25,11 @@ from sluice.proxy.tools.proxy_process import ProxyProcess
 TOPIC = "live"
 QUOTA = 200_000
 # A token bucket shapes evenly, so a rate can be read off a few seconds of traffic (with Kafka's sampled
-# windows it comes in 11 s combs, docs/quotas.md); both react to a change on the next request.
-SMOOTH = {"sensor": "token_bucket"}
+# windows it comes in 11 s combs, docs/quotas.md); both react to a change on the next request. N = 2
+# samples of 1 s: the bucket's first burst is 2 s worth of quota, which a flat-out producer spends in
+# well under a second, so the rate of the 3 s after it is the quota.
+SMOOTH = {"sensor": "token_bucket", "window": {"samples": 2, "size_seconds": 1}}
+SETTLED_S = 5  # the first burst spent, then the 3 s a rate is read over
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +75,10 @@ def test_a_producer_follows_an_alter_within_a_second_and_a_removal(cluster) -> N
         pump = producer(proxy, "pump")
         pump.start()
         try:
-            time.sleep(2)
+            time.sleep(2)  # the span the rate is read over
             unthrottled = rate_between(sampler, time.monotonic() - 1.5, time.monotonic())
             assert unthrottled > 5 * QUOTA, f"the producer only managed {unthrottled:,.0f} B/s unthrottled"
-            # A quota appears: after the bucket's initial burst (11 s x quota) the producer runs at it.
+            # A quota appears: after the bucket's initial burst (N x W x quota) the producer runs at it.
             configs(
                 proxy,
                 "alter",
@@ -86,7 +89,7 @@ def test_a_producer_follows_an_alter_within_a_second_and_a_removal(cluster) -> N
                 "--entity-name",
                 "pump",
             )
-            time.sleep(14)
+            time.sleep(SETTLED_S)  # the span the rate is read over: the sleep is the measurement
             assert near(rate_between(sampler, time.monotonic() - 3, time.monotonic()), QUOTA)
             for new in (QUOTA // 4, QUOTA * 2):
                 configs(
@@ -100,7 +103,7 @@ def test_a_producer_follows_an_alter_within_a_second_and_a_removal(cluster) -> N
                     "pump",
                 )
                 altered = time.monotonic()
-                time.sleep(4)
+                time.sleep(4)  # the span the rate is read over
                 # From one second after the alter on, the rate is the new quota.
                 rate = rate_between(sampler, altered + 1.0, altered + 4.0)
                 assert near(rate, new), f"{rate:,.0f} B/s one second after the quota became {new:,}"
@@ -115,7 +118,7 @@ def test_a_producer_follows_an_alter_within_a_second_and_a_removal(cluster) -> N
                 "pump",
             )
             removed = time.monotonic()
-            time.sleep(3)
+            time.sleep(3)  # the span the rate is read over
             assert rate_between(sampler, removed + 1.0, removed + 3.0) > 5 * QUOTA
             dropped = [
                 e
@@ -143,7 +146,7 @@ def test_reload_applies_a_valid_file_live_and_refuses_an_invalid_one_without_a_d
         pump = producer(proxy, "pump")
         pump.start()
         try:
-            time.sleep(14)  # past the bucket's initial burst
+            time.sleep(SETTLED_S)  # past the bucket's initial burst, and the span the rate is read over
             assert near(rate_between(sampler, time.monotonic() - 3, time.monotonic()), QUOTA)
             before = proxy.metrics_text()
             connections = metric_value(before, "sluice_connections_total")
@@ -154,7 +157,7 @@ def test_reload_applies_a_valid_file_live_and_refuses_an_invalid_one_without_a_d
             os.kill(proxy.process.pid, signal.SIGHUP)
             reloaded = time.monotonic()
             proxy.wait_for_event("config_reloaded", quota_changes=1)
-            time.sleep(4)
+            time.sleep(4)  # the span the rate is read over
             assert near(rate_between(sampler, reloaded + 1.0, reloaded + 4.0), QUOTA * 2)
             # An invalid file: refused with the key named; the running quotas stay.
             _write_config(proxy, {**base, "entities": [{"client_id": "pump", "producer_byte_rate": 10.5}]})
@@ -165,7 +168,7 @@ def test_reload_applies_a_valid_file_live_and_refuses_an_invalid_one_without_a_d
             assert failed["key"] == "quota.entities[0].producer_byte_rate"
             assert "10.5" not in str(failed)
             refused = time.monotonic()
-            time.sleep(3)
+            time.sleep(3)  # the span the rate is read over
             assert near(rate_between(sampler, refused + 0.5, refused + 3.0), QUOTA * 2)
             text = proxy.metrics_text()
         finally:
@@ -184,19 +187,19 @@ def test_topic_quotas_throttle_the_producers_of_a_topic_and_reload(cluster) -> N
         hot = producer(proxy, "hot-writer", "hot")
         hot.start()
         try:
-            time.sleep(14)
+            time.sleep(SETTLED_S)  # past the bucket's initial burst, and the span the rate is read over
             assert near(rate_between(sampler, time.monotonic() - 3, time.monotonic()), QUOTA)
             assert metric_value(proxy.metrics_text(), "sluice_throttles_total", type="TopicProduce") > 0
             _write_config(proxy, {**quota, "topics": {"total_bytes_per_s": QUOTA * 2}})
             os.kill(proxy.process.pid, signal.SIGHUP)
             proxy.wait_for_event("config_reloaded")
             reloaded = time.monotonic()
-            time.sleep(4)
+            time.sleep(4)  # the span the rate is read over
             assert near(rate_between(sampler, reloaded + 1.0, reloaded + 4.0), QUOTA * 2)
             _write_config(proxy, {**quota, "topics": None})
             os.kill(proxy.process.pid, signal.SIGHUP)
             removed = time.monotonic()
-            time.sleep(3)
+            time.sleep(3)  # the span the rate is read over
             assert rate_between(sampler, removed + 1.0, removed + 3.0) > 5 * QUOTA
         finally:
             sampler.stop()
@@ -229,11 +232,12 @@ def _configs_when_admitted(proxy: ProxyProcess, *args: str) -> list[str]:
         if done.returncode != 1 or time.monotonic() > deadline:
             assert done.returncode == 0, done.stderr
             return done.stdout.splitlines()
-        time.sleep(0.1)  # the connection rate's next slot, not an event this test could wait on
+        time.sleep(0.1)  # the pace of the retries, not a wait for something
 
 
 def test_connection_creation_rate_holds_then_closes_new_connections_per_address(cluster) -> None:
-    with quota_proxy(cluster, "live-ip-store") as proxy:
+    # Kafka's window (N = 11): the connection rate's sampled window is the client quotas' window.
+    with quota_proxy(cluster, "live-ip-store", window={"samples": 11, "size_seconds": 1}) as proxy:
         configs(
             proxy,
             "alter",
@@ -252,8 +256,11 @@ def test_connection_creation_rate_holds_then_closes_new_connections_per_address(
         refused = [seconds for ok, seconds in outcomes if not ok]
         assert 45 <= answered <= 51 + 5 * elapsed, (answered, elapsed)
         assert refused
-        # Not served, and closed once the throttle has passed (at most one window, 1 s), not at once.
-        assert max(refused) <= 1.5 and statistics.median(refused) >= 0.05, refused
+        # Not served, and closed once the throttle has passed (at most one window, 1 s), not at once. What
+        # the slowest answer took in this run is added: on a loaded machine the close comes that late too.
+        slowest_answer = max(seconds for ok, seconds in outcomes if ok)
+        assert max(refused) <= 1.0 + slowest_answer + 0.25, (refused, slowest_answer)
+        assert statistics.median(refused) >= 0.05, refused
         text = proxy.metrics_text()
         assert metric_value(text, "sluice_disconnects_total", cause="connection_rate_throttled") == len(
             refused

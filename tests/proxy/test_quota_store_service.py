@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import pytest
+import structlog
 
 from sluice.config import load_config
 from sluice.config.client_quota_entity import ClientQuotaEntity
@@ -53,7 +54,7 @@ async def wait_for(predicate, timeout_s: float = 5.0) -> float:
     while not predicate():
         if time.monotonic() - start > timeout_s:
             raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a poll: the predicate is the event
     return time.monotonic() - start
 
 
@@ -128,4 +129,25 @@ async def test_file_quotas_apply_when_the_store_cannot_be_reached() -> None:
             await service.write([record(PUMP, {"producer_byte_rate": 5.0})])
         assert own.live.managers.produce.quota("ANONYMOUS", "pump") == 1000.0
     finally:
+        await stop(service)
+
+
+async def test_a_stop_asked_for_while_starting_ends_the_wait_for_an_unreachable_store() -> None:
+    """SIGTERM while the store cannot be read: the proxy stops at once, not after the start-up wait."""
+    client = KafkaClient([("127.0.0.1", 1)], request_timeout_s=0.5, retry=FAST_RETRY)
+    stop_requested = asyncio.Event()
+    service = QuotaStoreService(
+        client, state(), QuotaStoreSettings(), startup_wait_s=3600, stop_requested=stop_requested
+    )
+    starting = asyncio.create_task(service.start())
+    try:
+        await asyncio.sleep(0)  # start() is waiting for the store now
+        assert not starting.done()
+        with structlog.testing.capture_logs() as logs:
+            stop_requested.set()
+            await asyncio.wait_for(starting, 60)  # a guard against a hang: without the stop, an hour
+        assert service.ready.is_set() and not service.caught_up
+        assert "quota_store_not_read_at_start" not in [e["event"] for e in logs]  # it was not waited for
+    finally:
+        starting.cancel()
         await stop(service)

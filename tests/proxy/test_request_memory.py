@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Producer
 from doubles.sasl_broker import SaslBrokerDouble
 from throttle_harness import metric_value
+from waiting import wait_until
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
@@ -82,13 +83,13 @@ def test_a_closed_connections_buffers_are_freed_at_once(cluster) -> None:
         pid = proxy.process.pid
         baseline = rss_mb(pid)
         sockets = [start_frame(proxy.port, 24 * MIB, 23 * MIB) for _ in range(8)]
-        time.sleep(1.0)
-        assert rss_mb(pid) > baseline + 150  # ~184 MiB of partial frames held, as the client sent them
+        # ~184 MiB of partial frames held, as the client sent them
+        wait_until(lambda: rss_mb(pid) > baseline + 150, "the proxy holding the partial frames")
         for sock in sockets:
             sock.close()
         deadline = time.monotonic() + 10
         while rss_mb(pid) > baseline + 40 and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.2)  # a poll: the memory given back is the event
         # Before: 8 x 24 MiB stayed held after every client had left (41 MB -> 225 MB, and there it stayed).
         assert rss_mb(pid) <= baseline + 40, (baseline, rss_mb(pid))
 
@@ -106,7 +107,10 @@ def test_the_budget_pauses_reading_when_reached(cluster) -> None:
             sock = answered_connection(proxy.port)
             sock.sendall(size.to_bytes(4, "big") + UNKNOWN_API_HEADER + b"\0" * 1000)
             waiting.append(sock)
-        time.sleep(0.5)
+        wait_until(
+            lambda: metric_value(proxy.metrics_text(), "sluice_connections_waiting_for_memory") == 2,
+            "both later connections waiting for memory",
+        )
         text = proxy.metrics_text()
         assert metric_value(text, "sluice_buffered_request_bytes") == 8 * MIB
         assert metric_value(text, "sluice_connections_waiting_for_memory") == 2
@@ -118,12 +122,18 @@ def test_the_budget_pauses_reading_when_reached(cluster) -> None:
         assert rss_mb(pid) < baseline + 60
         # One finishes (or leaves): the next in turn gets its reservation and is read again.
         first[0].close()
-        time.sleep(0.5)
+        wait_until(
+            lambda: metric_value(proxy.metrics_text(), "sluice_connections_waiting_for_memory") < 2,
+            "the next connection in turn getting its reservation",
+        )
         text = proxy.metrics_text()
         assert metric_value(text, "sluice_connections_waiting_for_memory") == 1
         for sock in first[1:] + waiting:
             sock.close()
-        time.sleep(0.5)
+        wait_until(
+            lambda: metric_value(proxy.metrics_text(), "sluice_buffered_request_bytes") == 0,
+            "every reservation given back",
+        )
         text = proxy.metrics_text()
         assert metric_value(text, "sluice_buffered_request_bytes") == 0
         assert metric_value(text, "sluice_connections_waiting_for_memory") == 0
@@ -223,7 +233,13 @@ def test_many_connections_do_not_each_pin_a_read_buffer(cluster, open_client) ->
         baseline = rss_mb(pid)
         sockets = [open_client(proxy.port) for _ in range(1_000)]
         try:
-            time.sleep(2.0)
+            wait_until(
+                lambda: metric_value(proxy.metrics_text(), "sluice_connections_total") >= 1_000,
+                "the proxy accepting every client",
+            )
+            # Each is read as soon as it is accepted (its bytes are already there): this second is the
+            # window in which a read buffer pinned per connection (the failure: 284 MB) would show.
+            time.sleep(1.0)
             assert rss_mb(pid) < baseline + 80, (baseline, rss_mb(pid))
         finally:
             for sock in sockets:

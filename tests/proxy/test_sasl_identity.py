@@ -239,10 +239,10 @@ def test_reauthentication_renews_the_user_and_a_refused_one_changes_nothing(clus
     ):
         assert authenticate_plain(raw, "alice", USERS["alice"]) == 0
         raw.call(MetadataRequest(topics=[]), 1, MetadataResponse)
-        time.sleep(REAUTH_INTERVAL_S)
+        time.sleep(REAUTH_INTERVAL_S)  # the second Kafka makes a connection wait: the time is the event
         assert authenticate_plain(raw, "alice", USERS["alice"]) == 0  # re-authenticated
         raw.call(MetadataRequest(topics=[]), 1, MetadataResponse)
-        time.sleep(REAUTH_INTERVAL_S)
+        time.sleep(REAUTH_INTERVAL_S)  # the second Kafka makes a connection wait: the time is the event
         assert authenticate_plain(raw, "bob", USERS["bob"]) == 58  # "Cannot change principals ..."
         p.wait_for_event("sasl_failed", mechanism="PLAIN")
         events = [e for e in p.events() if e.get("event") == "sasl_authenticated"]

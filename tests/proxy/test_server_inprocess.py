@@ -47,10 +47,9 @@ def proxy_config(cluster) -> ProxyConfig:
 async def started_server(cluster) -> SluiceServer:
     server = SluiceServer(proxy_config(cluster))
     await server.start()
-    for _ in range(200):
-        if len(server.directory.known_nodes()) == 3:
-            break
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(30):  # discovery asks the test broker, another process
+        while len(server.directory.known_nodes()) != 3:
+            await asyncio.sleep(0.01)  # a poll: the brokers known is the event
     return server
 
 
@@ -98,11 +97,12 @@ async def test_slow_client_pauses_reading_from_the_broker(cluster) -> None:
         # The client reads nothing: ~40 MB of answers cannot fit in its socket, so the proxy must stop
         # reading from the broker instead of buffering them.
         conn = None
-        for _ in range(500):
+        deadline = asyncio.get_running_loop().time() + 30
+        while asyncio.get_running_loop().time() < deadline:
             conn = next((c for c in server.registry if c.listener == "broker-1"), None)
             if conn is not None and conn._upstream_pauses and "client_backlog" in conn._upstream_pauses:
                 break
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # a poll: the pause is the event
         assert conn is not None and conn._upstream_pauses is not None
         assert "client_backlog" in conn._upstream_pauses
         buffered = conn._transport.get_write_buffer_size()

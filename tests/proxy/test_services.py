@@ -90,7 +90,7 @@ async def test_a_service_that_finishes_starting_after_stop_began_is_stopped() ->
     )
     starting = asyncio.create_task(services.start())
     while journal != ["start a", "start b"]:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # a turn of the loop until b is starting
     await services.stop()  # b is still starting: only a can be stopped now
     assert journal == ["start a", "start b", "stop a"]
     release.set()
@@ -200,11 +200,14 @@ async def test_discovery_stops_trying_once_a_client_taught_the_brokers() -> None
     directory, client = FakeDirectory(), FlakyClient(failures=10**9)
     discovery = BrokerDiscovery(client, directory, retry_s=0.01)  # type: ignore[arg-type]
     await discovery.start()
-    await asyncio.sleep(0.05)
+    while client.calls < 3:  # it is trying again and again
+        await asyncio.sleep(0.01)  # a poll: the retries are the event
     directory.advertise(7, "10.0.0.7", 9092)  # a client's Metadata answer went through the proxy
     await asyncio.wait_for(discovery.done.wait(), 5)
     calls = client.calls
-    await asyncio.sleep(0.05)
+    # It stopped trying: its task ended, so no later call can come (a pause would prove nothing).
+    assert discovery._task is not None
+    await asyncio.wait_for(discovery._task, 5)
     assert client.calls == calls
     await discovery.stop()
 
@@ -242,7 +245,7 @@ async def test_a_service_that_cannot_start_closes_the_proxy_listener_again() -> 
         assert caught.value.name == "metrics_endpoint"
         events = [e["event"] for e in logs]
         assert events.index("listener_opened") < events.index("service_start_failed")
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one turn: the listener's close completes in a callback
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", base), timeout=1).close()
     finally:
@@ -307,10 +310,10 @@ async def test_a_failed_start_closes_the_connections_it_accepted_meanwhile() -> 
     server.services = Services([FailsOnceAClientIsIn("late", [])])
     starting = asyncio.create_task(server.start())
     while BOOTSTRAP not in server.listen_ports:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a poll: the listener is the event
     reader, writer = await asyncio.open_connection("127.0.0.1", base)
     while not server.registry:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a poll: the accepted connection is the event
     accepted.set()
     with pytest.raises(ServiceStartError):
         await starting

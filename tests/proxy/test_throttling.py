@@ -5,6 +5,12 @@ what the quota charges. They use Sluice's token-bucket shaping, because Kafka's 
 flat-out client through in bursts (the book's comb: ~1 MB every ~11 s), so any 30 s span of it can sit
 ±25 % from the quota by design even though the long-run average is exact; the window sensor has its own
 end-to-end test below, with the bound Kafka actually guarantees.
+
+The quota window is the one each test needs, not Kafka's 11 s: N = 2 samples of 1 s make the token
+bucket's first burst 2 s worth of quota, spent within the first seconds, so the steady rate is measured
+from WARM_UP_S on. The tolerance is docs/quotas.md's bound for a token bucket (Q x T within one request,
+~16 kB: 0.8 % at 100 kB/s over 20 s, plus 0.5 % for every 100 ms a client comes back late after its
+throttle) with room for the metrics scrapes that measure it, which a loaded machine delays too.
 """
 
 from __future__ import annotations
@@ -25,12 +31,13 @@ from sluice.proxy.tools.proxy_process import ProxyProcess
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients
 
 QUOTA = 100_000
-WARM_UP_S = 12
-MEASURE_S = 30
+WARM_UP_S = 4
+MEASURE_S = 20
 TOPICS = {
     f"throttle-{name}": 6 for name in ("librdkafka", "aiokafka", "kafkapython", "window", "shared", "fetch")
 }
-TOKEN_BUCKET = {"sensor": "token_bucket"}
+SMALL_WINDOW = {"samples": 2, "size_seconds": 1}
+TOKEN_BUCKET = {"sensor": "token_bucket", "window": SMALL_WINDOW}
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +70,13 @@ def read_back(bootstrap: str, topic: str, expected: int, timeout_s: float = 90) 
 
 
 def test_librdkafka_is_held_by_the_mute_and_told_and_loses_nothing(cluster) -> None:
+    """Takes half a minute: the first burst, the 20 s measured, and every record read back."""
     topic = "throttle-librdkafka"
     with quota_proxy(cluster, {"client_id": "pump", "producer_byte_rate": QUOTA}, **TOKEN_BUCKET) as proxy:
         sampler = TrafficSampler(proxy, "Produce").start()
         producer = FlatOutProducer(proxy.bootstrap, topic, "pump", **{"queue.buffering.max.kbytes": 512})
         producer.start()
-        time.sleep(WARM_UP_S + MEASURE_S)
+        time.sleep(WARM_UP_S + MEASURE_S)  # the measurement: the producer runs flat out for its span
         sampler.stop()
         producer.stop()
         assert_near_quota(sampler.average_rate(WARM_UP_S))
@@ -88,6 +96,7 @@ def test_librdkafka_is_held_by_the_mute_and_told_and_loses_nothing(cluster) -> N
 
 
 async def test_aiokafka_honours_the_field(cluster) -> None:
+    """Takes half a minute: the first burst, then the 20 s measured."""
     from aiokafka import AIOKafkaProducer
 
     topic = "throttle-aiokafka"
@@ -116,6 +125,7 @@ async def test_aiokafka_honours_the_field(cluster) -> None:
 
 
 def test_kafka_python_honours_the_field(cluster) -> None:
+    """Takes half a minute: the first burst, then the 20 s measured."""
     from kafka import KafkaProducer
 
     topic = "throttle-kafkapython"
@@ -149,23 +159,30 @@ def test_kafka_python_honours_the_field(cluster) -> None:
 
 def test_kafka_window_sensor_bounds_a_flat_out_producer(cluster) -> None:
     # Kafka's own sampled window (the default sensor): over any span T the bytes let through stay below
-    # Q x T plus what the window can hold ((N + 1) x W x Q), and the client is not starved either.
+    # Q x T plus what the window can hold ((N + 1) x W x Q), and the client is not starved either
+    # (docs/quotas.md, "How far from the quota"). N = 3: bursts every ~3 s, five of them in the 16 s.
     topic = "throttle-window"
-    with quota_proxy(cluster, {"client_id": "pump", "producer_byte_rate": QUOTA}) as proxy:
+    samples = 3
+    with quota_proxy(
+        cluster,
+        {"client_id": "pump", "producer_byte_rate": QUOTA},
+        window={"samples": samples, "size_seconds": 1},
+    ) as proxy:
         sampler = TrafficSampler(proxy, "Produce").start()
         producer = FlatOutProducer(proxy.bootstrap, topic, "pump", **{"queue.buffering.max.kbytes": 512})
         producer.start()
-        time.sleep(40)
+        time.sleep(16)  # the measurement: the producer runs flat out for its span
         sampler.stop()
-        producer.stop()
+        producer.stop_now()  # what is still queued would drain at the quota, for nothing
     elapsed = sampler.samples[-1][0] - sampler.samples[0][0]
     sent = sampler.samples[-1][1] - sampler.samples[0][1]
-    allowance = 12 * QUOTA + 16_384  # (N + 1) x W x Q, plus the one request that crosses the bound
+    allowance = (samples + 1) * QUOTA + 16_384  # (N + 1) x W x Q, plus the one request that crosses the bound
     assert sent <= QUOTA * elapsed + allowance, (sent, elapsed)
-    assert sent >= QUOTA * (elapsed - 12) - allowance, (sent, elapsed)
+    assert sent >= QUOTA * (elapsed - (samples + 1)) - allowance, (sent, elapsed)
 
 
 def test_clients_sharing_a_quota_are_held_together(cluster) -> None:
+    """Takes half a minute: the first burst, then the 20 s measured."""
     # A default-user quota: every ANONYMOUS client shares one sensor, whatever its client-id (spec 2.3).
     topic = "throttle-shared"
     with quota_proxy(cluster, {"user": "<default>", "producer_byte_rate": QUOTA}, **TOKEN_BUCKET) as proxy:
@@ -176,10 +193,10 @@ def test_clients_sharing_a_quota_are_held_together(cluster) -> None:
         ]
         for p in producers:
             p.start()
-        time.sleep(WARM_UP_S + MEASURE_S)
+        time.sleep(WARM_UP_S + MEASURE_S)  # the measurement: the producers run flat out for its span
         sampler.stop()
         for p in producers:
-            p.stop()
+            p.stop_now()  # what is still queued would drain at the quota: 10 s for nothing
         text = proxy.metrics_text()
     assert_near_quota(sampler.average_rate(WARM_UP_S))
     assert all(p.delivered > 0 for p in producers), "one client starved the other"
@@ -190,10 +207,11 @@ def test_clients_sharing_a_quota_are_held_together(cluster) -> None:
 
 
 def test_consumer_byte_rate(cluster) -> None:
+    """Takes half a minute: 8 MB written, a group joined, the first burst read, then 20 s measured."""
     from confluent_kafka import Consumer, Producer
 
     topic = "throttle-fetch"
-    records = 1600  # 16 MB: more than the consumer can read at its quota during the test
+    records = 800  # 8 MB: more than the consumer can read at its quota during the test
     # One 10 kB record per batch: a fetch returns at least one whole batch, and big batches would make the
     # consumer's intake lumpy (a 1 MB lump every 5 s) and any 30 s average depend on where the lumps fall.
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, "batch.size": 16384})
@@ -203,7 +221,7 @@ def test_consumer_byte_rate(cluster) -> None:
         producer.produce(topic, i.to_bytes(8, "big") * 1250, partition=i % 6)  # 10 kB
     assert producer.flush(60) == 0
     quota = 200_000
-    burst = 11 * quota  # a full bucket: N x W x Q
+    burst = SMALL_WINDOW["samples"] * quota  # a full bucket: N x W x Q
     with quota_proxy(cluster, {"client_id": "sipper", "consumer_byte_rate": quota}, **TOKEN_BUCKET) as proxy:
         sampler = TrafficSampler(proxy, "Fetch", direction="response").start()
         consumer = Consumer(

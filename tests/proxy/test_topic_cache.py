@@ -47,6 +47,7 @@ class Connection:
 
 
 async def settle() -> None:
+    """Ten turns of the loop: everything here is in-process, so what is due has run (turns, not time)."""
     for _ in range(10):
         await asyncio.sleep(0)
 

@@ -57,6 +57,7 @@ class Clock:
 
 
 async def settle() -> None:
+    """Twenty turns of the loop: the fake Kafka is in-process, so what is due has run (turns, not time)."""
     for _ in range(20):
         await asyncio.sleep(0)
 
@@ -114,7 +115,9 @@ async def test_kafka_unreachable_buffers_then_drops_the_oldest_and_counts_them()
         assert pub.stats.send_failures > 0
         assert kafka.produced == []
         kafka.down = False  # Kafka is back: the next retry sends what is buffered, oldest first
-        await asyncio.sleep(0.05)
+        async with asyncio.timeout(10):
+            while pub.stats.buffered:
+                await asyncio.sleep(0.001)  # a poll: the retries (every 1-2 ms) emptying the buffer
         await settle()
     finally:
         await pub.stop()

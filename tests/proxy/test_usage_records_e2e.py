@@ -12,6 +12,7 @@ from kafka.protocol.producer import ProduceRequest
 from rawclient import RawClient
 from records import one_batch_produce, produced_records
 from throttle_harness import FlatOutProducer, metric_value
+from waiting import wait_until
 
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
@@ -45,7 +46,8 @@ def test_every_byte_is_in_the_records_of_the_interval_it_was_admitted_in() -> No
             with RawClient("127.0.0.1", proxy.broker_port(1)) as client:
                 for second in range(SECONDS):
                     now = _wall_ms()
-                    # A quarter into the next wall-clock second: well inside one publish interval.
+                    # A quarter into the next wall-clock second: well inside one publish interval (the
+                    # moment on the clock is the event).
                     time.sleep(((now // 1000 + 1) * 1000 + 250 - now) / 1000)
                     for n, client_id in enumerate(CLIENTS):
                         client.client_id = client_id
@@ -93,7 +95,10 @@ def test_the_records_a_real_consumer_reads_follow_the_documented_schema() -> Non
         with ProxyProcess(cluster.bootstrap, config, log_level="warning") as proxy:
             producer = FlatOutProducer(proxy.bootstrap, TOPIC, "pump", partitions=3, pause_s=0.01)
             producer.start()
-            time.sleep(3)
+            wait_until(
+                lambda: metric_value(proxy.metrics_text(), "sluice_usage_messages_sent_total") >= 5,
+                "five usage messages on the topic",
+            )
             producer.stop()
         consumer = Consumer(
             {
@@ -148,6 +153,8 @@ def test_kafka_unreachable_for_the_usage_topic_never_holds_traffic_back() -> Non
         config = {
             "quota": {
                 "sensor": "token_bucket",
+                # N = 2: a first burst of 2 x 200 kB, spent at once, then the steady rate
+                "window": {"samples": 2, "size_seconds": 1},
                 "entities": [{"client_id": "pump", "producer_byte_rate": 200_000}],
             },
             "usage": {"enabled": True, "interval_ms": 500, "buffer_batches": 4},
@@ -158,20 +165,21 @@ def test_kafka_unreachable_for_the_usage_topic_never_holds_traffic_back() -> Non
                 proxy.bootstrap, TOPIC, "pump", partitions=2, **{"queue.buffering.max.kbytes": 256}
             )
             producer.start()
-            time.sleep(15)  # past the initial allowance (11 x 200 kB), into the steady rate
+            time.sleep(4)  # past the initial allowance (2 x 200 kB), into the steady rate
+            wait_until(
+                lambda: metric_value(proxy.metrics_text(), "sluice_usage_messages_sent_total") > 0,
+                "usage records reaching the topic while it is up",
+            )
             before = metric_value(proxy.metrics_text(), "sluice_request_bytes_total", api="Produce")
-            assert metric_value(proxy.metrics_text(), "sluice_usage_messages_sent_total") > 0
             t0 = time.monotonic()
             cluster.broker_down(3)
-            time.sleep(12)
+            time.sleep(12)  # the span measured: records pile up past the buffer and are dropped meanwhile
             text = proxy.metrics_text()
             during = metric_value(text, "sluice_request_bytes_total", api="Produce")
             rate = (during - before) / (time.monotonic() - t0)
             dropped = metric_value(text, "sluice_usage_batches_dropped_total")
             buffered = metric_value(text, "sluice_usage_buffered_messages")
-            producer._stop_flag.set()
-            producer.join(30)
-            producer.producer.purge()
+            producer.stop_now()
     print(f"rate while the usage topic is unreachable: {rate:.0f} B/s; dropped {dropped:.0f}")
     assert rate == pytest.approx(200_000, rel=0.1)
     assert dropped > 0 and buffered <= 4
@@ -192,11 +200,8 @@ def test_throttles_and_the_quota_in_force_are_in_the_records() -> None:
                 proxy.bootstrap, TOPIC, "pump", partitions=3, **{"queue.buffering.max.kbytes": 256}
             )
             producer.start()
-            time.sleep(5)
-            producer._stop_flag.set()
-            producer.join(30)
-            producer.producer.purge()
-            started = proxy.wait_for_event("throttle_started", client_id="pump")
+            started = proxy.wait_for_event("throttle_started", client_id="pump", timeout_s=60)
+            producer.stop_now()
         batches = read_usage(cluster.bootstrap)
     rows = [row for b in batches for row in b.rows if row.client_id == "pump" and row.topic is None]
     assert sum(row.throttle_count.get("Produce", 0) for row in rows) > 0
