@@ -3,7 +3,9 @@
 
 Routing tables are lists indexed by API key, computed once per proxy as tuples of filter positions and
 turned into tuples of one connection's filter instances when it opens; a frame whose API no filter wants
-meets an empty tuple and is passed on as it is.
+meets an empty tuple and is passed on as it is. Every key outside the table (negative, or beyond any API
+Kafka defines) shares one more slot, `BEYOND_TABLE`: a filter that names it sees them all, so such a key
+cannot slip past the filters that must see every request (the gate, which refuses it) or every response.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from .base import (
 
 # API keys are small integers; a list indexed by key is the cheapest lookup on the hot path.
 TABLE_SIZE = 128
-_ALL_KEYS = frozenset(range(TABLE_SIZE))
-_NO_FILTERS: tuple[Filter, ...] = ()
+# The routing slot of every API key outside 0..TABLE_SIZE - 1 (an int16 may be anything).
+BEYOND_TABLE = TABLE_SIZE
+# Every routing slot: a filter naming these sees every frame, whatever its API key.
+EVERY_API_KEY = frozenset(range(TABLE_SIZE + 1))
 _Positions = tuple[int, ...]
 
 
@@ -60,7 +64,7 @@ class FilterChain:
         # reads_body_now always reads it, so that key never streams and is not asked about per request.
         self._body_readers: list[tuple[FilterFactory, ...] | None] = []
         request_groups = self._by_request_key
-        for key in range(TABLE_SIZE):
+        for key in EVERY_API_KEY:
             positions = request_groups.groups[request_groups.group_of[key]]
             readers = tuple(self.factories[i] for i in positions if key not in classes[i].head_only_api_keys)
             always = any(type(f).reads_body_now is FilterFactory.reads_body_now for f in readers)
@@ -68,7 +72,7 @@ class FilterChain:
         # While a filter needs CPU time it sees every response (CPU is charged whatever the API).
         self._cpu_response_key = _index(
             [
-                _ALL_KEYS if _may_need_cpu(f) else c.response_api_keys
+                EVERY_API_KEY if _may_need_cpu(f) else c.response_api_keys
                 for f, c in zip(self.factories, classes, strict=True)
             ]
         )
@@ -90,7 +94,7 @@ class FilterChain:
 
     def may_stream(self, key: int) -> bool:
         """Whether no filter reads the body of a request of API `key` now (live: quotas come and go)."""
-        readers = self._body_readers[key] if 0 <= key < TABLE_SIZE else None
+        readers = self._body_readers[key if 0 <= key < TABLE_SIZE else BEYOND_TABLE]
         return readers is not None and not any(f.reads_body_now(key) for f in readers)
 
     def cpu_time_needed(self) -> Callable[[], bool]:
@@ -116,14 +120,14 @@ class _KeyTable(NamedTuple):
     distinct position sets: a connection then keeps one tuple of filters per distinct set (a handful),
     not one per API key (128 slots, three tables: 3 kB for every connection, idle or not)."""
 
-    group_of: bytes  # API key -> index into `groups`
+    group_of: bytes  # API key (BEYOND_TABLE for the others) -> index into `groups`
     groups: tuple[_Positions, ...]
 
 
 def _index(wanted: list[frozenset[int]]) -> _KeyTable:
     groups: dict[_Positions, int] = {}
     group_of = bytearray()
-    for key in range(TABLE_SIZE):
+    for key in range(TABLE_SIZE + 1):
         at = tuple(i for i, keys in enumerate(wanted) if key in keys)
         group_of.append(groups.setdefault(at, len(groups)))
     return _KeyTable(bytes(group_of), tuple(groups))
@@ -182,7 +186,7 @@ class ConnectionFilters:
         (or Forward with the throttle earned), an Answer (its throttle includes the earlier filters'), a
         Close, or a Deferred to resume later. One method for both, so the hot path makes one call."""
         key = header.api_key
-        filters = self._request_groups[self._request_group[key]] if 0 <= key < TABLE_SIZE else _NO_FILTERS
+        filters = self._request_groups[self._request_group[key if 0 <= key < TABLE_SIZE else BEYOND_TABLE]]
         if not filters:
             return frame
         original, start, throttle = frame, 0, 0
@@ -220,7 +224,7 @@ class ConnectionFilters:
         applied as they are asked for)."""
         key = request.header.api_key
         if not 0 <= key < TABLE_SIZE:
-            return frame
+            key = BEYOND_TABLE
         if self._cpu_needed():
             filters = self._cpu_response_groups[self._cpu_response_group[key]]
         else:

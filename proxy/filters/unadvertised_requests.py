@@ -29,9 +29,10 @@ from sluice.protocol.headers import RequestHeader
 from sluice.protocol.schema_table import KNOWN_APIS
 
 from .base import ConnectionInfo, Filter, FilterFactory, Frame
-from .chain import TABLE_SIZE
+from .chain import EVERY_API_KEY, TABLE_SIZE
 
-_CHECKED_KEYS = frozenset(range(TABLE_SIZE)) - {ApiKey.API_VERSIONS, ApiKey.PRODUCE, ApiKey.FETCH}
+# Every API key, those outside the routing table too (none of them is ever offered).
+_CHECKED_KEYS = EVERY_API_KEY - {ApiKey.API_VERSIONS, ApiKey.PRODUCE, ApiKey.FETCH}
 
 
 class UnadvertisedRequests(Filter):
@@ -45,9 +46,11 @@ class UnadvertisedRequests(Filter):
         self._newest = newest
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
-        if header.api_version <= self._newest[header.api_key]:
+        key = header.api_key
+        newest = self._newest[key] if 0 <= key < TABLE_SIZE else -1
+        if header.api_version <= newest:
             return frame
-        raise ProtocolError("unadvertised_api_version", _refusal(header, self._newest[header.api_key]))
+        raise ProtocolError("unadvertised_api_version", _refusal(header, newest))
 
 
 def _refusal(header: RequestHeader, newest: int) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.producer import ProduceRequest
 
@@ -172,6 +173,20 @@ def test_cpu_time_is_asked_for_and_charged_only_while_a_request_quota_is_configu
 
     managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.REQUEST_PERCENTAGE, None)
     assert not cpu_time_needed()
+
+
+@pytest.mark.parametrize("key", [ApiKey.METADATA, 127, 128, 0x7FFF, -1, -0x8000])
+def test_cpu_time_is_charged_on_the_response_of_any_api_key_even_outside_the_routing_table(key: int) -> None:
+    managers = QuotaManagers()
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.REQUEST_PERCENTAGE, 0.01)
+    conn = Connection()
+    mutes: list[int] = []
+    filters = quota_chain(managers).for_connection(conn, mutes.append)
+    header = parse_request_header(encode_request(key, 0, 1, CLIENT, b"\x00\x00\x00\x00"))
+    conn.cpu_ns = 50_000_000
+    filters.on_response(InFlight(header), encode_response(key, 0, 1, bytes(16)))
+    assert conn.cpu_taken == 1
+    assert len(mutes) == 1 and mutes[0] > 0
 
 
 def test_each_connection_gets_its_own_filters() -> None:

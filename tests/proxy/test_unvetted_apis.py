@@ -180,6 +180,12 @@ def gated_chain() -> FilterChain:
         (ApiKey.METADATA, 14, True),
         (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, False),
         (120, 0, True),
+        (127, 0, True),
+        # Keys outside the routing table: every one is refused, as an API never offered.
+        (128, 0, True),
+        (0x7FFF, 0, True),
+        (-1, 0, True),
+        (-0x8000, 0, True),
         (ApiKey.API_VERSIONS, 99, False),  # Kafka answers any version of it (UNSUPPORTED_VERSION)
     ],
 )
