@@ -10,13 +10,15 @@ cannot slip past the filters that must see every request (the gate, which refuse
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from sluice.protocol.api_vetting import vetted_max_versions
 from sluice.protocol.headers import RequestHeader
 
 from .base import (
     Answer,
+    ChainVersions,
     Close,
     ConnectionInfo,
     Defer,
@@ -49,9 +51,8 @@ class FilterChain:
         "_by_request_key",
         "_by_response_key",
         "_cpu_response_key",
-        "address_rewrites",
         "factories",
-        "max_versions",
+        "versions",
     )
 
     def __init__(self, factories: Sequence[FilterFactory]) -> None:
@@ -83,14 +84,18 @@ class FilterChain:
                 raise TypeError(f"{type(factory).__name__} does not name its filter_class")
             for key, version in cls.max_versions.items():
                 versions[int(key)] = min(version, versions.get(int(key), version))
-        self.max_versions: Mapping[int, int] = versions
+        # Per API, the newest version whose addresses a filter rewrites. Two filters rewriting the same API
+        # could not both be right about what the other leaves (which of them rewrites which field, up to
+        # which version): a chain that tried is refused, not resolved by taking one of them.
         rewrites: dict[int, int] = {}
         for cls in classes:
             for key, version in cls.rewrites_addresses.items():
-                rewrites[int(key)] = max(version, rewrites.get(int(key), version))
-        self.address_rewrites: Mapping[int, int] = rewrites
+                if int(key) in rewrites:
+                    raise TypeError(f"two filters rewrite the broker addresses of api key {int(key)}")
+                rewrites[int(key)] = version
+        self.versions = ChainVersions(versions, rewrites, vetted_max_versions(rewrites))
         for factory in self.factories:
-            factory.chain_built(self.max_versions, self.address_rewrites)
+            factory.chain_built(self.versions)
 
     def may_stream(self, key: int) -> bool:
         """Whether no filter reads the body of a request of API `key` now (live: quotas come and go)."""

@@ -20,15 +20,12 @@ so a large request still streams through as it arrives.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from sluice.protocol.api_keys import ApiKey
-from sluice.protocol.api_vetting import vetted_max_versions
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader
 from sluice.protocol.schema_table import KNOWN_APIS
 
-from .base import ConnectionInfo, Filter, FilterFactory, Frame
+from .base import ChainVersions, ConnectionInfo, Filter, FilterFactory, Frame
 from .chain import EVERY_API_KEY, TABLE_SIZE
 
 # Every API key, those outside the routing table too (none of them is ever offered).
@@ -67,10 +64,9 @@ class UnadvertisedRequestsFactory(FilterFactory):
         # Per API key (the list index), the newest version offered; -1: none.
         self.newest = [-1] * TABLE_SIZE
 
-    def chain_built(self, max_versions: Mapping[int, int], address_rewrites: Mapping[int, int]) -> None:
-        vetted = vetted_max_versions(address_rewrites)
+    def chain_built(self, versions: ChainVersions) -> None:
         for key in range(TABLE_SIZE):
-            self.newest[key] = min(vetted.get(key, -1), max_versions.get(key, TABLE_SIZE))
+            self.newest[key] = versions.newest_vetted_offer(key)
 
     def create(self, conn: ConnectionInfo) -> UnadvertisedRequests:
         return UnadvertisedRequests(conn, self.newest)

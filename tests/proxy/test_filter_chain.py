@@ -13,6 +13,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from sluice.config.quota_settings import MutationSettings
 from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.api_vetting import vetted_max_versions
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
 from sluice.protocol.fetch import FETCH_MAX_VERSION
 from sluice.protocol.headers import encode_request, encode_response, parse_request_header
@@ -36,6 +37,7 @@ from sluice.proxy.filters.mutation_quotas import MutationQuotasFactory
 from sluice.proxy.filters.quota_metrics import MutationRates, ThrottleStats
 from sluice.proxy.filters.sasl_inspector import SaslInspectorFactory
 from sluice.proxy.filters.topic_cache import TopicCache
+from sluice.proxy.filters.unadvertised_requests import UnadvertisedRequestsFactory
 from sluice.quota import ANONYMOUS, QuotaEntity, QuotaKey, QuotaManagers
 
 CLIENT = "chain-test"
@@ -106,12 +108,30 @@ def test_the_api_versions_clamp_is_what_the_chain_declares() -> None:
             *quota_chain(managers).factories,
         ]
     )
-    assert clamp.max_versions == chain.max_versions
+    assert clamp.max_versions == chain.versions.max_versions
     for declared in (REWRITABLE_MAX_VERSIONS, SASL_MAX_VERSIONS, MUTATION_MAX_VERSIONS):
         for key, version in declared.items():
-            assert chain.max_versions[key] <= version
-    assert chain.max_versions[ApiKey.FETCH] == FETCH_MAX_VERSION
-    assert ApiKey.OFFSET_COMMIT not in chain.max_versions  # no filter touches it: the cluster's range stands
+            assert chain.versions.max_versions[key] <= version
+    assert chain.versions.max_versions[ApiKey.FETCH] == FETCH_MAX_VERSION
+    assert (
+        ApiKey.OFFSET_COMMIT not in chain.versions.max_versions
+    )  # no filter touches it: the cluster's range stands
+
+
+def test_the_vetting_is_computed_once_for_the_whole_chain_and_handed_to_the_clamp_and_the_gate() -> None:
+    clamp, gate = ApiVersionsClampFactory(), UnadvertisedRequestsFactory()
+    directory = BrokerDirectory("127.0.0.1", lambda node: 9000 + node, lambda _n: None)
+    chain = FilterChain([gate, BrokerAddressRewriteFactory(directory), clamp])
+    assert chain.versions.vetted == vetted_max_versions(chain.versions.address_rewrites)
+    assert clamp.vetted == chain.versions.vetted
+    assert gate.newest[ApiKey.METADATA] == chain.versions.newest_vetted_offer(ApiKey.METADATA) == 13
+    assert gate.newest[ApiKey.VOTE] == -1  # a controllers' API: never offered
+
+
+def test_a_chain_in_which_two_filters_rewrite_the_same_apis_addresses_is_refused() -> None:
+    directory = BrokerDirectory("127.0.0.1", lambda node: 9000 + node, lambda _n: None)
+    with pytest.raises(TypeError, match="two filters rewrite the broker addresses of api key"):
+        FilterChain([BrokerAddressRewriteFactory(directory), BrokerAddressRewriteFactory(directory)])
 
 
 def test_a_produce_quota_added_at_run_time_throttles_the_next_request_and_its_removal_frees_it() -> None:
