@@ -77,6 +77,10 @@ class Respond(NamedTuple):
 
 RequestEffect = Frame | Forward | Answer | Close | Defer
 
+# The reason of the ProtocolError a filter raises for a request of an API or version the proxy never offered.
+# It is the client's doing wherever it is found, so the connection logs it as the client's even when a
+# response filter is the one that finds it (an answer newer than the filter can read).
+UNOFFERED_VERSION = "unadvertised_api_version"
 ResponseEffect = Frame | Respond
 
 

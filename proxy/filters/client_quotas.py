@@ -11,6 +11,10 @@ What is charged (spec 2.7, 3):
   request quota on SASL listeners (spec 3), and charging the one request any client sends before it logs
   in let 100,000 client-ids make 100,000 sensors (issue 14). Their CPU time is dropped, not carried over.
 
+A Produce, Fetch or ShareFetch of a version beyond the chain's was never offered and is refused
+(`unoffered_version`, as the request gate refuses other APIs): one comparison, on the path every one of
+them takes anyway; no filter could read it (TopicQuotas stops at Produce v12).
+
 When: a broker reads one request per connection at a time and mutes before reading the next, so a Produce
 is charged before the next one is read. A pipelining proxy gets the same effect by charging a Produce as
 it forwards it and muting at once, so requests behind it are held, not forwarded unchecked. Fetch and
@@ -70,10 +74,22 @@ from sluice.protocol.throttle_field import (
 )
 from sluice.quota import ClientQuotaManager, QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
-from .base import Answer, ConnectionInfo, Defer, Filter, FilterFactory, Forward, Frame, InFlight, Respond
+from .base import (
+    Answer,
+    ChainVersions,
+    ConnectionInfo,
+    Defer,
+    Filter,
+    FilterFactory,
+    Forward,
+    Frame,
+    InFlight,
+    Respond,
+)
 from .entity_gate import TIMED_OUT, EntityGates, produce_deadline_ms, timed_out_answer
 from .frames import with_body
 from .quota_metrics import ThrottleStats
+from .unadvertised_requests import unoffered_version
 
 _PRODUCE, _FETCH, _SHARE_FETCH = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH
 _FETCHES = frozenset({_FETCH, _SHARE_FETCH})  # charged to consumer_byte_rate
@@ -103,6 +119,7 @@ class ClientQuotas(Filter):
         "_fetch_throttle",
         "_gates",
         "_mode",
+        "_newest",
         "_produce",
         "_produce_rules",
         "_request",
@@ -130,6 +147,7 @@ class ClientQuotas(Filter):
             self._request_rules,
             managers.controller_mutation.rules,
         )
+        self._newest = shared.newest
         self._mode = shared.mode
         self._fetch_throttle = shared.fetch_throttle
         self._stats = shared.stats
@@ -142,7 +160,12 @@ class ClientQuotas(Filter):
     # ---- requests -------------------------------------------------------------------------------
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Answer | Defer:
-        if header.api_key == _PRODUCE:
+        # A version beyond the chain's was never offered, and some filter could not read it (TopicQuotas
+        # reads Produce up to v12): refused here, where every Produce, Fetch and ShareFetch passes anyway.
+        key = header.api_key
+        if header.api_version > self._newest[key]:
+            raise unoffered_version(header, self._newest[key])
+        if key == _PRODUCE:
             if self._produce_rules.enabled_bits:
                 return self._charge_produce(header, frame)
             if self._turn is not None:
@@ -221,15 +244,10 @@ class ClientQuotas(Filter):
             return frame
         share = header.api_key == _SHARE_FETCH
         view = memoryview(frame)[4 + header.size :]
-        try:
-            if share:
-                limits: tuple[int, int] | None = share_fetch_request_limits(header.api_version, view)
-            else:
-                limits = fetch_request_limits(header.api_version, view)
-        except ProtocolError as exc:
-            if exc.reason != "unsupported_version":
-                raise
-            return frame  # newer than Sluice knows: forwarded uncapped rather than refused
+        if share:
+            limits: tuple[int, int] | None = share_fetch_request_limits(header.api_version, view)
+        else:
+            limits = fetch_request_limits(header.api_version, view)  # a version it reads (on_request)
         if limits is None or limits[1] <= cap:
             return frame
         body = bytearray(view)
@@ -394,6 +412,10 @@ class ClientQuotasFactory(FilterFactory):
         self.fetch_throttle = fetch_throttle
         self.stats = stats if stats is not None else ThrottleStats()
         self.mute_scope = mute_scope
+        # Per API key, the newest request version let through (the chain's, once it is built).
+        self.newest = [-1] * (max(ClientQuotas.request_api_keys) + 1)
+        for key in ClientQuotas.request_api_keys:
+            self.newest[key] = ClientQuotas.max_versions[key]
         self._gates: EntityGates | None = None
         # The managers' live rules: a quota added or removed at run time counts from the next request.
         self._request_rules = managers.request.rules
@@ -408,6 +430,10 @@ class ClientQuotasFactory(FilterFactory):
 
     def needs_cpu_time(self) -> bool:
         return self._request_rules.enabled_bits != 0  # a request_percentage quota is configured
+
+    def chain_built(self, versions: ChainVersions) -> None:
+        for key in ClientQuotas.request_api_keys:
+            self.newest[key] = versions.max_versions[key]
 
     def create(self, conn: ConnectionInfo) -> ClientQuotas:
         return ClientQuotas(conn, self)

@@ -93,7 +93,7 @@ def test_only_vetted_versions_are_offered_and_what_was_not_offered_is_refused(pr
         assert refused.receive_frame()
         assert refused.is_closed_by_peer()
         event = proxy.wait_for_event("protocol_error", since=since, reason="unadvertised_api_version")
-        assert "Metadata v" in event["detail"] and "offered" in event["detail"]
+        assert event["detail"] == f"Metadata v{newest + 1}: the proxy offers up to v{newest}"
         response = bystander.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
         assert response.error_code == 0
 
@@ -120,4 +120,26 @@ def test_an_answer_the_proxy_made_leaves_before_a_refused_request_behind_it_clos
         assert decode_describe_response(0, body).error_code == 0
         assert client.is_closed_by_peer()
     event = proxy.wait_for_event("protocol_error", since=since, reason="unadvertised_api_version")
-    assert event["detail"].startswith("Vote v0")
+    assert event["detail"] == "Vote v0: the proxy does not offer it"
+
+
+def test_a_produce_newer_than_offered_is_refused_before_it_reaches_the_broker(proxy) -> None:
+    """Produce v13 names topics by id, which topic quotas cannot read: the proxy offers up to v12, and a
+    client that sends v13 anyway is refused as Kafka refuses an unsupported version, on its own connection."""
+    import uuid
+
+    from kafka.protocol.producer import ProduceRequest
+
+    assert offered(proxy)[0][1] < 13
+    topic = ProduceRequest.TopicProduceData(
+        topic_id=uuid.UUID(int=1),
+        partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=b"x" * 64)],
+    )
+    body = bytes(ProduceRequest[13](acks=1, timeout_ms=1000, topic_data=[topic]).encode(version=13))
+    since = len(proxy.events())
+    with RawClient("127.0.0.1", proxy.port) as client:
+        client.sock.sendall(encode_request(0, 13, 5, "raw", body))
+        assert client.is_closed_by_peer()
+    event = proxy.wait_for_event("protocol_error", since=since, reason="unadvertised_api_version")
+    assert event["side"] == "client"
+    assert event["detail"] == "Produce v13: the proxy offers up to v12"
