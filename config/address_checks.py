@@ -1,5 +1,5 @@
-"""Start-up checks that need the machine's view of names: the listen hosts resolve, and no upstream
-bootstrap server is Sluice itself.
+"""Start-up checks that need the machine's view of names: the listen hosts resolve, no upstream
+bootstrap server is Sluice itself, and `upstream.bind_address` is an address of this machine.
 
 They run once, when the proxy starts (`sluice run`), not in `load_config`: a configuration file can be
 validated on a machine where its names do not resolve. An upstream pointing at Sluice's own listener
@@ -40,7 +40,13 @@ def is_local_address(ip: str) -> bool:
 def check_addresses(
     config: ProxyConfig, resolve: Resolve = resolve_addresses, is_local: IsLocal = is_local_address
 ) -> None:
-    """Raise ConfigError for a listen host that does not resolve or an upstream that is Sluice itself."""
+    """Raise ConfigError for a listen host that does not resolve, an upstream that is Sluice itself, or a
+    bind address that is not this machine's."""
+    bind = config.upstream_bind_address
+    if bind is not None and not is_local(bind):
+        raise ConfigError(
+            "upstream.bind_address", bind, "an IP address of this machine: no socket here can bind it"
+        )
     listen_ips = _resolve_listen(config.listen, "listen", resolve)
     own: dict[int, tuple[str, list[str]]] = {
         config.listen.port: ("bootstrap listener", listen_ips),

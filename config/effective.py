@@ -37,7 +37,10 @@ def effective_config(config: ProxyConfig, reveal: bool = False) -> dict[str, Any
         "advertised_host": config.advertised_host,
         "broker_port_base": config.broker_port_base,
         "broker_ports": dict(config.broker_ports),
-        "upstream": {"bootstrap": [str(server) for server in config.upstream_bootstrap]},
+        "upstream": {
+            "bootstrap": [str(server) for server in config.upstream_bootstrap],
+            "bind_address": config.upstream_bind_address,
+        },
         "listen_backlog": config.listen_backlog,
         "max_frame_bytes": config.max_frame_bytes,
         "max_buffered_request_bytes": config.max_buffered_request_bytes,

@@ -408,6 +408,7 @@ class ClientSide(asyncio.BufferedProtocol):
                 self._upstream_candidates(),
                 self._settings.upstream_tls,
                 lambda: UpstreamSide(self),
+                self._settings.upstream_bind_address,
             )
         except UpstreamUnreachable as exc:
             self.close("upstream_unreachable", tried=exc.tried)

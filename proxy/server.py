@@ -101,6 +101,7 @@ class SluiceServer:
             [(hp.host, hp.port) for hp in config.upstream_bootstrap],
             client_id=config.client.client_id,
             tls=self.upstream_tls,
+            bind_address=config.upstream_bind_address,
             sasl=config.client.sasl,
             request_timeout_s=config.client.request_timeout_s,
         )
@@ -127,6 +128,7 @@ class SluiceServer:
             request_memory=self.request_memory,
             sasl_required=config.sasl if config.sasl.required else None,
             admission=self._admit,
+            upstream_bind_address=config.upstream_bind_address,
         )
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._pending_listeners: set[asyncio.Task[None]] = set()

@@ -75,6 +75,7 @@ class SessionSettings:
         "registry",
         "request_memory",
         "sasl_required",
+        "upstream_bind_address",
         "upstream_tls",
     )
 
@@ -90,6 +91,7 @@ class SessionSettings:
         request_memory: RequestMemory | None = None,
         sasl_required: SaslSettings | None = None,
         admission: Callable[[object], int] | None = None,
+        upstream_bind_address: str | None = None,
     ) -> None:
         self.chain = chain
         self.metrics = metrics
@@ -101,6 +103,7 @@ class SessionSettings:
         # and go at run time).
         self.cpu_time_needed = chain.cpu_time_needed()
         self.upstream_tls = upstream_tls
+        self.upstream_bind_address = upstream_bind_address  # upstream.bind_address
         # The user a client certificate proves (mTLS listeners only); SASL, when used, overrides it.
         self.client_principal = client_principal
         # The client connections' shared read buffer (ClientSide.get_buffer).

@@ -3,8 +3,9 @@ rolling restart), real clients produce and consume through the proxy, no record 
 opens a connection to a broker's own port.
 
 The brokers' ports are watched (tests/broker_watch.py): the mock cluster names a watching relay's port for
-each broker in every answer, Metadata and KIP-951 NodeEndpoints alike, and the watch records which process
-opened each connection there. Only the proxy may. librdkafka implements KIP-951: given a NOT_LEADER answer
+each broker in every answer, Metadata and KIP-951 NodeEndpoints alike, and the watch records who opened each
+connection there, by its source address: the proxy connects to the brokers from its own
+(`upstream.bind_address`), and only the proxy may. librdkafka implements KIP-951: given a NOT_LEADER answer
 naming the new leader's address, it connects there at once, so without the NodeEndpoints rewrite the
 librdkafka tests fail on their first leader move.
 
@@ -47,16 +48,16 @@ def gripped(topic: str) -> Iterator[tuple[MockCluster, BrokerWatch, ProxyProcess
     with (
         MockCluster(brokers=BROKERS, topics={topic: PARTITIONS}) as cluster,
         BrokerWatch(cluster) as watch,
-        ProxyProcess(watch.bootstrap) as proxy,
+        ProxyProcess(watch.bootstrap, watch.proxy_config) as proxy,
     ):
         yield cluster, watch, proxy
-        assert_only_the_proxy_reached_the_brokers(watch, proxy)
+        assert_only_the_proxy_reached_the_brokers(watch)
 
 
-def assert_only_the_proxy_reached_the_brokers(watch: BrokerWatch, proxy: ProxyProcess) -> None:
-    direct = watch.direct({proxy.process.pid})
+def assert_only_the_proxy_reached_the_brokers(watch: BrokerWatch) -> None:
+    direct = watch.direct()
     assert direct == [], "connections straight to a broker's port:\n" + "\n".join(map(str, direct))
-    assert watch.connections, "the proxy never reached the brokers: the watch saw nothing"
+    assert any(c.from_proxy for c in watch.connections), "the proxy never reached the brokers"
 
 
 def leader_of(partition: int, round_: int) -> int:
@@ -80,27 +81,39 @@ def values(round_: int) -> list[bytes]:
 # ---- the watch itself ----------------------------------------------------------------------------------
 
 
-def test_the_watch_catches_a_direct_connection_from_this_process_and_from_another() -> None:
+def test_the_watch_catches_direct_connections_and_knows_the_proxys_by_their_source_address() -> None:
+    """A socket of this process, one of another process, one that leaves at once, and a librdkafka producer
+    bootstrapped at the brokers' ports are all caught; the proxy's own connections are not."""
+    from confluent_kafka import Producer
+
     with (
-        MockCluster(brokers=2, topics={"watched": 1}) as cluster,
+        MockCluster(brokers=2, topics={"watched": 2}) as cluster,
         BrokerWatch(cluster) as watch,
-        ProxyProcess(watch.bootstrap) as proxy,
+        ProxyProcess(watch.bootstrap, watch.proxy_config),
     ):
-        allowed = {proxy.process.pid}
-        assert watch.direct(allowed) == []  # the proxy's own discovery connected, and is allowed
+        assert watch.direct() == [] and any(c.from_proxy for c in watch.connections)  # discovery
         with socket.create_connection(("127.0.0.1", watch.ports[2])):
-            (caught,) = watch.wait_for_direct(allowed)
-        assert (caught.broker_id, caught.pid) == (2, os.getpid())
+            (caught,) = watch.wait_for_direct()
+        assert (caught.broker_id, caught.peer[0], caught.pid) == (2, "127.0.0.1", os.getpid())
 
         port = watch.ports[1]
         code = f"import socket,sys; s=socket.create_connection(('127.0.0.1',{port})); sys.stdin.read()"
         child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
         try:
-            direct = watch.wait_for_direct(allowed, count=2)
+            direct = watch.wait_for_direct(count=2)
             assert [(c.broker_id, c.pid) for c in direct] == [(2, os.getpid()), (1, child.pid)], direct
             assert "socket.create_connection" in direct[1].command
         finally:
             child.communicate(b"", timeout=10)
+
+        socket.create_connection(("127.0.0.1", port)).close()  # gone before anyone could look it up
+        assert len(watch.wait_for_direct(count=3)) == 3
+
+        producer = Producer({"bootstrap.servers": watch.bootstrap})
+        producer.produce("watched", b"straight to the broker", partition=1)
+        assert producer.flush(30) == 0
+        from_producer = watch.direct()[3:]
+        assert from_producer and {c.pid for c in from_producer} == {os.getpid()}, from_producer
 
 
 # ---- librdkafka (KIP-951) -------------------------------------------------------------------------------
