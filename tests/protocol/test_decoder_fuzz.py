@@ -638,6 +638,8 @@ NOT_DECODERS = {
     "vetted_max_versions",
     # Sums what produce_partition_sizes decoded (fuzzed with it).
     "topic_sizes",
+    # Arithmetic on two limits a request decoder already read (cap_fetch_request, fuzzed, calls it).
+    "capped_limits",
     # Encoders and builders: their input is the proxy's own values.
     "encode_",
     "empty_fetch_response",
