@@ -231,12 +231,20 @@ def test_a_share_group_consumer_follows_moving_leaders_through_the_proxy_only() 
     with gripped(topic) as (cluster, _watch, proxy):
         consumer = ShareConsumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"share-{uuid.uuid4()}"})
         consumer.subscribe([topic])
-        # A share group starts at the latest offset: wait until this member fetches, then produce.
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        while metric_value(proxy.metrics_text(), "sluice_responses_total", api="ShareFetch") == 0:
-            assert time.monotonic() < deadline, "the share consumer never fetched"
-            consumer.poll(0.5)
         producer = Producer({"bootstrap.servers": proxy.bootstrap, "acks": "all"})
+        # A share group starts a partition at its latest offset when a member first fetches it, and the
+        # member is given its partitions a few at a time: a mark goes to every partition until each comes
+        # back, so that no record below is written before its partition's start.
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        unmarked = set(range(PARTITIONS))
+        while unmarked:
+            assert time.monotonic() < deadline, f"partitions {sorted(unmarked)} never reached the consumer"
+            for partition in unmarked:
+                producer.produce(topic, b"mark", partition=partition)
+            assert producer.flush(30) == 0
+            for message in consumer.poll(0.5):
+                if message.error() is None and message.value() == b"mark":
+                    unmarked.discard(message.partition())
         expected = set()
         seen: set[bytes] = set()
         for round_ in range(ROUNDS):
