@@ -70,7 +70,7 @@ from sluice.protocol.share_fetch import (
 from sluice.protocol.throttle_field import (
     THROTTLE_PATCHABLE_MAX_VERSIONS,
     read_throttle_ms,
-    throttle_field_offset,
+    throttle_field_at,
 )
 from sluice.quota import ClientQuotaManager, QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
@@ -378,16 +378,15 @@ class ClientQuotas(Filter):
         """The frame with `throttle_time_ms` raised to `throttle`, or None if nothing was written (no such
         field in this version, a version newer than Sluice knows, or the broker's own value is larger)."""
         view = memoryview(frame)
-        start = 4 + header_size
         try:
-            offset = throttle_field_offset(header.api_key, header.api_version, view[start:])
+            # A Produce answer's walk is the one BrokerAddressRewrite made of this frame (response_walks).
+            at = throttle_field_at(header.api_key, header.api_version, frame, 4 + header_size)
         except ProtocolError as exc:
             if exc.reason != "unsupported_version":
                 raise
             return None
-        if offset is None:
+        if at is None:
             return None
-        at = start + offset
         if _INT32.unpack_from(view, at)[0] >= throttle:
             return None  # the broker throttles longer than we do: its value stands
         return b"".join((view[:at], _INT32.pack(throttle), view[at + 4 :]))

@@ -6,6 +6,7 @@ request_percentage quota needs it."""
 from __future__ import annotations
 
 import struct
+from unittest import mock
 
 import pytest
 from kafka.protocol.admin import CreateTopicsRequest
@@ -16,7 +17,7 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.api_vetting import vetted_max_versions
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
 from sluice.protocol.fetch import FETCH_MAX_VERSION
-from sluice.protocol.headers import encode_request, encode_response, parse_request_header
+from sluice.protocol.headers import RequestHeader, encode_request, encode_response, parse_request_header
 from sluice.protocol.message_codec import decode_response_body
 from sluice.protocol.sasl import SASL_MAX_VERSIONS
 from sluice.protocol.topic_mutations import MUTATION_MAX_VERSIONS
@@ -278,3 +279,35 @@ async def test_a_produce_let_go_because_its_quota_went_leaves_no_stale_turn_behi
     waiting.read = waiting.now
     fresh = produce_to(3, 30_000, (0,))
     assert run_request(filters, fresh) is fresh  # well within the new quota: forwarded, not answered
+
+
+def test_a_throttled_produce_answer_is_walked_once_for_its_node_endpoints_and_its_throttle_field() -> None:
+    from kafka.protocol.producer import ProduceResponse
+
+    from sluice.protocol import node_endpoints, response_walks
+
+    managers = QuotaManagers()
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.PRODUCER_BYTE_RATE, 1000)
+    directory = BrokerDirectory("127.0.0.1", lambda node: 9000 + node, lambda _n: None)
+    chain = FilterChain([BrokerAddressRewriteFactory(directory), ClientQuotasFactory(managers)])
+    filters = chain.for_connection(Connection(), lambda _ms: None)
+    partition = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+    topic = ProduceResponse.TopicProduceResponse(name="t", partition_responses=[partition(index=0)])
+    body = bytes(ProduceResponse(version=12, responses=[topic], throttle_time_ms=0).encode(version=12))
+    frame = memoryview(encode_response(ApiKey.PRODUCE, 12, 1, body))
+    walks: list[int] = []
+    walk = response_walks.produce_responses_end
+
+    def counting(api_version: int, buffer: object, start: int = 0, remember: bool = False) -> int:
+        walks.append(api_version)
+        return walk(api_version, buffer, start, remember)  # type: ignore[arg-type]
+
+    header = RequestHeader(ApiKey.PRODUCE, 12, 1, CLIENT, 0)
+    with (
+        mock.patch.object(response_walks, "produce_responses_end", counting),
+        mock.patch.object(node_endpoints, "produce_responses_end", counting),
+    ):
+        out = filters.on_response(InFlight(header, throttle_ms=250), frame)
+    assert isinstance(out, bytes)  # KIP-219: sent at once (the connection is muted after it)
+    assert struct.unpack_from(">i", out, len(out) - 5)[0] == 250  # the throttle, told
+    assert walks == [12]
