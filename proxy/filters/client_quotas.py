@@ -26,8 +26,8 @@ How the client is held (`quota.throttle_mode`):
   response that keeps the broker's session id, and its bytes are un-charged (`quota.fetch_throttle: empty`),
   or passed with the field set (`pass`). A throttled ShareFetch is always passed with the field set: its
   records were acquired for this consumer when the broker answered, and an empty answer would leave them
-  locked until the acquisition lock times out, then count a delivery that never happened (a broker
-  throttles before it acquires; docs/quotas.md).
+  locked until the acquisition lock times out, then count a delivery that never happened (which is what
+  a broker's empty answer does: docs/quotas.md).
 * `delay`: the response is held for the throttle (bandwidth and request throttles summed, spec 2.9).
 * `auto`: `kip219` for request versions whose clients back off, `delay` for older ones.
 
