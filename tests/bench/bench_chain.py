@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,7 @@ from kafka.protocol.producer import ProduceRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_protocol import produce_response_body
+from bench_protocol import _best_seconds, produce_response_body
 
 from sluice.config.load import config_from_mapping
 from sluice.protocol.api_keys import ApiKey
@@ -73,14 +72,8 @@ def _filters(quotas: list[dict[str, object]]) -> ConnectionFilters:
     return chain.for_connection(_Connection(), lambda _ms: None)  # type: ignore[arg-type]
 
 
-def _best_ns(fn: Callable[[], object], repeats: int = 7, number: int = 20000) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter_ns()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter_ns() - start) / number)
-    return best
+def _best_ns(fn: Callable[[], object]) -> float:
+    return _best_seconds(fn, repeats=7, number=20000) * 1e9
 
 
 def _produce_request() -> memoryview:
