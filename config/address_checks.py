@@ -1,5 +1,6 @@
 """Start-up checks that need the machine's view of names: the listen hosts resolve to an address of this
-machine, the upstream bootstrap servers resolve, and none of them is Sluice itself.
+machine, the upstream bootstrap servers resolve, none of them is Sluice itself, and `upstream.bind_address`
+is an address of this machine.
 
 They run once, when the proxy starts (`sluice run`), not in `load_config`: a configuration file can be
 validated on a machine where its names do not resolve. An upstream pointing at Sluice's own listener
@@ -46,8 +47,14 @@ def check_addresses(
     config: ProxyConfig, resolve: Resolve = resolve_addresses, is_local: IsLocal = is_local_address
 ) -> list[str]:
     """Raise ConfigError for a listen host that does not resolve to an address of this machine, an upstream
-    list of which no server resolves, or an upstream that is Sluice itself. Returns the keys of the
-    upstream servers that do not resolve now (to be logged: they are tried again on every connection)."""
+    list of which no server resolves, an upstream that is Sluice itself, or a bind address that is not this
+    machine's. Returns the keys of the upstream servers that do not resolve now (to be logged: they are
+    tried again on every connection)."""
+    bind = config.upstream_bind_address
+    if bind is not None and not is_local(bind):
+        raise ConfigError(
+            "upstream.bind_address", bind, "an IP address of this machine: no socket here can bind it"
+        )
     listen_ips = _resolve_listen(config.listen, "listen", resolve, is_local)
     own: dict[int, tuple[str, list[str]]] = {
         config.listen.port: ("bootstrap listener", listen_ips),

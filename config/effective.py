@@ -42,6 +42,7 @@ def effective_config(config: ProxyConfig, reveal: bool = False) -> dict[str, Any
             "bootstrap": [str(server) for server in config.upstream_bootstrap],
             "max_in_flight_bytes_per_broker": config.max_in_flight_bytes_per_broker,
             "learn_limits": config.learn_broker_limits,
+            "bind_address": config.upstream_bind_address,
         },
         "listen_backlog": config.listen_backlog,
         "reserved_open_files": config.reserved_open_files,

@@ -29,6 +29,7 @@ from sluice.config.quota_section import parse_quota_section
 from sluice.config.sources import apply_overrides, read_yaml_file
 from sluice.config.usage_section import parse_fleet_section, parse_usage_section
 from sluice.config.values import (
+    is_ip_address,
     is_wildcard,
     parse_bool,
     parse_bootstrap,
@@ -67,7 +68,7 @@ TOP_LEVEL_KEYS = (
 )
 # Sections whose keys we know here; broker_ports is keyed by node id, quota is checked by quota_section.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "upstream": ("bootstrap", "max_in_flight_bytes_per_broker", "learn_limits"),
+    "upstream": ("bootstrap", "bind_address", "max_in_flight_bytes_per_broker", "learn_limits"),
     "metrics": ("listen",),
     "log": ("level", "format"),
 }
@@ -114,6 +115,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
 
     listen = parse_host_port(_required(tree, "listen"), "listen")
     bootstrap = parse_bootstrap(_required(upstream, "upstream.bootstrap"), "upstream.bootstrap")
+    bind_address = _bind_address(upstream)
     metrics_listen = _metrics_listen(metrics, listen)
     advertised_host = _advertised_host(tree, listen)
     broker_port_base = _broker_port_base(tree, listen, metrics_listen)
@@ -170,6 +172,7 @@ def config_from_mapping(tree: Mapping[object, object]) -> ProxyConfig:
     return ProxyConfig(
         listen=listen,
         upstream_bootstrap=bootstrap,
+        upstream_bind_address=bind_address,
         advertised_host=advertised_host,
         broker_port_base=broker_port_base,
         broker_ports=broker_ports,
@@ -222,6 +225,17 @@ def _metrics_listen(metrics: Mapping[object, object], listen: HostPort) -> HostP
     if metrics_listen.port == listen.port:
         raise ConfigError("metrics.listen", raw, f"a port other than the listen port {listen.port}")
     return metrics_listen
+
+
+def _bind_address(upstream: Mapping[object, object]) -> str | None:
+    """The local IP address the connections to the brokers are made from (None: the kernel chooses)."""
+    raw = _get(upstream, "upstream.bind_address")
+    if raw is MISSING:
+        return None
+    host = raw.strip().removeprefix("[").removesuffix("]") if isinstance(raw, str) else ""
+    if not is_ip_address(host) or is_wildcard(host):
+        raise ConfigError("upstream.bind_address", raw, "an IP address of this machine (no name, no port)")
+    return host
 
 
 def _advertised_host(tree: Mapping[object, object], listen: HostPort) -> str:

@@ -54,6 +54,7 @@ class ProxyConfig:
     advertised_host: str
     broker_port_base: int  # node N gets its own listener on broker_port_base + N, unless ...
     broker_ports: Mapping[int, int] = field(default_factory=_empty_mapping, hash=False)  # ... listed here
+    upstream_bind_address: str | None = None  # the local IP connections to the brokers come from
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     listen_backlog: int = DEFAULT_LISTEN_BACKLOG  # accept queue of every listener
     # Open files kept for the process's own work: the listeners pause rather than take them.

@@ -1,16 +1,18 @@
 """The Kafka API table: versions, flexible versions and where `throttle_time_ms` sits.
 
-Source: spec section 5 (docs/kafka-quotas-spec.md, Kafka trunk 2024-10 snapshot) plus the
-APIs it lists as having no throttle field. kafka-python 3.0.12 bundles Kafka 4.x schemas, which know
-newer versions of some APIs (Produce 13, Fetch 18, ListOffsets 11, Metadata 13, OffsetCommit 10,
-OffsetFetch 10, DescribeGroups 6, InitProducerId 6, WriteTxnMarkers 2, TxnOffsetCommit 5,
-DescribeLogDirs 5, AlterPartitionReassignments 1, DescribeCluster 2, ListTransactions 2,
-ListClientMetricsResources 1), and Kafka's own 2026 trunk schemas newer versions of the KIP-848 and KIP-932
-APIs (ConsumerGroupDescribe 1, ShareGroupHeartbeat 1, ShareGroupDescribe 1, ShareFetch 2, ShareAcknowledge
-2): the table keeps the spec's minimum (older brokers still speak those
-versions; KIP-896 only dropped them in 4.0) and takes the newer maximum, so the range covers every
-version a client or broker of either generation may put on the wire. Flexible versions, throttle
-field versions and positions agree with the schemas; tests/protocol/test_api_table.py checks that.
+Source: spec section 5 (docs/kafka-quotas-spec.md, Kafka trunk 2024-10 snapshot) plus the APIs it lists as
+having no throttle field, brought up to Kafka's message schemas: kafka-python's bundled ones and Kafka's own
+of 3.9.1 and a 2026 trunk (the same sources protocol/schema_table.py is generated from). Each row spans
+every version any of them defines: the spec's minimum (older brokers still speak those versions; KIP-896
+only dropped some in 4.0) up to the newest schema's maximum, so the range covers every version a client or
+broker of either generation may put on the wire. Names are the newest schema's (Kafka 4.1 renamed
+ListClientMetricsResources ListConfigResources, KIP-1142). Versions, flexible versions and the throttle
+field's versions and position agree with the schemas: tests/protocol/test_api_table.py checks every row
+against every source, and that every API the schema table knows has its row.
+
+`client_throttles_from` is not in the schemas: it is each response class's `shouldClientThrottle` in
+Kafka's Java code (an API whose class does not override it, as every KIP-848, KIP-932 and KIP-1071 API,
+never has its clients throttle themselves).
 
 Lookups run per request, so they are plain dict reads on tables computed once at import.
 """
@@ -76,7 +78,7 @@ _ROWS: tuple[
     (ApiKey.DESCRIBE_GROUPS, "DescribeGroups", 0, 6, 5, 1, 2, _F),
     (ApiKey.LIST_GROUPS, "ListGroups", 0, 5, 3, 1, 2, _F),
     (ApiKey.SASL_HANDSHAKE, "SaslHandshake", 0, 1, None, None, None, None),
-    (ApiKey.API_VERSIONS, "ApiVersions", 0, 4, 3, 1, 2, ThrottlePosition.AFTER_API_KEYS),
+    (ApiKey.API_VERSIONS, "ApiVersions", 0, 5, 3, 1, 2, ThrottlePosition.AFTER_API_KEYS),
     (ApiKey.CREATE_TOPICS, "CreateTopics", 0, 7, 5, 2, 3, _F),
     (ApiKey.DELETE_TOPICS, "DeleteTopics", 0, 6, 4, 1, 2, _F),
     (ApiKey.DELETE_RECORDS, "DeleteRecords", 0, 2, 2, 0, 1, _F),
@@ -86,7 +88,7 @@ _ROWS: tuple[
     (ApiKey.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4, 3, 0, 1, _F),
     (ApiKey.END_TXN, "EndTxn", 0, 5, 3, 0, 1, _F),
     (ApiKey.WRITE_TXN_MARKERS, "WriteTxnMarkers", 0, 2, 1, None, None, None),
-    (ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 5, 3, 0, 1, _F),
+    (ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 6, 3, 0, 1, _F),
     (ApiKey.DESCRIBE_ACLS, "DescribeAcls", 0, 3, 2, 0, 1, _F),
     (ApiKey.CREATE_ACLS, "CreateAcls", 0, 3, 2, 0, 1, _F),
     (ApiKey.DELETE_ACLS, "DeleteAcls", 0, 3, 2, 0, 1, _F),
@@ -100,7 +102,7 @@ _ROWS: tuple[
     (ApiKey.RENEW_DELEGATION_TOKEN, "RenewDelegationToken", 0, 2, 2, 0, 1, ThrottlePosition.LAST),
     (ApiKey.EXPIRE_DELEGATION_TOKEN, "ExpireDelegationToken", 0, 2, 2, 0, 1, ThrottlePosition.LAST),
     (ApiKey.DESCRIBE_DELEGATION_TOKEN, "DescribeDelegationToken", 0, 3, 2, 0, 1, ThrottlePosition.LAST),
-    (ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2, 2, 0, 1, _F),
+    (ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 3, 2, 0, 1, _F),
     (ApiKey.ELECT_LEADERS, "ElectLeaders", 0, 2, 2, 0, 0, _F),
     (ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1, 1, 0, 0, _F),
     (ApiKey.ALTER_PARTITION_REASSIGNMENTS, "AlterPartitionReassignments", 0, 1, 0, 0, 0, _F),
@@ -110,7 +112,7 @@ _ROWS: tuple[
     (ApiKey.ALTER_CLIENT_QUOTAS, "AlterClientQuotas", 0, 1, 1, 0, _NEVER, _F),
     (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, "DescribeUserScramCredentials", 0, 0, 0, 0, 0, _F),
     (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, "AlterUserScramCredentials", 0, 0, 0, 0, 0, _F),
-    (ApiKey.VOTE, "Vote", 0, 1, 0, None, None, None),
+    (ApiKey.VOTE, "Vote", 0, 2, 0, None, None, None),
     (ApiKey.BEGIN_QUORUM_EPOCH, "BeginQuorumEpoch", 0, 1, 1, None, None, None),
     (ApiKey.END_QUORUM_EPOCH, "EndQuorumEpoch", 0, 1, 1, None, None, None),
     (ApiKey.DESCRIBE_QUORUM, "DescribeQuorum", 0, 2, 0, None, None, None),
@@ -121,7 +123,7 @@ _ROWS: tuple[
     (ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 2, 0, 0, _NEVER, _F),
     (ApiKey.DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.BROKER_REGISTRATION, "BrokerRegistration", 0, 4, 0, 0, 0, _F),
-    (ApiKey.BROKER_HEARTBEAT, "BrokerHeartbeat", 0, 1, 0, 0, 0, _F),
+    (ApiKey.BROKER_HEARTBEAT, "BrokerHeartbeat", 0, 2, 0, 0, 0, _F),
     (ApiKey.UNREGISTER_BROKER, "UnregisterBroker", 0, 0, 0, 0, 0, _F),
     (ApiKey.DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.LIST_TRANSACTIONS, "ListTransactions", 0, 2, 0, 0, _NEVER, _F),
@@ -132,20 +134,36 @@ _ROWS: tuple[
     (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, "GetTelemetrySubscriptions", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.PUSH_TELEMETRY, "PushTelemetry", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.ASSIGN_REPLICAS_TO_DIRS, "AssignReplicasToDirs", 0, 0, 0, 0, _NEVER, _F),
-    (ApiKey.LIST_CLIENT_METRICS_RESOURCES, "ListClientMetricsResources", 0, 1, 0, 0, _NEVER, _F),
+    (ApiKey.LIST_CONFIG_RESOURCES, "ListConfigResources", 0, 1, 0, 0, _NEVER, _F),
     (ApiKey.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions", 0, 0, 0, 0, 0, _F),
     (ApiKey.SHARE_GROUP_HEARTBEAT, "ShareGroupHeartbeat", 0, 1, 0, 0, _NEVER, _F),
     (ApiKey.SHARE_GROUP_DESCRIBE, "ShareGroupDescribe", 0, 1, 0, 0, _NEVER, _F),
     (ApiKey.SHARE_FETCH, "ShareFetch", 0, 2, 0, 0, _NEVER, _F),
     (ApiKey.SHARE_ACKNOWLEDGE, "ShareAcknowledge", 0, 2, 0, 0, _NEVER, _F),
-    (ApiKey.ADD_RAFT_VOTER, "AddRaftVoter", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.ADD_RAFT_VOTER, "AddRaftVoter", 0, 1, 0, 0, _NEVER, _F),
     (ApiKey.REMOVE_RAFT_VOTER, "RemoveRaftVoter", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.UPDATE_RAFT_VOTER, "UpdateRaftVoter", 0, 0, 0, 0, _NEVER, _F),
     (ApiKey.INITIALIZE_SHARE_GROUP_STATE, "InitializeShareGroupState", 0, 0, 0, None, None, None),
     (ApiKey.READ_SHARE_GROUP_STATE, "ReadShareGroupState", 0, 0, 0, None, None, None),
-    (ApiKey.WRITE_SHARE_GROUP_STATE, "WriteShareGroupState", 0, 0, 0, None, None, None),
+    (ApiKey.WRITE_SHARE_GROUP_STATE, "WriteShareGroupState", 0, 1, 0, None, None, None),
     (ApiKey.DELETE_SHARE_GROUP_STATE, "DeleteShareGroupState", 0, 0, 0, None, None, None),
-    (ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, "ReadShareGroupStateSummary", 0, 0, 0, None, None, None),
+    (ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, "ReadShareGroupStateSummary", 0, 1, 0, None, None, None),
+    (ApiKey.STREAMS_GROUP_HEARTBEAT, "StreamsGroupHeartbeat", 0, 1, 0, 0, _NEVER, _F),
+    (ApiKey.STREAMS_GROUP_DESCRIBE, "StreamsGroupDescribe", 0, 1, 0, 0, _NEVER, _F),
+    (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, "DescribeShareGroupOffsets", 0, 1, 0, 0, _NEVER, _F),
+    (ApiKey.ALTER_SHARE_GROUP_OFFSETS, "AlterShareGroupOffsets", 0, 0, 0, 0, _NEVER, _F),
+    (ApiKey.DELETE_SHARE_GROUP_OFFSETS, "DeleteShareGroupOffsets", 0, 0, 0, 0, _NEVER, _F),
+    (
+        ApiKey.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,
+        "StreamsGroupTopologyDescriptionUpdate",
+        0,
+        0,
+        0,
+        0,
+        _NEVER,
+        _F,
+    ),
+    (ApiKey.UNREGISTER_CONTROLLER, "UnregisterController", 0, 0, 0, 0, _NEVER, _F),
 )
 
 API_SPECS: dict[int, ApiSpec] = {

@@ -23,6 +23,7 @@ from sluice.protocol.primitives import INT32_MAX
 __all__ = [
     "FETCH_MAX_VERSION",
     "cap_fetch_request",
+    "capped_limits",
     "empty_fetch_response",
     "fetch_request_limits",
     "fetch_response_session",
@@ -67,18 +68,30 @@ def cap_fetch_request(api_version: int, body: bytearray | memoryview, max_bytes_
     like Kafka's toInt it is truncated, and saturates at int32's maximum. Returns False when nothing
     changed, including v0-2, which have no max_bytes to cap.
     """
-    if not max_bytes_cap >= 0:  # also refuses NaN
-        raise ValueError(f"max_bytes_cap must be a non-negative number, got {max_bytes_cap}")
+    _check_cap(max_bytes_cap)
     limits = fetch_request_limits(api_version, body)
     if limits is None:
         return False
+    capped = capped_limits(limits, max_bytes_cap)
+    if capped == limits:
+        return False
+    _LIMITS.pack_into(body, _min_bytes_at(api_version), *capped)
+    return True
+
+
+def capped_limits(limits: tuple[int, int], max_bytes_cap: float) -> tuple[int, int]:
+    """(min_bytes, max_bytes) under Kafka's cap: max_bytes = min(max_bytes, cap), then min_bytes =
+    min(min_bytes, max_bytes). The cap (the quota engine's float) is truncated as Kafka's toInt truncates
+    it and saturates at int32's maximum. Fetch and ShareFetch requests are capped alike."""
+    _check_cap(max_bytes_cap)
     min_bytes, max_bytes = limits
     new_max = min(max_bytes, INT32_MAX if max_bytes_cap >= INT32_MAX else int(max_bytes_cap))
-    new_min = min(min_bytes, new_max)
-    if new_max == max_bytes and new_min == min_bytes:
-        return False
-    _LIMITS.pack_into(body, _min_bytes_at(api_version), new_min, new_max)
-    return True
+    return min(min_bytes, new_max), new_max
+
+
+def _check_cap(max_bytes_cap: float) -> None:
+    if not max_bytes_cap >= 0:  # also refuses NaN
+        raise ValueError(f"max_bytes_cap must be a non-negative number, got {max_bytes_cap}")
 
 
 def fetch_response_session(api_version: int, body: memoryview | bytes | bytearray) -> tuple[int, int]:

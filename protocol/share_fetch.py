@@ -15,7 +15,8 @@ from __future__ import annotations
 import struct
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.primitives import INT32_MAX, skip_compact_nullable_string
+from sluice.protocol.fetch import capped_limits
+from sluice.protocol.primitives import skip_compact_nullable_string
 
 __all__ = ["SHARE_FETCH_MAX_VERSION", "cap_share_fetch_request", "share_fetch_request_limits"]
 
@@ -42,16 +43,12 @@ def share_fetch_request_limits(api_version: int, body: memoryview | bytes | byte
 
 
 def cap_share_fetch_request(api_version: int, body: bytearray | memoryview, max_bytes_cap: float) -> bool:
-    """max_bytes = min(max_bytes, cap), then min_bytes = min(min_bytes, max_bytes), in place (`body` must be
-    writable). The cap is truncated as Kafka's toInt truncates it and saturates at int32's maximum.
-    Returns False when nothing changed."""
-    if not max_bytes_cap >= 0:  # also refuses NaN
-        raise ValueError(f"max_bytes_cap must be a non-negative number, got {max_bytes_cap}")
+    """Kafka's cap (`capped_limits`, as for a Fetch), in place (`body` must be writable). Returns False
+    when nothing changed."""
     at = _limits_at(api_version, body)
-    min_bytes, max_bytes = _LIMITS.unpack_from(body, at)
-    new_max = min(max_bytes, INT32_MAX if max_bytes_cap >= INT32_MAX else int(max_bytes_cap))
-    new_min = min(min_bytes, new_max)
-    if (new_min, new_max) == (min_bytes, max_bytes):
+    limits: tuple[int, int] = _LIMITS.unpack_from(body, at)  # type: ignore[assignment]
+    capped = capped_limits(limits, max_bytes_cap)
+    if capped == limits:
         return False
-    _LIMITS.pack_into(body, at, new_min, new_max)
+    _LIMITS.pack_into(body, at, *capped)
     return True

@@ -9,7 +9,8 @@ Where the field sits:
 * AFTER_RESPONSES (Produce): the field follows the Responses array. A non-flexible body (v1-8) ends
   with it, so it is the last 4 bytes and needs no walk, which keeps the hot path O(1) however many
   partitions the response has. From v9 a tagged-field block (NodeEndpoints, v10+) follows it, so the
-  array is walked with struct offsets, never decoded.
+  array is walked with struct offsets, never decoded (protocol/response_walks.py, whose walk of an answer
+  the NodeEndpoints rewrite has made already is not made again: `throttle_field_at`).
 * AFTER_API_KEYS (ApiVersions) and LAST (the delegation-token APIs): rare, walked field by field.
 
 Every walk checks that the field is followed by exactly what may follow it (nothing, or one
@@ -40,18 +41,20 @@ from sluice.protocol.primitives import (
     skip_nullable_string,
     skip_tagged_fields,
 )
+from sluice.protocol.response_walks import produce_responses_end, walked_produce_responses_end
 
 __all__ = [
     "THROTTLE_PATCHABLE_MAX_VERSIONS",
     "patch_frame_throttle_ms",
     "patch_throttle_ms",
-    "produce_flexible_responses_end",
     "raise_frame_throttle_ms",
     "raise_throttle_ms",
     "read_throttle_ms",
+    "throttle_field_at",
     "throttle_field_offset",
 ]
 
+_ResponsesEnd = Callable[[int, Buffer, int], int]
 _INT32 = struct.Struct(">i")
 _UNPACK_INT32 = _INT32.unpack_from
 _PACK_INT32_INTO = _INT32.pack_into
@@ -59,12 +62,9 @@ _FIELD_SIZE = 4
 _FRAME_PREFIX = 4
 
 _API_VERSIONS = ApiKey.API_VERSIONS
+_PRODUCE = ApiKey.PRODUCE
 
 _PRODUCE_FIRST_FLEXIBLE = 9
-_PRODUCE_FIRST_WITH_TOPIC_ID = 13
-_UUID_SIZE = 16
-# v9+ partition: index int32, error_code int16, base_offset, log_append_time_ms, log_start_offset int64s.
-_PRODUCE_FLEXIBLE_PARTITION_FIXED = 4 + 2 + 8 + 8 + 8
 _API_VERSIONS_FIRST_FLEXIBLE = 3
 _API_VERSION_ENTRY = 6  # api_key, min_version, max_version: three int16s
 _DELEGATION_FIRST_FLEXIBLE = 2
@@ -102,6 +102,25 @@ def throttle_field_offset(api_key: int, api_version: int, body: memoryview | byt
         raise ProtocolError(
             "bad_response_body", f"{spec.name} v{api_version}: {exc.detail or exc.reason}"
         ) from None
+
+
+def throttle_field_at(api_key: int, api_version: int, frame: Buffer, start: int) -> int | None:
+    """throttle_field_offset for a body that begins at `start` in `frame` (a whole frame, say), as an
+    offset in `frame`. A flexible Produce answer's walk is the one the NodeEndpoints rewrite made of the
+    same frame, when it has (protocol/response_walks.py), and no view of the body is made for it."""
+    if api_key == _PRODUCE:
+        if not API_SPECS[_PRODUCE].has_throttle_field(api_version):
+            return None
+        try:
+            # The NodeEndpoints rewrite has walked this answer already (v10+): its walk is remembered.
+            return _produce_offset(api_version, frame, start, walked_produce_responses_end)
+        except ProtocolError as exc:
+            if exc.reason == "unsupported_version":
+                raise
+            detail = exc.detail or exc.reason
+            raise ProtocolError("bad_response_body", f"Produce v{api_version}: {detail}") from None
+    offset = throttle_field_offset(api_key, api_version, memoryview(frame)[start:])
+    return None if offset is None else start + offset
 
 
 def read_throttle_ms(api_key: int, api_version: int, body: memoryview | bytes | bytearray) -> int | None:
@@ -235,61 +254,17 @@ def _skip_tags(body: Buffer, pos: int) -> int:
     return skip_tagged_fields(body, pos)
 
 
-def _produce_offset(api_version: int, body: Buffer) -> int:
+def _produce_offset(
+    api_version: int, body: Buffer, start: int = 0, responses_end: _ResponsesEnd = produce_responses_end
+) -> int:
+    """The field's offset in `body`, whose answer begins at `start`."""
     _check_version(ApiKey.PRODUCE, api_version)
     if api_version < _PRODUCE_FIRST_FLEXIBLE:
         # Nothing follows the field in a non-flexible Produce body: it is the last 4 bytes.
-        if len(body) < _FIELD_SIZE:
-            raise ProtocolError("truncated", f"{len(body)} bytes")
+        if len(body) - start < _FIELD_SIZE:
+            raise ProtocolError("truncated", f"{len(body) - start} bytes")
         return len(body) - _FIELD_SIZE
-    return _field_then_end(body, produce_flexible_responses_end(api_version, body), True)
-
-
-def produce_flexible_responses_end(api_version: int, body: Buffer, start: int = 0) -> int:
-    """Offset after the Responses array of a Produce v9+ body (which begins at `start` in `body`: a caller
-    holding a whole frame saves making a view of the body).
-
-    Per topic: name (compact string; a 16-byte uuid from v13), partitions, tagged fields. Per
-    partition: the fixed fields, record_errors (batch_index int32, message compact nullable string,
-    tagged fields), error_message (compact nullable string), tagged fields (current_leader, v10+).
-
-    This is the hot path of every flexible Produce response, and a Python call costs about as much as
-    the rest of a partition's work, so the common cases are inlined: one-byte varints, an empty
-    record_errors array, an empty tagged-field block. A compact string whose one-byte length+1 is b
-    takes b bytes in all (b - 1 characters and the length byte), and a null one (b = 0) takes 1.
-    Reading past the end raises IndexError, turned into ProtocolError once, outside the loops.
-    """
-    topic_id = api_version >= _PRODUCE_FIRST_WITH_TOPIC_ID
-    b = body[start] if len(body) > start else 0x80
-    topics, pos = (b - 1, start + 1) if b < 0x80 else _array_length(body, start, True)
-    try:
-        for _ in range(topics):
-            if topic_id:
-                pos += _UUID_SIZE
-            else:
-                b = body[pos]
-                pos = pos + (b or 1) if b < 0x80 else skip_compact_nullable_string(body, pos)
-            b = body[pos]
-            if b < 0x80:
-                partitions = b - 1
-                pos += 1
-            else:
-                partitions, pos = _array_length(body, pos, True)
-            for _ in range(partitions):
-                pos += _PRODUCE_FLEXIBLE_PARTITION_FIXED
-                if body[pos] == 1:  # no record errors
-                    pos += 1
-                else:
-                    record_errors, pos = _array_length(body, pos, True)
-                    for _ in range(record_errors):
-                        pos = _skip_tags(body, skip_compact_nullable_string(body, pos + 4))
-                b = body[pos]  # error_message
-                pos = pos + (b or 1) if b < 0x80 else skip_compact_nullable_string(body, pos)
-                pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
-            pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
-    except IndexError:
-        raise ProtocolError("truncated", "Produce responses") from None
-    return pos
+    return _field_then_end(body, responses_end(api_version, body, start), True)
 
 
 def _api_versions_offset(api_version: int, body: Buffer) -> int | None:

@@ -33,7 +33,7 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import BadFramePrefix, FrameSplitter, buffer_in_use
 from sluice.quota import ANONYMOUS
 
-from .filters.base import RawExchange
+from .filters.base import UNOFFERED_VERSION, RawExchange
 from .flow import ReadPauses
 from .log import get_logger
 from .request_guard import RequestGuard
@@ -415,6 +415,7 @@ class ClientSide(asyncio.BufferedProtocol):
                 self._upstream_candidates(),
                 self._settings.upstream_tls,
                 lambda: UpstreamSide(self),
+                self._settings.upstream_bind_address,
             )
         except UpstreamUnreachable as exc:
             self.close("upstream_unreachable", tried=exc.tried)
@@ -447,7 +448,8 @@ class ClientSide(asyncio.BufferedProtocol):
                 guard.broker_answered()  # it speaks Kafka: the limits before proof end
             pipeline.broker_frames(frames)
         except ProtocolError as exc:
-            self._protocol_error("upstream", exc)
+            # An answer refused because its request asked for what was never offered is the client's doing.
+            self._protocol_error("client" if exc.reason == UNOFFERED_VERSION else "upstream", exc)
         except Exception as exc:  # a filter bug must cost one connection, never the process
             self._filter_failed(exc)
         finally:

@@ -274,34 +274,42 @@ class RequestPipeline:
                 return self._defer(verdict)
             answered = verdict is not None
         on_request = self._filters.on_request
-        for i, frame in enumerate(frames):
-            # uvloop may deliver data that arrived with the connection before our pause took effect.
-            if self.state is not _OPEN or gate.muted:
-                self._held.extend(_kept(frames[i:]))
-                break
-            if self._raw_exchange is not None:
-                self._raw_request(frame)
-                continue
-            header = parse_request_header(frame)
-            out = on_request(header, frame)
-            size = len(frame)
-            if type(out) is memoryview and size < COUNTED_MIN_BYTES:
-                # Forwarded untouched, no throttle, too small to count toward its broker's load: _settle's
-                # common case, inline (this is the hot path).
-                self._metrics.count_request(header.api_key, size - 4)
-                if header.api_key != _PRODUCE or produce_acks(frame, header) != 0:
-                    self._in_flight.append(InFlight(header))
-                else:
-                    self._sent_acks0(header.correlation_id)
-                self.outgoing.append(out)
-                continue
-            verdict = self._settle(header, frame, out)
-            if verdict is not None:
-                if type(verdict) is Deferred:
-                    self._held.extend(_kept(frames[i + 1 :]))
-                    ready = self._defer(verdict)
+        try:
+            for i, frame in enumerate(frames):
+                # uvloop may deliver data that arrived with the connection before our pause took effect.
+                if self.state is not _OPEN or gate.muted:
+                    self._held.extend(_kept(frames[i:]))
                     break
-                answered = True
+                if self._raw_exchange is not None:
+                    self._raw_request(frame)
+                    continue
+                header = parse_request_header(frame)
+                out = on_request(header, frame)
+                size = len(frame)
+                if type(out) is memoryview and size < COUNTED_MIN_BYTES:
+                    # Forwarded untouched, no throttle, too small to count toward its broker's load:
+                    # _settle's common case, inline (this is the hot path).
+                    self._metrics.count_request(header.api_key, size - 4)
+                    if header.api_key != _PRODUCE or produce_acks(frame, header) != 0:
+                        self._in_flight.append(InFlight(header))
+                    else:
+                        self._sent_acks0(header.correlation_id)
+                    self.outgoing.append(out)
+                    continue
+                verdict = self._settle(header, frame, out)
+                if verdict is not None:
+                    if type(verdict) is Deferred:
+                        self._held.extend(_kept(frames[i + 1 :]))
+                        ready = self._defer(verdict)
+                        break
+                    answered = True
+        except ProtocolError:
+            # A bad request (malformed, or refused by a filter) ends the connection once the requests read
+            # before it are answered: the answers filters made for them are ready and leave now, or the
+            # connection would wait for them until its grace ran out and close with them unsent.
+            if answered:
+                self._answers()
+            raise
         if answered:
             self._answers()
         return ready

@@ -112,6 +112,7 @@ class SluiceServer:
             [(hp.host, hp.port) for hp in config.upstream_bootstrap],
             client_id=config.client.client_id,
             tls=self.upstream_tls,
+            bind_address=config.upstream_bind_address,
             sasl=config.client.sasl,
             request_timeout_s=config.client.request_timeout_s,
         )
@@ -155,6 +156,7 @@ class SluiceServer:
             admission=self._admit,
             unproven_limits=config.sasl,
             broker_loads=BrokerLoads(config.max_in_flight_bytes_per_broker),
+            upstream_bind_address=config.upstream_bind_address,
         )
         self.metrics.broker_loads = self.settings.broker_loads
         self._servers: dict[str, Listener | PendingServer] = {}

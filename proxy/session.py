@@ -86,6 +86,7 @@ class SessionSettings:
         "request_memory",
         "sasl_required",
         "unproven_limits",
+        "upstream_bind_address",
         "upstream_tls",
     )
 
@@ -103,6 +104,7 @@ class SessionSettings:
         admission: Callable[[object], int] | None = None,
         unproven_limits: SaslSettings | None = None,
         broker_loads: BrokerLoads | None = None,
+        upstream_bind_address: str | None = None,
     ) -> None:
         self.chain = chain
         self.metrics = metrics
@@ -118,6 +120,7 @@ class SessionSettings:
         # and go at run time).
         self.cpu_time_needed = chain.cpu_time_needed()
         self.upstream_tls = upstream_tls
+        self.upstream_bind_address = upstream_bind_address  # upstream.bind_address
         # The user a client certificate proves (mTLS listeners only); SASL, when used, overrides it.
         self.client_principal = client_principal
         # The client connections' shared read buffer (ClientSide.get_buffer).

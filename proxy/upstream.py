@@ -4,8 +4,8 @@ broker's bytes and flow-control events to the `ClientSide` it serves."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol, cast
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     from .tls import UpstreamTlsTarget
@@ -24,22 +24,35 @@ class UpstreamUnreachable(Exception):
         self.tried = tried
 
 
+def connect_broker(
+    loop: asyncio.AbstractEventLoop,
+    protocol: Callable[[], asyncio.Protocol],
+    host: str,
+    port: int,
+    tls: UpstreamTlsTarget | None,
+    bind_address: str | None,
+) -> Awaitable[tuple[asyncio.BaseTransport, asyncio.Protocol]]:
+    """The connection to a broker, with TLS when `tls` is given, from `bind_address` when given
+    (`upstream.bind_address`: every connection to the brokers comes from that one address)."""
+    options: dict[str, Any] = {}
+    if tls is not None:
+        options.update(ssl=tls.context, server_hostname=tls.hostname_for(host))
+    if bind_address is not None:
+        options["local_addr"] = (bind_address, 0)
+    return loop.create_connection(protocol, host, port, **options)
+
+
 async def connect_first(
     loop: asyncio.AbstractEventLoop,
     candidates: Iterable[tuple[str, int]],
     tls: UpstreamTlsTarget | None,
     protocol: Callable[[], asyncio.Protocol],
+    bind_address: str | None = None,
 ) -> tuple[asyncio.Transport, str]:
     """Connect to the first candidate that answers, in order; the transport and its "host:port"."""
     failures: list[str] = []
     for host, port in candidates:
-        connecting = (
-            loop.create_connection(protocol, host, port)
-            if tls is None
-            else loop.create_connection(
-                protocol, host, port, ssl=tls.context, server_hostname=tls.hostname_for(host)
-            )
-        )
+        connecting = connect_broker(loop, protocol, host, port, tls, bind_address)
         try:
             transport, _ = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:

@@ -1,4 +1,4 @@
-"""BrokerWatch: stands at the test brokers' own ports and records which process opened each connection there.
+"""BrokerWatch: stands at the test brokers' own ports and records who opened each connection there.
 
 The proof that no client ever reaches a broker past the proxy. For each broker of a mock cluster it listens
 on a port of its own, relays each connection to the broker, and has the mock name that port in every
@@ -7,15 +7,18 @@ broker's address as far as anyone can learn it: the proxy is given it as its ups
 learnt a broker's real address could only connect there. (The mock's own listening ports are named in no
 answer; only the watch connects to them.)
 
-Every connection is looked up the moment it is accepted, while its other end necessarily exists: the
-connecting socket is found in /proc/net/tcp by its port and its owner by that socket's inode in the
-/proc/<pid>/fd of our processes (Linux). `direct(allowed)` lists the connections opened by any other
-process than the allowed ones (the proxy), their children and the mock's own; a connection whose owner
-cannot be found counts as direct, so a client that connects and leaves at once cannot slip through.
+Who connected is told by the connection's source address, which the accepted socket carries whatever its
+other end has done since: the proxy under test connects to the brokers from its own loopback address
+(`PROXY_SOURCE`, its `upstream.bind_address`), everyone else in the test from 127.0.0.1. A connection from
+any other source is direct, unless it is the mock cluster's own process (the librdkafka handle that owns
+the mock follows its Metadata like any client), which is looked up in /proc: the connecting socket by its
+port in /proc/net/tcp, its owner by that socket's inode in /proc/<pid>/fd. That lookup names the process
+in the failure message too; a connection whose owner cannot be found (it was gone before it could be
+looked up) counts as direct, so a client that connects and leaves at once cannot slip through.
 
-    with BrokerWatch(cluster) as watch, ProxyProcess(watch.bootstrap) as proxy:
+    with BrokerWatch(cluster) as watch, ProxyProcess(watch.bootstrap, watch.proxy_config) as proxy:
         ... clients through proxy.bootstrap ...
-        assert watch.direct({proxy.process.pid}) == []
+        assert watch.direct() == []
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +37,8 @@ from doubles.loop_thread import LoopThread
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 _HOST = "127.0.0.1"
-_LOOPBACK_HEX = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it
+# The proxy's upstream connections come from here (its upstream.bind_address); all of 127/8 is loopback.
+PROXY_SOURCE = "127.0.0.2"
 _ESTABLISHED = "01"
 _CHUNK = 65536
 
@@ -41,12 +46,17 @@ _CHUNK = 65536
 @dataclass(frozen=True)
 class Connection:
     broker_id: int
-    peer_port: int
-    pid: int | None  # the connecting process, None if it could not be found
+    peer: tuple[str, int]  # the connection's source address and port
+    pid: int | None  # the connecting process (not looked up for the proxy's), None if it could not be found
     command: str  # its command line, for the failure message
 
+    @property
+    def from_proxy(self) -> bool:
+        return self.peer[0] == PROXY_SOURCE
+
     def __str__(self) -> str:
-        return f"broker {self.broker_id} <- 127.0.0.1:{self.peer_port} from pid {self.pid} ({self.command})"
+        host, port = self.peer
+        return f"broker {self.broker_id} <- {host}:{port} from pid {self.pid} ({self.command})"
 
 
 class BrokerWatch:
@@ -66,6 +76,11 @@ class BrokerWatch:
     def bootstrap(self) -> str:
         return ",".join(f"{_HOST}:{port}" for _id, port in sorted(self.ports.items()))
 
+    @property
+    def proxy_config(self) -> dict[str, object]:
+        """The proxy under test's upstream section: these brokers, connected to from PROXY_SOURCE."""
+        return {"upstream": {"bootstrap": self.bootstrap, "bind_address": PROXY_SOURCE}}
+
     def __enter__(self) -> BrokerWatch:
         self.ports = self._loop_thread.start()
         for broker_id, port in self.ports.items():
@@ -77,25 +92,19 @@ class BrokerWatch:
     ) -> None:
         self._loop_thread.stop()
 
-    def direct(self, allowed: set[int]) -> list[Connection]:
-        """The connections not opened by an allowed process (or a child of one), nor by the mock cluster's
-        own process (the librdkafka handle that owns the mock follows its Metadata like any client)."""
-        allowed = allowed | {self._cluster.pid}
+    def direct(self) -> list[Connection]:
+        """The connections not from the proxy's source address, nor from the mock cluster's own process."""
         with self._lock:
-            return [c for c in self.connections if c.pid is None or not _descends(c.pid, allowed)]
+            return [c for c in self.connections if self._direct(c)]
 
-    def wait_for_direct(self, allowed: set[int], count: int = 1, timeout_s: float = 10.0) -> list[Connection]:
-        """Block until `count` connections not from `allowed` have been recorded (or the timeout); return
-        them all."""
-
-        mine = allowed | {self._cluster.pid}
-
-        def enough() -> bool:
-            return sum(c.pid is None or not _descends(c.pid, mine) for c in self.connections) >= count
-
+    def wait_for_direct(self, count: int = 1, timeout_s: float = 10.0) -> list[Connection]:
+        """Block until `count` direct connections have been recorded (or the timeout); return them all."""
         with self._changed:
-            self._changed.wait_for(enough, timeout_s)
-        return self.direct(allowed)
+            self._changed.wait_for(lambda: sum(map(self._direct, self.connections)) >= count, timeout_s)
+        return self.direct()
+
+    def _direct(self, connection: Connection) -> bool:
+        return not connection.from_proxy and connection.pid != self._cluster.pid
 
     # ---- the relays -----------------------------------------------------------------------------------
 
@@ -119,10 +128,14 @@ class BrokerWatch:
     async def _accepted(
         self, broker_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        peer_port = writer.get_extra_info("peername")[1]
-        pid = connecting_process(peer_port, writer.get_extra_info("sockname")[1])
+        peer_host, peer_port = writer.get_extra_info("peername")[:2]
+        if peer_host == PROXY_SOURCE:
+            connection = Connection(broker_id, (peer_host, peer_port), None, "the proxy (its source address)")
+        else:
+            pid = connecting_process(peer_host, peer_port, writer.get_extra_info("sockname")[1])
+            connection = Connection(broker_id, (peer_host, peer_port), pid, _command(pid))
         with self._changed:
-            self.connections.append(Connection(broker_id, peer_port, pid, _command(pid)))
+            self.connections.append(connection)
             self._changed.notify_all()
         task = asyncio.current_task()
         assert task is not None
@@ -157,9 +170,9 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 # ---- /proc ------------------------------------------------------------------------------------------------
 
 
-def connecting_process(peer_port: int, server_port: int) -> int | None:
-    """The pid owning the client end (127.0.0.1:peer_port -> 127.0.0.1:server_port) of a connection."""
-    local, remote = f"{_LOOPBACK_HEX}:{peer_port:04X}", f"{_LOOPBACK_HEX}:{server_port:04X}"
+def connecting_process(peer_host: str, peer_port: int, server_port: int) -> int | None:
+    """The pid owning the client end (peer_host:peer_port -> 127.0.0.1:server_port) of a connection."""
+    local, remote = f"{_proc_hex(peer_host)}:{peer_port:04X}", f"{_proc_hex(_HOST)}:{server_port:04X}"
     inode = None
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
@@ -178,27 +191,14 @@ def connecting_process(peer_port: int, server_port: int) -> int | None:
     return None
 
 
+def _proc_hex(ip: str) -> str:
+    """An IPv4 address as /proc/net/tcp writes it (the 32-bit value in host order: little-endian)."""
+    return socket.inet_aton(ip)[::-1].hex().upper()
+
+
 def _pids() -> list[int]:
     """Every process we may look into, the youngest first (the proxy and the clients are recent)."""
     return sorted((int(name) for name in os.listdir("/proc") if name.isdigit()), reverse=True)
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state, past the command's parens
-
-
-def _descends(pid: int, allowed: set[int]) -> bool:
-    seen = 0
-    current: int | None = pid
-    while current is not None and current > 1 and seen < 64:
-        if current in allowed:
-            return True
-        current, seen = _parent(current), seen + 1
-    return False
 
 
 def _command(pid: int | None) -> str:

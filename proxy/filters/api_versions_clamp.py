@@ -14,14 +14,11 @@ what the clamp did not offer is refused by UnadvertisedRequests (proxy/filters/u
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from sluice.config.protocol_settings import UnvettedApis
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.api_versions_clamp import clamp_api_versions
-from sluice.protocol.api_vetting import vetted_max_versions
 
-from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
+from .base import ChainVersions, ConnectionInfo, Filter, FilterFactory, Frame, InFlight
 from .frames import with_body
 
 # ApiVersions answers always use response header v0: just the correlation id.
@@ -55,10 +52,10 @@ class ApiVersionsClampFactory(FilterFactory):
         # Per API key, its newest vetted version (keys missing: none is); None while vetting is off.
         self.vetted: dict[int, int] | None = None
 
-    def chain_built(self, max_versions: Mapping[int, int], address_rewrites: Mapping[int, int]) -> None:
-        self.max_versions = dict(max_versions)
+    def chain_built(self, versions: ChainVersions) -> None:
+        self.max_versions = dict(versions.max_versions)
         if self.unvetted is UnvettedApis.HIDE:
-            self.vetted = vetted_max_versions(address_rewrites)
+            self.vetted = dict(versions.vetted)
 
     def create(self, conn: ConnectionInfo) -> ApiVersionsClamp:
         return ApiVersionsClamp(conn, self)

@@ -76,6 +76,11 @@ class Respond(NamedTuple):
 
 
 RequestEffect = Frame | Forward | Answer | Close | Defer
+
+# The reason of the ProtocolError a filter raises for a request of an API or version the proxy never offered.
+# It is the client's doing wherever it is found, so the connection logs it as the client's even when a
+# response filter is the one that finds it (an answer newer than the filter can read).
+UNOFFERED_VERSION = "unadvertised_api_version"
 ResponseEffect = Frame | Respond
 
 
@@ -213,7 +218,24 @@ class FilterFactory:
         True, the connection measures it and the filter sees every response, of whatever API."""
         return False
 
-    def chain_built(self, max_versions: Mapping[int, int], address_rewrites: Mapping[int, int]) -> None:
-        """Called once the chain that holds this factory is complete, with the newest version of each API
-        its filters can handle and the newest whose broker addresses they rewrite (what the ApiVersions
-        clamp advertises)."""
+    def chain_built(self, versions: ChainVersions) -> None:
+        """Called once the chain that holds this factory is complete, with what its filters declare
+        together (what the ApiVersions clamp advertises)."""
+
+
+class ChainVersions(NamedTuple):
+    """What a complete chain declares about API versions, computed once (FilterChain) for every factory."""
+
+    # Per API key, the newest version every filter of the chain can handle (Filter.max_versions).
+    max_versions: Mapping[int, int]
+    # Per API key, the newest response version in which a filter rewrites every broker address.
+    address_rewrites: Mapping[int, int]
+    # Per API key, the newest vetted version (protocol/api_vetting.py); a key missing has none.
+    vetted: Mapping[int, int]
+
+    def newest_vetted_offer(self, api_key: int) -> int:
+        """The newest version of `api_key` the clamp offers while it hides unvetted APIs; -1: none."""
+        return min(self.vetted.get(api_key, -1), self.max_versions.get(api_key, _INT16_MAX))
+
+
+_INT16_MAX = 0x7FFF

@@ -4,9 +4,12 @@ Every response field that names a broker's host and port is rewritten to the lis
 for that node (`BrokerDirectory.advertise`, which opens a listener for a node it has not seen):
 * Metadata, FindCoordinator, DescribeCluster: the brokers (or coordinators) a client connects to;
 * Produce v10+, Fetch v16+, ShareFetch, ShareAcknowledge: `NodeEndpoints` (KIP-951), the new leader's
-  address a broker adds when it answers NOT_LEADER_OR_FOLLOWER (protocol/node_endpoints.py). An answer in
-  a version newer than that module can read closes the connection (ProtocolError): for Produce and Fetch
-  this is where a version the clamp did not offer is refused (UnadvertisedRequests leaves them alone).
+  address a broker adds when it answers NOT_LEADER_OR_FOLLOWER (protocol/node_endpoints.py).
+
+An answer in a version newer than this filter can read closes the connection, as the refusal of a request
+for a version the clamp never offered (`unoffered_version`, logged as the client's doing): the request
+gates refuse such requests on the way in, so only a client of a proxy told `protocol.unvetted_apis: pass`
+gets this far (say, ShareAcknowledge v3).
 
 A node the proxy has no listener for is left out of the answer (the client then asks Metadata again).
 Every address rewritten or left out outside Metadata counts in `sluice_addresses_rewritten_total{api}`.
@@ -21,6 +24,7 @@ from typing import ClassVar
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS, rewrite_broker_addresses
+from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import response_header_size
 from sluice.protocol.node_endpoints import (
     NODE_ENDPOINTS_FROM,
@@ -32,6 +36,7 @@ from ..brokers import Address, BrokerDirectory
 from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
 from .chain import TABLE_SIZE
 from .frames import with_body
+from .unadvertised_requests import unoffered_version
 
 _METADATA = ApiKey.METADATA
 _REWRITTEN: Mapping[int, int] = {**REWRITABLE_MAX_VERSIONS, **NODE_ENDPOINTS_MAX_VERSIONS}
@@ -62,14 +67,22 @@ class BrokerAddressRewrite(Filter):
                 return frame
             # Flexible versions: the header is the correlation id and (nearly always) no tagged fields.
             header_size = 5 if frame[8] == 0 else response_header_size(key, version, frame)
-            new_body, rewritten = rewrite_node_endpoints(
-                key, version, frame, self._directory.advertise, 4 + header_size
-            )
+            try:
+                # remember: ClientQuotas may patch this answer's throttle next (frames are views of bytes).
+                new_body, rewritten = rewrite_node_endpoints(
+                    key, version, frame, self._directory.advertise, 4 + header_size, True
+                )
+            except ProtocolError as exc:
+                if exc.reason == "unsupported_version":
+                    raise unoffered_version(header, _REWRITTEN[key]) from None
+                raise
             if new_body is None:
                 return frame
             self._counts[key] += rewritten
             return with_body(frame, header_size, new_body)
         version = header.api_version
+        if version > _REWRITTEN[key]:
+            raise unoffered_version(header, _REWRITTEN[key])
         header_size = response_header_size(key, version, frame)
         body = memoryview(frame)[4 + header_size :]
         if key == _METADATA:

@@ -3,18 +3,22 @@
 
 Routing tables are lists indexed by API key, computed once per proxy as tuples of filter positions and
 turned into tuples of one connection's filter instances when it opens; a frame whose API no filter wants
-meets an empty tuple and is passed on as it is.
+meets an empty tuple and is passed on as it is. Every key outside the table (negative, or beyond any API
+Kafka defines) shares one more slot, `BEYOND_TABLE`: a filter that names it sees them all, so such a key
+cannot slip past the filters that must see every request (the gate, which refuses it) or every response.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from sluice.protocol.api_vetting import vetted_max_versions
 from sluice.protocol.headers import RequestHeader
 
 from .base import (
     Answer,
+    ChainVersions,
     Close,
     ConnectionInfo,
     Defer,
@@ -28,8 +32,10 @@ from .base import (
 
 # API keys are small integers; a list indexed by key is the cheapest lookup on the hot path.
 TABLE_SIZE = 128
-_ALL_KEYS = frozenset(range(TABLE_SIZE))
-_NO_FILTERS: tuple[Filter, ...] = ()
+# The routing slot of every API key outside 0..TABLE_SIZE - 1 (an int16 may be anything).
+BEYOND_TABLE = TABLE_SIZE
+# Every routing slot: a filter naming these sees every frame, whatever its API key.
+EVERY_API_KEY = frozenset(range(TABLE_SIZE + 1))
 _Positions = tuple[int, ...]
 
 
@@ -45,9 +51,8 @@ class FilterChain:
         "_by_request_key",
         "_by_response_key",
         "_cpu_response_key",
-        "address_rewrites",
         "factories",
-        "max_versions",
+        "versions",
     )
 
     def __init__(self, factories: Sequence[FilterFactory]) -> None:
@@ -60,7 +65,7 @@ class FilterChain:
         # reads_body_now always reads it, so that key never streams and is not asked about per request.
         self._body_readers: list[tuple[FilterFactory, ...] | None] = []
         request_groups = self._by_request_key
-        for key in range(TABLE_SIZE):
+        for key in EVERY_API_KEY:
             positions = request_groups.groups[request_groups.group_of[key]]
             readers = tuple(self.factories[i] for i in positions if key not in classes[i].head_only_api_keys)
             always = any(type(f).reads_body_now is FilterFactory.reads_body_now for f in readers)
@@ -68,7 +73,7 @@ class FilterChain:
         # While a filter needs CPU time it sees every response (CPU is charged whatever the API).
         self._cpu_response_key = _index(
             [
-                _ALL_KEYS if _may_need_cpu(f) else c.response_api_keys
+                EVERY_API_KEY if _may_need_cpu(f) else c.response_api_keys
                 for f, c in zip(self.factories, classes, strict=True)
             ]
         )
@@ -79,18 +84,22 @@ class FilterChain:
                 raise TypeError(f"{type(factory).__name__} does not name its filter_class")
             for key, version in cls.max_versions.items():
                 versions[int(key)] = min(version, versions.get(int(key), version))
-        self.max_versions: Mapping[int, int] = versions
+        # Per API, the newest version whose addresses a filter rewrites. Two filters rewriting the same API
+        # could not both be right about what the other leaves (which of them rewrites which field, up to
+        # which version): a chain that tried is refused, not resolved by taking one of them.
         rewrites: dict[int, int] = {}
         for cls in classes:
             for key, version in cls.rewrites_addresses.items():
-                rewrites[int(key)] = max(version, rewrites.get(int(key), version))
-        self.address_rewrites: Mapping[int, int] = rewrites
+                if int(key) in rewrites:
+                    raise TypeError(f"two filters rewrite the broker addresses of api key {int(key)}")
+                rewrites[int(key)] = version
+        self.versions = ChainVersions(versions, rewrites, vetted_max_versions(rewrites))
         for factory in self.factories:
-            factory.chain_built(self.max_versions, self.address_rewrites)
+            factory.chain_built(self.versions)
 
     def may_stream(self, key: int) -> bool:
         """Whether no filter reads the body of a request of API `key` now (live: quotas come and go)."""
-        readers = self._body_readers[key] if 0 <= key < TABLE_SIZE else None
+        readers = self._body_readers[key if 0 <= key < TABLE_SIZE else BEYOND_TABLE]
         return readers is not None and not any(f.reads_body_now(key) for f in readers)
 
     def cpu_time_needed(self) -> Callable[[], bool]:
@@ -116,14 +125,14 @@ class _KeyTable(NamedTuple):
     distinct position sets: a connection then keeps one tuple of filters per distinct set (a handful),
     not one per API key (128 slots, three tables: 3 kB for every connection, idle or not)."""
 
-    group_of: bytes  # API key -> index into `groups`
+    group_of: bytes  # API key (BEYOND_TABLE for the others) -> index into `groups`
     groups: tuple[_Positions, ...]
 
 
 def _index(wanted: list[frozenset[int]]) -> _KeyTable:
     groups: dict[_Positions, int] = {}
     group_of = bytearray()
-    for key in range(TABLE_SIZE):
+    for key in range(TABLE_SIZE + 1):
         at = tuple(i for i, keys in enumerate(wanted) if key in keys)
         group_of.append(groups.setdefault(at, len(groups)))
     return _KeyTable(bytes(group_of), tuple(groups))
@@ -182,7 +191,7 @@ class ConnectionFilters:
         (or Forward with the throttle earned), an Answer (its throttle includes the earlier filters'), a
         Close, or a Deferred to resume later. One method for both, so the hot path makes one call."""
         key = header.api_key
-        filters = self._request_groups[self._request_group[key]] if 0 <= key < TABLE_SIZE else _NO_FILTERS
+        filters = self._request_groups[self._request_group[key if 0 <= key < TABLE_SIZE else BEYOND_TABLE]]
         if not filters:
             return frame
         original, start, throttle = frame, 0, 0
@@ -220,7 +229,7 @@ class ConnectionFilters:
         applied as they are asked for)."""
         key = request.header.api_key
         if not 0 <= key < TABLE_SIZE:
-            return frame
+            key = BEYOND_TABLE
         if self._cpu_needed():
             filters = self._cpu_response_groups[self._cpu_response_group[key]]
         else:

@@ -11,6 +11,10 @@ What is charged (spec 2.7, 3):
   request quota on SASL listeners (spec 3), and charging the one request any client sends before it logs
   in let 100,000 client-ids make 100,000 sensors (issue 14). Their CPU time is dropped, not carried over.
 
+A Produce, Fetch or ShareFetch of a version beyond the chain's was never offered and is refused
+(`unoffered_version`, as the request gate refuses other APIs): one comparison, on the path every one of
+them takes anyway; no filter could read it (TopicQuotas stops at Produce v12).
+
 When: a broker reads one request per connection at a time and mutes before reading the next, so a Produce
 is charged before the next one is read. A pipelining proxy gets the same effect by charging a Produce as
 it forwards it and muting at once, so requests behind it are held, not forwarded unchecked. Fetch and
@@ -22,8 +26,8 @@ How the client is held (`quota.throttle_mode`):
   response that keeps the broker's session id, and its bytes are un-charged (`quota.fetch_throttle: empty`),
   or passed with the field set (`pass`). A throttled ShareFetch is always passed with the field set: its
   records were acquired for this consumer when the broker answered, and an empty answer would leave them
-  locked until the acquisition lock times out, then count a delivery that never happened (a broker
-  throttles before it acquires; docs/quotas.md).
+  locked until the acquisition lock times out, then count a delivery that never happened (which is what
+  a broker's empty answer does: docs/quotas.md).
 * `delay`: the response is held for the throttle (bandwidth and request throttles summed, spec 2.9).
 * `auto`: `kip219` for request versions whose clients back off, `delay` for older ones.
 
@@ -66,14 +70,26 @@ from sluice.protocol.share_fetch import (
 from sluice.protocol.throttle_field import (
     THROTTLE_PATCHABLE_MAX_VERSIONS,
     read_throttle_ms,
-    throttle_field_offset,
+    throttle_field_at,
 )
 from sluice.quota import ClientQuotaManager, QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
-from .base import Answer, ConnectionInfo, Defer, Filter, FilterFactory, Forward, Frame, InFlight, Respond
+from .base import (
+    Answer,
+    ChainVersions,
+    ConnectionInfo,
+    Defer,
+    Filter,
+    FilterFactory,
+    Forward,
+    Frame,
+    InFlight,
+    Respond,
+)
 from .entity_gate import TIMED_OUT, EntityGates, produce_deadline_ms, timed_out_answer
 from .frames import with_body
 from .quota_metrics import ThrottleStats
+from .unadvertised_requests import unoffered_version
 
 _PRODUCE, _FETCH, _SHARE_FETCH = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH
 _FETCHES = frozenset({_FETCH, _SHARE_FETCH})  # charged to consumer_byte_rate
@@ -103,6 +119,7 @@ class ClientQuotas(Filter):
         "_fetch_throttle",
         "_gates",
         "_mode",
+        "_newest",
         "_produce",
         "_produce_rules",
         "_request",
@@ -131,6 +148,7 @@ class ClientQuotas(Filter):
             self._request_rules,
             managers.controller_mutation.rules,
         )
+        self._newest = shared.newest
         self._mode = shared.mode
         self._fetch_throttle = shared.fetch_throttle
         self._stats = shared.stats
@@ -145,7 +163,12 @@ class ClientQuotas(Filter):
     # ---- requests -------------------------------------------------------------------------------
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Answer | Defer:
-        if header.api_key == _PRODUCE:
+        # A version beyond the chain's was never offered, and some filter could not read it (TopicQuotas
+        # reads Produce up to v12): refused here, where every Produce, Fetch and ShareFetch passes anyway.
+        key = header.api_key
+        if header.api_version > self._newest[key]:
+            raise unoffered_version(header, self._newest[key])
+        if key == _PRODUCE:
             if self._produce_rules.enabled_bits:
                 return self._charge_produce(header, frame)
             if self._turn is not None:
@@ -225,15 +248,10 @@ class ClientQuotas(Filter):
             return frame
         share = header.api_key == _SHARE_FETCH
         view = memoryview(frame)[4 + header.size :]
-        try:
-            if share:
-                limits: tuple[int, int] | None = share_fetch_request_limits(header.api_version, view)
-            else:
-                limits = fetch_request_limits(header.api_version, view)
-        except ProtocolError as exc:
-            if exc.reason != "unsupported_version":
-                raise
-            return frame  # newer than Sluice knows: forwarded uncapped rather than refused
+        if share:
+            limits: tuple[int, int] | None = share_fetch_request_limits(header.api_version, view)
+        else:
+            limits = fetch_request_limits(header.api_version, view)  # a version it reads (on_request)
         if limits is None or limits[1] <= cap:
             return frame
         body = bytearray(view)
@@ -364,16 +382,15 @@ class ClientQuotas(Filter):
         """The frame with `throttle_time_ms` raised to `throttle`, or None if nothing was written (no such
         field in this version, a version newer than Sluice knows, or the broker's own value is larger)."""
         view = memoryview(frame)
-        start = 4 + header_size
         try:
-            offset = throttle_field_offset(header.api_key, header.api_version, view[start:])
+            # A Produce answer's walk is the one BrokerAddressRewrite made of this frame (response_walks).
+            at = throttle_field_at(header.api_key, header.api_version, frame, 4 + header_size)
         except ProtocolError as exc:
             if exc.reason != "unsupported_version":
                 raise
             return None
-        if offset is None:
+        if at is None:
             return None
-        at = start + offset
         if _INT32.unpack_from(view, at)[0] >= throttle:
             return None  # the broker throttles longer than we do: its value stands
         return b"".join((view[:at], _INT32.pack(throttle), view[at + 4 :]))
@@ -398,6 +415,10 @@ class ClientQuotasFactory(FilterFactory):
         self.fetch_throttle = fetch_throttle
         self.stats = stats if stats is not None else ThrottleStats()
         self.mute_scope = mute_scope
+        # Per API key, the newest request version let through (the chain's, once it is built).
+        self.newest = [-1] * (max(ClientQuotas.request_api_keys) + 1)
+        for key in ClientQuotas.request_api_keys:
+            self.newest[key] = ClientQuotas.max_versions[key]
         self._gates: EntityGates | None = None
         # The managers' live rules: a quota added or removed at run time counts from the next request.
         self._request_rules = managers.request.rules
@@ -412,6 +433,10 @@ class ClientQuotasFactory(FilterFactory):
 
     def needs_cpu_time(self) -> bool:
         return self._request_rules.enabled_bits != 0  # a request_percentage quota is configured
+
+    def chain_built(self, versions: ChainVersions) -> None:
+        for key in ClientQuotas.request_api_keys:
+            self.newest[key] = versions.max_versions[key]
 
     def create(self, conn: ConnectionInfo) -> ClientQuotas:
         return ClientQuotas(conn, self)

@@ -5,14 +5,13 @@ the proxy cannot read, with broker addresses in it. A broker treats a request fo
 serve, or a version outside the range it supports, as invalid and closes that connection (Kafka's
 SocketServer: "Received request api key ... which is not enabled"); the proxy does the same for what its
 clamp hid or capped, on that connection only: the requests read before it are answered first, and it is
-logged (`protocol_error`, reason `unadvertised_api_version`) and counted. ApiVersions itself is never
-refused: Kafka accepts every version of it and answers an unknown one with UNSUPPORTED_VERSION.
+logged (`protocol_error`, side client, reason `unadvertised_api_version`) and counted. ApiVersions itself is
+never refused: Kafka accepts every version of it and answers an unknown one with UNSUPPORTED_VERSION.
 
-Produce and Fetch are not checked here: every client sends them all the time, and a filter more on their
-way costs each of them about a tenth of a microsecond (the proxy's whole CPU per small Produce is ~4.5 us).
-Their answers pass BrokerAddressRewrite, which refuses a version whose layout it cannot read (above the
-offered range's top or not) by closing the connection, so a client asking for one learns nothing from it;
-what the broker did with the request it did, unlike a broker that refuses before reading.
+Produce, Fetch and ShareFetch are not checked here: every client sends them all the time, and a filter more
+on their way would cost each of them its call. ClientQuotas, which reads every one of them anyway, refuses
+a version beyond the chain's (`unoffered_version`, the same refusal), whatever `protocol.unvetted_apis`
+says: no filter could handle it.
 
 In the chain only with `protocol.unvetted_apis: hide` (the default). The check reads the header alone,
 so a large request still streams through as it arrives.
@@ -20,18 +19,16 @@ so a large request still streams through as it arrives.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from sluice.protocol.api_keys import ApiKey
-from sluice.protocol.api_vetting import vetted_max_versions
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader
 from sluice.protocol.schema_table import KNOWN_APIS
 
-from .base import ConnectionInfo, Filter, FilterFactory, Frame
-from .chain import TABLE_SIZE
+from .base import UNOFFERED_VERSION, ChainVersions, ConnectionInfo, Filter, FilterFactory, Frame
+from .chain import EVERY_API_KEY, TABLE_SIZE
 
-_CHECKED_KEYS = frozenset(range(TABLE_SIZE)) - {ApiKey.API_VERSIONS, ApiKey.PRODUCE, ApiKey.FETCH}
+# Every API key, those outside the routing table too (none of them is ever offered), but the three below.
+_CHECKED_KEYS = EVERY_API_KEY - {ApiKey.API_VERSIONS, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH}
 
 
 class UnadvertisedRequests(Filter):
@@ -45,16 +42,19 @@ class UnadvertisedRequests(Filter):
         self._newest = newest
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
-        if header.api_version <= self._newest[header.api_key]:
+        key = header.api_key
+        newest = self._newest[key] if 0 <= key < TABLE_SIZE else -1
+        if header.api_version <= newest:
             return frame
-        raise ProtocolError("unadvertised_api_version", _refusal(header, self._newest[header.api_key]))
+        raise unoffered_version(header, newest)
 
 
-def _refusal(header: RequestHeader, newest: int) -> str:
+def unoffered_version(header: RequestHeader, newest: int) -> ProtocolError:
+    """The error that refuses a request for a version newer than `newest` (-1: the API was not offered)."""
     known = KNOWN_APIS.get(header.api_key)
     name = known.name if known is not None else f"api key {header.api_key}"
-    offered = f"up to v{newest} was offered" if newest >= 0 else "it was not offered"
-    return f"{name} v{header.api_version}: {offered} (protocol.unvetted_apis: hide)"
+    offer = f"the proxy offers up to v{newest}" if newest >= 0 else "the proxy does not offer it"
+    return ProtocolError(UNOFFERED_VERSION, f"{name} v{header.api_version}: {offer}")
 
 
 class UnadvertisedRequestsFactory(FilterFactory):
@@ -64,10 +64,9 @@ class UnadvertisedRequestsFactory(FilterFactory):
         # Per API key (the list index), the newest version offered; -1: none.
         self.newest = [-1] * TABLE_SIZE
 
-    def chain_built(self, max_versions: Mapping[int, int], address_rewrites: Mapping[int, int]) -> None:
-        vetted = vetted_max_versions(address_rewrites)
+    def chain_built(self, versions: ChainVersions) -> None:
         for key in range(TABLE_SIZE):
-            self.newest[key] = min(vetted.get(key, -1), max_versions.get(key, TABLE_SIZE))
+            self.newest[key] = versions.newest_vetted_offer(key)
 
     def create(self, conn: ConnectionInfo) -> UnadvertisedRequests:
         return UnadvertisedRequests(conn, self.newest)

@@ -52,6 +52,7 @@ class Cluster:
         tls: UpstreamTlsTarget | None,
         sasl: ClientSasl | None,
         connect_timeout_s: float,
+        bind_address: str | None = None,
         request_timeout_s: float,
     ) -> None:
         if not bootstrap:
@@ -63,6 +64,7 @@ class Cluster:
         self.topics: dict[str, TopicInfo] = {}
         self.controller_id = -1
         self._tls = tls
+        self._bind_address = bind_address
         self._sasl = sasl
         self._connect_timeout_s = connect_timeout_s
         self._connections: dict[_Key, BrokerConnection] = {}
@@ -116,6 +118,7 @@ class Cluster:
                     port,
                     client_id=self.client_id,
                     tls=self._tls,
+                    bind_address=self._bind_address,
                     sasl=self._sasl,
                     timeout_s=self._connect_timeout_s,
                     label=label,

@@ -30,6 +30,7 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request, read_correlation_id, response_header_size
 
+from ..upstream import connect_broker
 from .authenticate import authenticate
 from .errors import AuthenticationFailed, BrokerUnavailable, KafkaErrorCode, UnsupportedByBroker
 
@@ -188,20 +189,17 @@ async def open_broker_connection(
     sasl: ClientSasl | None,
     timeout_s: float,
     label: str | None = None,
+    bind_address: str | None = None,
 ) -> BrokerConnection:
-    """Connect, learn the broker's API versions, authenticate; raises BrokerUnavailable,
-    AuthenticationFailed or UnsupportedByBroker."""
+    """Connect (from `bind_address` when given), learn the broker's API versions, authenticate; raises
+    BrokerUnavailable, AuthenticationFailed or UnsupportedByBroker."""
     loop = asyncio.get_running_loop()
     name = label or f"{host}:{port}"
     connection = BrokerConnection(name, client_id)
     try:
-        if tls is None:
-            connecting = loop.create_connection(lambda: connection, host, port)
-        else:
-            connecting = loop.create_connection(
-                lambda: connection, host, port, ssl=tls.context, server_hostname=tls.hostname_for(host)
-            )
-        await asyncio.wait_for(connecting, timeout_s)
+        await asyncio.wait_for(
+            connect_broker(loop, lambda: connection, host, port, tls, bind_address), timeout_s
+        )
     except TimeoutError:
         connection.close()
         raise BrokerUnavailable(f"{name}: no connection within {timeout_s:g} s") from None

@@ -136,6 +136,7 @@ def _client(config: ProxyConfig, bootstrap: Sequence[tuple[str, int]]) -> KafkaC
         tls=None
         if upstream is None
         else UpstreamTlsTarget(upstream_context(upstream), upstream.server_hostname),
+        bind_address=config.upstream_bind_address,  # brokers may let in only Sluice's address
         sasl=config.client.sasl,
         request_timeout_s=config.client.request_timeout_s,
     )

@@ -1,6 +1,7 @@
 """Benchmarks for protocol/: Metadata broker rewrite, frame splitting + header parsing, feed throughput,
 patching throttle_time_ms in Produce and Fetch responses, and the NodeEndpoints walk every Produce v10+ and
-Fetch v16+ answer takes (the common answer, with none, and one naming two new leaders).
+Fetch v16+ answer takes (the common answer, with none, and one naming two new leaders); and, from
+tests/bench/bench_chain.py, what the server's whole filter chain costs a small request and its answer.
 
 Run: `.venv/bin/python tests/bench/bench_protocol.py` prints one JSON object per line.
 `run()` returns the same records as dicts: {"name", "value", "unit", "target"} (target None = no
@@ -254,6 +255,9 @@ def run() -> list[dict[str, Any]]:
     )
     results.append(bench_throttle_patch("patch_throttle_fetch_v12", 1, 12, fetch_response_body(12)))
     results.extend(bench_node_endpoints())
+    from bench_chain import run as chain_rows  # imports this module: loaded once this one is
+
+    results.extend(chain_rows())
     return results
 
 

@@ -1,4 +1,5 @@
-"""The start-up address checks: listen hosts resolve, and no upstream bootstrap server is Sluice itself."""
+"""The start-up address checks: listen hosts resolve, no upstream bootstrap server is Sluice itself, and the
+upstream bind address is this machine's."""
 
 from __future__ import annotations
 
@@ -105,3 +106,16 @@ def test_the_real_resolver_and_local_check() -> None:
     assert not is_local_address("192.0.2.1")  # TEST-NET-1: never assigned to a machine
     with pytest.raises(OSError):
         resolve_addresses("no-such-host.invalid")
+
+
+def test_an_upstream_bind_address_that_is_not_this_machines_is_refused() -> None:
+    check(config("127.0.0.1:9092", "kafka-1:9092", **{"upstream.bind_address": "192.0.2.7"}))
+    with pytest.raises(ConfigError) as raised:
+        check(config("127.0.0.1:9092", "kafka-1:9092", **{"upstream.bind_address": "198.51.100.1"}))
+    assert raised.value.key == "upstream.bind_address"
+    assert "an IP address of this machine" in raised.value.expected
+
+
+def test_the_kernel_says_which_bind_addresses_are_this_machines() -> None:
+    assert is_local_address("127.0.0.2")  # all of 127/8 is loopback on Linux
+    assert not is_local_address("198.51.100.1")  # TEST-NET-2: on no machine

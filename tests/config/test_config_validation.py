@@ -25,7 +25,11 @@ def check(error: ConfigError, key: str, fragment: str) -> None:
     ("overrides", "key", "fragment"),
     [
         ({"lisen": "x:1"}, "lisen", "did you mean 'listen'?"),
-        ({"upstream.bootstap": "a:1"}, "upstream.bootstap", "known keys under upstream: bootstrap"),
+        (
+            {"upstream.bootstap": "a:1"},
+            "upstream.bootstap",
+            "known keys under upstream: bootstrap, bind_address",
+        ),
         ({"log.levle": "info"}, "log.levle", "known keys under log: level, format"),
         ({"metrics.port": 9404}, "metrics.port", "known keys under metrics: listen"),
         ({"zzz": 1}, "zzz", "known keys at the top level: listen, advertised_host, broker_port_base"),
@@ -335,3 +339,17 @@ def test_broker_limits_defaults_and_values() -> None:
         False,
         0,
     )
+
+
+def test_upstream_bind_address_is_an_ip_address_without_a_port_or_none() -> None:
+    assert load_config(None, dict(BASE)).upstream_bind_address is None
+    assert (
+        load_config(None, {**BASE, "upstream.bind_address": "127.0.0.2"}).upstream_bind_address == "127.0.0.2"
+    )
+    assert load_config(None, {**BASE, "upstream.bind_address": "[::1]"}).upstream_bind_address == "::1"
+    for bad in ("kafka-proxy.example", "127.0.0.2:0", "0.0.0.0", "::", 7):
+        check(
+            error_for({"upstream.bind_address": bad}),
+            "upstream.bind_address",
+            "an IP address of this machine",
+        )

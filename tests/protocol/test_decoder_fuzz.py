@@ -66,6 +66,7 @@ from sluice.protocol import (
     produce_topics,
     record_batches,
     record_sets,
+    response_walks,
     sasl,
     sasl_client,
     sasl_exchange,
@@ -209,6 +210,8 @@ def _throttle(fn: Callable[..., object]) -> Callable[[int, bytes], object]:
             return fn(api_key, version, bytearray(data), 12345)
         if fn in (throttle_field.patch_frame_throttle_ms, throttle_field.raise_frame_throttle_ms):
             return fn(api_key, version, bytearray(data), version % 3, 12345)
+        if fn is throttle_field.throttle_field_at:
+            return fn(api_key, version, b"\x00\x00" + data, 2)  # a body that begins inside the frame
         return fn(api_key, version, data)
 
     return call
@@ -245,6 +248,18 @@ def _node_endpoints_seeds() -> tuple[list[int], dict[int, list[bytes]]]:
                 schema = message_schema(key, "response", v)
                 seeds[key * 100 + v] = [encode(schema, v, sample(schema, v))]
     return versions, seeds
+
+
+def _share_answer_seeds() -> dict[int, list[bytes]]:
+    """ShareFetch (versions 0-2) and ShareAcknowledge (3-5) answers built from Kafka's own schemas, where
+    the reference copies are (random bytes otherwise)."""
+    seeds: dict[int, list[bytes]] = {}
+    if SHARED_MISSING is None:
+        for index, key in enumerate((ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)):
+            for v in range(3):
+                schema = message_schema(key, "response", v)
+                seeds[index * 3 + v] = [encode(schema, v, sample(schema, v))]
+    return seeds
 
 
 def _broker_entries(version: int, data: bytes) -> object:
@@ -464,9 +479,28 @@ def _targets() -> list[Target]:
             versions=range(share_fetch.SHARE_FETCH_MAX_VERSION + 2),
         ),
         Target(
-            "throttle_field.produce_flexible_responses_end",
-            throttle_field.produce_flexible_responses_end,
+            "response_walks.produce_responses_end",
+            response_walks.produce_responses_end,
             {v: bodies for v, bodies in _samples(ProduceResponse).items() if v >= 9},
+            versions=range(9, 14),
+        ),
+        Target(
+            "response_walks.walked_produce_responses_end",
+            response_walks.walked_produce_responses_end,
+            {v: bodies for v, bodies in _samples(ProduceResponse).items() if v >= 9},
+            versions=range(9, 14),
+        ),
+        Target(
+            "response_walks.fetch_responses_end",
+            lambda v, d: response_walks.fetch_responses_end(d),
+            {v: bodies for v, bodies in _samples(FetchResponse).items() if v >= 16},
+            versions=range(16, 19),
+        ),
+        Target(
+            "response_walks.share_responses_end",
+            lambda v, d: response_walks.share_responses_end(ApiKey.SHARE_FETCH + v // 3, v % 3, d),
+            _share_answer_seeds(),
+            versions=range(6),
         ),
         Target("record_sets.fetch_topic_bytes", record_sets.fetch_topic_bytes, _samples(FetchResponse)),
         Target(
@@ -574,6 +608,7 @@ def _targets() -> list[Target]:
         throttle_field.raise_throttle_ms,
         throttle_field.patch_frame_throttle_ms,
         throttle_field.raise_frame_throttle_ms,
+        throttle_field.throttle_field_at,
     ):
         targets.append(
             Target(f"throttle_field.{fn.__name__}", _throttle(fn), throttle_seeds, throttle_versions)
@@ -648,6 +683,8 @@ NOT_DECODERS = {
     "vetted_max_versions",
     # Sums what produce_partition_sizes decoded (fuzzed with it).
     "topic_sizes",
+    # Arithmetic on two limits a request decoder already read (cap_fetch_request, fuzzed, calls it).
+    "capped_limits",
     # Encoders and builders: their input is the proxy's own values.
     "encode_",
     "empty_fetch_response",

@@ -21,6 +21,8 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.producer import ProduceResponse
 from kafka.protocol.schemas.fields.struct import StructField
+from kafka_schemas import SHARED_MISSING
+from schema_codec import encode, message_schema, sample
 
 from sluice.protocol.apis import API_SPECS, ThrottlePosition
 from sluice.protocol.codec_quirks import decode_body, encode_body
@@ -457,7 +459,30 @@ def test_walked_apis_refuse_versions_above_the_table(key: int) -> None:
 
 
 def test_patchable_max_versions_cover_the_walked_apis() -> None:
-    assert THROTTLE_PATCHABLE_MAX_VERSIONS == {0: 13, 18: 4, 38: 3, 39: 2, 40: 2, 41: 3}
+    assert THROTTLE_PATCHABLE_MAX_VERSIONS == {0: 13, 18: 5, 38: 3, 39: 2, 40: 2, 41: 3}
+
+
+def _walked_versions() -> list[tuple[int, int]]:
+    cases = []
+    for key, newest in sorted(THROTTLE_PATCHABLE_MAX_VERSIONS.items()):
+        first = API_SPECS[key].throttle_field_from
+        assert first is not None
+        cases += [(key, version) for version in range(first, newest + 1)]
+    return cases
+
+
+@pytest.mark.parametrize(("key", "version"), _walked_versions())
+def test_every_walk_finds_the_field_where_kafkas_own_schema_puts_it(key: int, version: int) -> None:
+    """Every walked API at every version the table lets through, built from the schema of the newest source
+    that defines it (Kafka's trunk for ApiVersions v5) by tests/schema_codec.py, which shares no code with
+    protocol/: the walk reads back the value written there."""
+    try:
+        schema = message_schema(key, "response", version)
+    except LookupError:
+        pytest.skip(SHARED_MISSING or "no schema defines it")
+    message = sample(schema, version)
+    message.update(ThrottleTimeMs=0x5A5A5A5A, ErrorCode=0)
+    assert read_throttle_ms(key, version, encode(schema, version, message)) == 0x5A5A5A5A
 
 
 @pytest.mark.parametrize(("key", "version"), [(1, 12), (3, 9), (47, 0)])

@@ -93,6 +93,53 @@ def test_only_vetted_versions_are_offered_and_what_was_not_offered_is_refused(pr
         assert refused.receive_frame()
         assert refused.is_closed_by_peer()
         event = proxy.wait_for_event("protocol_error", since=since, reason="unadvertised_api_version")
-        assert "Metadata v" in event["detail"] and "offered" in event["detail"]
+        assert event["detail"] == f"Metadata v{newest + 1}: the proxy offers up to v{newest}"
         response = bystander.call(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
         assert response.error_code == 0
+
+
+def test_an_answer_the_proxy_made_leaves_before_a_refused_request_behind_it_closes_the_connection(
+    proxy,
+) -> None:
+    """DescribeClientQuotas (answered by the proxy itself: the mock lacks it) and a Vote v0 (never offered: a
+    controllers' API) in one write: the answer arrives at once, then the connection closes."""
+    from sluice.protocol.client_quotas import (
+        DESCRIBE_CLIENT_QUOTAS,
+        decode_describe_response,
+        encode_describe_request,
+    )
+    from sluice.protocol.headers import response_header_size
+
+    since = len(proxy.events())
+    with RawClient("127.0.0.1", proxy.port) as client:
+        describe = encode_request(DESCRIBE_CLIENT_QUOTAS, 0, 1, "raw", encode_describe_request(0, [], False))
+        vote = encode_request(52, 0, 2, "raw", b"\x00" * 8)
+        client.sock.sendall(describe + vote)
+        frame = client.receive_frame()  # without the answer, the connection's 30 s grace would pass first
+        body = frame[4 + response_header_size(DESCRIBE_CLIENT_QUOTAS, 0, frame) :]
+        assert decode_describe_response(0, body).error_code == 0
+        assert client.is_closed_by_peer()
+    event = proxy.wait_for_event("protocol_error", since=since, reason="unadvertised_api_version")
+    assert event["detail"] == "Vote v0: the proxy does not offer it"
+
+
+def test_a_produce_newer_than_offered_is_refused_before_it_reaches_the_broker(proxy) -> None:
+    """Produce v13 names topics by id, which topic quotas cannot read: the proxy offers up to v12, and a
+    client that sends v13 anyway is refused as Kafka refuses an unsupported version, on its own connection."""
+    import uuid
+
+    from kafka.protocol.producer import ProduceRequest
+
+    assert offered(proxy)[0][1] < 13
+    topic = ProduceRequest.TopicProduceData(
+        topic_id=uuid.UUID(int=1),
+        partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=b"x" * 64)],
+    )
+    body = bytes(ProduceRequest[13](acks=1, timeout_ms=1000, topic_data=[topic]).encode(version=13))
+    since = len(proxy.events())
+    with RawClient("127.0.0.1", proxy.port) as client:
+        client.sock.sendall(encode_request(0, 13, 5, "raw", body))
+        assert client.is_closed_by_peer()
+    event = proxy.wait_for_event("protocol_error", since=since, reason="unadvertised_api_version")
+    assert event["side"] == "client"
+    assert event["detail"] == "Produce v13: the proxy offers up to v12"

@@ -171,6 +171,10 @@ def test_check_config_applies_flags_as_run_would(capsys) -> None:
             "listen: 127.0.0.1:9092\nupstream: {bootstrap: [k:9092]}\nprotocol: {unvetted_apis: allow}\n",
             "protocol.unvetted_apis",
         ),
+        (
+            "listen: 127.0.0.1:9092\nupstream: {bootstrap: [k:9092], bind_address: 'k:1'}\n",
+            "upstream.bind_address",
+        ),
     ],
 )
 def test_check_config_exits_2_naming_the_key(capsys, tmp_path, text: str, key: str) -> None:

@@ -13,11 +13,15 @@ import struct
 import time
 from collections.abc import Callable
 
+from structlog.testing import capture_logs
+
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
+from sluice.proxy.brokers import BrokerDirectory
 from sluice.proxy.connection import ClientSide
 from sluice.proxy.filters import (
     Answer,
+    BrokerAddressRewriteFactory,
     Close,
     Defer,
     Filter,
@@ -224,6 +228,24 @@ async def test_an_answer_made_before_a_filter_closes_the_connection_reaches_the_
 
     factories = [Factory(AnswersApiVersions), Factory(ClosesOnMetadata)]
     assert await run(factories, scenario) == [1]
+
+
+async def test_an_answer_to_a_request_for_a_version_never_offered_is_refused_as_the_clients_doing() -> None:
+    """ShareAcknowledge v3 (newer than the rewrite reads): a proxy that does not gate requests
+    (`protocol.unvetted_apis: pass`) forwards it, and refuses the answer; the client asked for it."""
+    share_acknowledge = ApiKey.SHARE_ACKNOWLEDGE
+
+    async def scenario(broker: Broker, client: asyncio.StreamWriter) -> None:
+        client.write(encode_request(share_acknowledge, 3, 1, "closing-test", bytes(8)))
+        assert await broker.received(1) == [1]
+        await broker.send(encode_response(share_acknowledge, 3, 1, bytes(16)))
+
+    rewrite = BrokerAddressRewriteFactory(BrokerDirectory("127.0.0.1", lambda node: 9000 + node))
+    with capture_logs() as logs:
+        assert await run([rewrite], scenario) == []
+    (event,) = [e for e in logs if e["event"] == "protocol_error"]
+    assert (event["side"], event["reason"]) == ("client", "unadvertised_api_version")
+    assert event["detail"] == "ShareAcknowledge v3: the proxy offers up to v2"
 
 
 # ---- CPU time spent outside a read is counted too ----------------------------------------------------

@@ -6,15 +6,18 @@ request_percentage quota needs it."""
 from __future__ import annotations
 
 import struct
+from unittest import mock
 
+import pytest
 from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.producer import ProduceRequest
 
 from sluice.config.quota_settings import MutationSettings
 from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.api_vetting import vetted_max_versions
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS
 from sluice.protocol.fetch import FETCH_MAX_VERSION
-from sluice.protocol.headers import encode_request, encode_response, parse_request_header
+from sluice.protocol.headers import RequestHeader, encode_request, encode_response, parse_request_header
 from sluice.protocol.message_codec import decode_response_body
 from sluice.protocol.sasl import SASL_MAX_VERSIONS
 from sluice.protocol.topic_mutations import MUTATION_MAX_VERSIONS
@@ -35,6 +38,7 @@ from sluice.proxy.filters.mutation_quotas import MutationQuotasFactory
 from sluice.proxy.filters.quota_metrics import MutationRates, ThrottleStats
 from sluice.proxy.filters.sasl_inspector import SaslInspectorFactory
 from sluice.proxy.filters.topic_cache import TopicCache
+from sluice.proxy.filters.unadvertised_requests import UnadvertisedRequestsFactory
 from sluice.quota import ANONYMOUS, QuotaEntity, QuotaKey, QuotaManagers
 
 CLIENT = "chain-test"
@@ -105,12 +109,30 @@ def test_the_api_versions_clamp_is_what_the_chain_declares() -> None:
             *quota_chain(managers).factories,
         ]
     )
-    assert clamp.max_versions == chain.max_versions
+    assert clamp.max_versions == chain.versions.max_versions
     for declared in (REWRITABLE_MAX_VERSIONS, SASL_MAX_VERSIONS, MUTATION_MAX_VERSIONS):
         for key, version in declared.items():
-            assert chain.max_versions[key] <= version
-    assert chain.max_versions[ApiKey.FETCH] == FETCH_MAX_VERSION
-    assert ApiKey.OFFSET_COMMIT not in chain.max_versions  # no filter touches it: the cluster's range stands
+            assert chain.versions.max_versions[key] <= version
+    assert chain.versions.max_versions[ApiKey.FETCH] == FETCH_MAX_VERSION
+    assert (
+        ApiKey.OFFSET_COMMIT not in chain.versions.max_versions
+    )  # no filter touches it: the cluster's range stands
+
+
+def test_the_vetting_is_computed_once_for_the_whole_chain_and_handed_to_the_clamp_and_the_gate() -> None:
+    clamp, gate = ApiVersionsClampFactory(), UnadvertisedRequestsFactory()
+    directory = BrokerDirectory("127.0.0.1", lambda node: 9000 + node, lambda _n: None)
+    chain = FilterChain([gate, BrokerAddressRewriteFactory(directory), clamp])
+    assert chain.versions.vetted == vetted_max_versions(chain.versions.address_rewrites)
+    assert clamp.vetted == chain.versions.vetted
+    assert gate.newest[ApiKey.METADATA] == chain.versions.newest_vetted_offer(ApiKey.METADATA) == 13
+    assert gate.newest[ApiKey.VOTE] == -1  # a controllers' API: never offered
+
+
+def test_a_chain_in_which_two_filters_rewrite_the_same_apis_addresses_is_refused() -> None:
+    directory = BrokerDirectory("127.0.0.1", lambda node: 9000 + node, lambda _n: None)
+    with pytest.raises(TypeError, match="two filters rewrite the broker addresses of api key"):
+        FilterChain([BrokerAddressRewriteFactory(directory), BrokerAddressRewriteFactory(directory)])
 
 
 def test_a_produce_quota_added_at_run_time_throttles_the_next_request_and_its_removal_frees_it() -> None:
@@ -172,6 +194,20 @@ def test_cpu_time_is_asked_for_and_charged_only_while_a_request_quota_is_configu
 
     managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.REQUEST_PERCENTAGE, None)
     assert not cpu_time_needed()
+
+
+@pytest.mark.parametrize("key", [ApiKey.METADATA, 127, 128, 0x7FFF, -1, -0x8000])
+def test_cpu_time_is_charged_on_the_response_of_any_api_key_even_outside_the_routing_table(key: int) -> None:
+    managers = QuotaManagers()
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.REQUEST_PERCENTAGE, 0.01)
+    conn = Connection()
+    mutes: list[int] = []
+    filters = quota_chain(managers).for_connection(conn, mutes.append)
+    header = parse_request_header(encode_request(key, 0, 1, CLIENT, b"\x00\x00\x00\x00"))
+    conn.cpu_ns = 50_000_000
+    filters.on_response(InFlight(header), encode_response(key, 0, 1, bytes(16)))
+    assert conn.cpu_taken == 1
+    assert len(mutes) == 1 and mutes[0] > 0
 
 
 def test_each_connection_gets_its_own_filters() -> None:
@@ -243,3 +279,35 @@ async def test_a_produce_let_go_because_its_quota_went_leaves_no_stale_turn_behi
     waiting.read = waiting.now
     fresh = produce_to(3, 30_000, (0,))
     assert run_request(filters, fresh) is fresh  # well within the new quota: forwarded, not answered
+
+
+def test_a_throttled_produce_answer_is_walked_once_for_its_node_endpoints_and_its_throttle_field() -> None:
+    from kafka.protocol.producer import ProduceResponse
+
+    from sluice.protocol import node_endpoints, response_walks
+
+    managers = QuotaManagers()
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.PRODUCER_BYTE_RATE, 1000)
+    directory = BrokerDirectory("127.0.0.1", lambda node: 9000 + node, lambda _n: None)
+    chain = FilterChain([BrokerAddressRewriteFactory(directory), ClientQuotasFactory(managers)])
+    filters = chain.for_connection(Connection(), lambda _ms: None)
+    partition = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+    topic = ProduceResponse.TopicProduceResponse(name="t", partition_responses=[partition(index=0)])
+    body = bytes(ProduceResponse(version=12, responses=[topic], throttle_time_ms=0).encode(version=12))
+    frame = memoryview(encode_response(ApiKey.PRODUCE, 12, 1, body))
+    walks: list[int] = []
+    walk = response_walks.produce_responses_end
+
+    def counting(api_version: int, buffer: object, start: int = 0, remember: bool = False) -> int:
+        walks.append(api_version)
+        return walk(api_version, buffer, start, remember)  # type: ignore[arg-type]
+
+    header = RequestHeader(ApiKey.PRODUCE, 12, 1, CLIENT, 0)
+    with (
+        mock.patch.object(response_walks, "produce_responses_end", counting),
+        mock.patch.object(node_endpoints, "produce_responses_end", counting),
+    ):
+        out = filters.on_response(InFlight(header, throttle_ms=250), frame)
+    assert isinstance(out, bytes)  # KIP-219: sent at once (the connection is muted after it)
+    assert struct.unpack_from(">i", out, len(out) - 5)[0] == 250  # the throttle, told
+    assert walks == [12]

@@ -3,8 +3,9 @@ rolling restart), real clients produce and consume through the proxy, no record 
 opens a connection to a broker's own port.
 
 The brokers' ports are watched (tests/broker_watch.py): the mock cluster names a watching relay's port for
-each broker in every answer, Metadata and KIP-951 NodeEndpoints alike, and the watch records which process
-opened each connection there. Only the proxy may. librdkafka implements KIP-951: given a NOT_LEADER answer
+each broker in every answer, Metadata and KIP-951 NodeEndpoints alike, and the watch records who opened each
+connection there, by its source address: the proxy connects to the brokers from its own
+(`upstream.bind_address`), and only the proxy may. librdkafka implements KIP-951: given a NOT_LEADER answer
 naming the new leader's address, it connects there at once, so without the NodeEndpoints rewrite the
 librdkafka tests fail on their first leader move.
 
@@ -47,16 +48,16 @@ def gripped(topic: str) -> Iterator[tuple[MockCluster, BrokerWatch, ProxyProcess
     with (
         MockCluster(brokers=BROKERS, topics={topic: PARTITIONS}) as cluster,
         BrokerWatch(cluster) as watch,
-        ProxyProcess(watch.bootstrap) as proxy,
+        ProxyProcess(watch.bootstrap, watch.proxy_config) as proxy,
     ):
         yield cluster, watch, proxy
-        assert_only_the_proxy_reached_the_brokers(watch, proxy)
+        assert_only_the_proxy_reached_the_brokers(watch)
 
 
-def assert_only_the_proxy_reached_the_brokers(watch: BrokerWatch, proxy: ProxyProcess) -> None:
-    direct = watch.direct({proxy.process.pid})
+def assert_only_the_proxy_reached_the_brokers(watch: BrokerWatch) -> None:
+    direct = watch.direct()
     assert direct == [], "connections straight to a broker's port:\n" + "\n".join(map(str, direct))
-    assert watch.connections, "the proxy never reached the brokers: the watch saw nothing"
+    assert any(c.from_proxy for c in watch.connections), "the proxy never reached the brokers"
 
 
 def leader_of(partition: int, round_: int) -> int:
@@ -80,27 +81,39 @@ def values(round_: int) -> list[bytes]:
 # ---- the watch itself ----------------------------------------------------------------------------------
 
 
-def test_the_watch_catches_a_direct_connection_from_this_process_and_from_another() -> None:
+def test_the_watch_catches_direct_connections_and_knows_the_proxys_by_their_source_address() -> None:
+    """A socket of this process, one of another process, one that leaves at once, and a librdkafka producer
+    bootstrapped at the brokers' ports are all caught; the proxy's own connections are not."""
+    from confluent_kafka import Producer
+
     with (
-        MockCluster(brokers=2, topics={"watched": 1}) as cluster,
+        MockCluster(brokers=2, topics={"watched": 2}) as cluster,
         BrokerWatch(cluster) as watch,
-        ProxyProcess(watch.bootstrap) as proxy,
+        ProxyProcess(watch.bootstrap, watch.proxy_config),
     ):
-        allowed = {proxy.process.pid}
-        assert watch.direct(allowed) == []  # the proxy's own discovery connected, and is allowed
+        assert watch.direct() == [] and any(c.from_proxy for c in watch.connections)  # discovery
         with socket.create_connection(("127.0.0.1", watch.ports[2])):
-            (caught,) = watch.wait_for_direct(allowed)
-        assert (caught.broker_id, caught.pid) == (2, os.getpid())
+            (caught,) = watch.wait_for_direct()
+        assert (caught.broker_id, caught.peer[0], caught.pid) == (2, "127.0.0.1", os.getpid())
 
         port = watch.ports[1]
         code = f"import socket,sys; s=socket.create_connection(('127.0.0.1',{port})); sys.stdin.read()"
         child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
         try:
-            direct = watch.wait_for_direct(allowed, count=2)
+            direct = watch.wait_for_direct(count=2)
             assert [(c.broker_id, c.pid) for c in direct] == [(2, os.getpid()), (1, child.pid)], direct
             assert "socket.create_connection" in direct[1].command
         finally:
             child.communicate(b"", timeout=10)
+
+        socket.create_connection(("127.0.0.1", port)).close()  # gone before anyone could look it up
+        assert len(watch.wait_for_direct(count=3)) == 3
+
+        producer = Producer({"bootstrap.servers": watch.bootstrap})
+        producer.produce("watched", b"straight to the broker", partition=1)
+        assert producer.flush(30) == 0
+        from_producer = watch.direct()[3:]
+        assert from_producer and {c.pid for c in from_producer} == {os.getpid()}, from_producer
 
 
 # ---- librdkafka (KIP-951) -------------------------------------------------------------------------------
@@ -130,9 +143,16 @@ def confluent_produce_rounds(
 
 
 def confluent_consume_all(
-    cluster: MockCluster, topic: str, bootstrap: str, expected: set[bytes], **config: str
+    cluster: MockCluster,
+    topic: str,
+    bootstrap: str,
+    expected: set[bytes],
+    until: Callable[[], bool] = lambda: True,
+    **config: str,
 ) -> set[bytes]:
-    """Read every partition from the start, moving every leader each time a quarter of the records is in."""
+    """Read every partition from the start, moving every leader each time a quarter of the records is in
+    (three times in all, the last ones once everything is in if it came faster), and go on fetching until
+    `until()` holds too: an idle consumer still fetches, and its next fetch meets the moved leaders."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -147,11 +167,11 @@ def confluent_consume_all(
     seen: set[bytes] = set()
     moves = 0
     deadline = time.monotonic() + READ_TIMEOUT_S
-    while not expected <= seen and time.monotonic() < deadline:
+    while not (expected <= seen and moves == 3 and until()) and time.monotonic() < deadline:
         for message in consumer.consume(200, timeout=0.5):
             assert message.error() is None, message.error()
             seen.add(message.value())
-        if len(seen) >= (moves + 1) * len(expected) // 4 and moves < 3:
+        if moves < 3 and (len(seen) >= (moves + 1) * len(expected) // 4 or expected <= seen):
             moves += 1
             move_leaders(cluster, topic, ROUNDS + moves)
     consumer.close()
@@ -163,9 +183,10 @@ def test_librdkafka_follows_moving_leaders_through_the_proxy_only() -> None:
     with gripped(topic) as (cluster, _watch, proxy):
         sent = confluent_produce_rounds(cluster, topic, proxy.bootstrap)
         assert rewritten(proxy, "Produce") > 0  # the new leaders' addresses came in NodeEndpoints
-        seen = confluent_consume_all(cluster, topic, proxy.bootstrap, set(sent))
+        fetch_rewritten = lambda: rewritten(proxy, "Fetch") > 0  # noqa: E731
+        seen = confluent_consume_all(cluster, topic, proxy.bootstrap, set(sent), until=fetch_rewritten)
         assert set(sent) <= seen, f"{len(set(sent) - seen)} records lost"
-        assert rewritten(proxy, "Fetch") > 0
+        assert fetch_rewritten()
 
 
 def test_librdkafka_through_a_rolling_restart_and_a_preferred_leader_election() -> None:
@@ -210,12 +231,20 @@ def test_a_share_group_consumer_follows_moving_leaders_through_the_proxy_only() 
     with gripped(topic) as (cluster, _watch, proxy):
         consumer = ShareConsumer({"bootstrap.servers": proxy.bootstrap, "group.id": f"share-{uuid.uuid4()}"})
         consumer.subscribe([topic])
-        # A share group starts at the latest offset: wait until this member fetches, then produce.
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        while metric_value(proxy.metrics_text(), "sluice_responses_total", api="ShareFetch") == 0:
-            assert time.monotonic() < deadline, "the share consumer never fetched"
-            consumer.poll(0.5)
         producer = Producer({"bootstrap.servers": proxy.bootstrap, "acks": "all"})
+        # A share group starts a partition at its latest offset when a member first fetches it, and the
+        # member is given its partitions a few at a time: a mark goes to every partition until each comes
+        # back, so that no record below is written before its partition's start.
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        unmarked = set(range(PARTITIONS))
+        while unmarked:
+            assert time.monotonic() < deadline, f"partitions {sorted(unmarked)} never reached the consumer"
+            for partition in unmarked:
+                producer.produce(topic, b"mark", partition=partition)
+            assert producer.flush(30) == 0
+            for message in consumer.poll(0.5):
+                if message.error() is None and message.value() == b"mark":
+                    unmarked.discard(message.partition())
         expected = set()
         seen: set[bytes] = set()
         for round_ in range(ROUNDS):

@@ -360,6 +360,45 @@ def test_answers_made_before_a_close_effect_leave_first() -> None:
     assert h.sink.correlation_ids() == [1]
 
 
+class RefusesMetadata(Filter):
+    """As the gate refuses a request for what was not offered (UnadvertisedRequests)."""
+
+    request_api_keys = frozenset({METADATA})
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+        raise ProtocolError("unadvertised_api_version", "Metadata v1")
+
+
+def malformed(correlation_id: int) -> bytes:
+    """A request whose client id claims more bytes than the frame holds: its header cannot be read."""
+    frame = bytearray(request(METADATA, correlation_id))
+    struct.pack_into(">h", frame, 12, 0x7FFF)  # after size, api key, version and correlation id
+    return bytes(frame)
+
+
+@pytest.mark.parametrize("bad", ["refused", "malformed"])
+def test_answers_made_before_a_bad_request_leave_before_it_ends_the_connection(bad: str) -> None:
+    """The connection closes after a bad request once everything read before it is answered: an answer a
+    filter made in the same read must leave now, not wait for a response that will never come."""
+    h = Harness(Factory(AnswersApiVersions), Factory(RefusesMetadata))
+    second = request(METADATA, 2) if bad == "refused" else malformed(2)
+    with pytest.raises(ProtocolError):
+        h.client(request(API_VERSIONS, 1), second)
+    assert h.sink.correlation_ids() == [1]
+    assert h.pipeline.in_flight == 0 and not h.pipeline.waiting
+
+
+def test_answers_behind_a_forwarded_request_wait_for_its_response_even_after_a_bad_request() -> None:
+    h = Harness(Factory(AnswersApiVersions), Factory(RefusesMetadata))
+    with pytest.raises(ProtocolError):
+        h.client(produce(1, acks=1), request(API_VERSIONS, 2), request(METADATA, 3))
+    assert h.upstream() == [1]
+    assert h.sink.responses == []
+    h.broker(response(PRODUCE, 1))
+    assert h.sink.correlation_ids() == [1, 2]
+    assert h.pipeline.in_flight == 0
+
+
 def test_a_response_effect_delays_or_mutes() -> None:
     delayed = Harness(Factory(RespondsLater, delay_ms=300))
     delayed.client(request(METADATA, 1))

@@ -13,6 +13,7 @@ from kafka_schemas import SHARED_MISSING
 from node_endpoint_answers import answer
 from schema_codec import decode, encode, message_schema
 
+from sluice.config.quota_settings import ThrottleMode
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, parse_request_header
@@ -100,3 +101,24 @@ def test_a_share_fetch_is_charged_capped_and_throttled_with_its_records_kept() -
     assert throttled["Responses"] == decode(schema, 1, body)["Responses"]  # every record still there
     sensor = managers.fetch.sensor_for("alice", CLIENT, conn.now)
     assert sensor.rate.total(conn.now) == len(body) + 4  # FetchResponse.sizeOf: the body, + 4
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_under_throttle_mode_auto_a_share_fetch_is_held_since_no_version_makes_its_client_back_off(
+    version: int,
+) -> None:
+    """Kafka's ShareFetchResponse never says its client throttles itself (shouldClientThrottle is false in
+    every version), so `auto` holds the answer for the throttle, as `delay` does, and mutes nothing."""
+    managers = QuotaManagers()
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.CONSUMER_BYTE_RATE, 20)
+    mutes: list[int] = []
+    factory = ClientQuotasFactory(managers, ThrottleMode.AUTO, stats=ThrottleStats())
+    filters = FilterChain([factory]).for_connection(Connection(), mutes.append)
+    schema, body = answer(SHARE_FETCH, version, [])
+    frame = encode_response(SHARE_FETCH, version, 5, body)
+    out = filters.on_response(InFlight(RequestHeader(SHARE_FETCH, version, 5, CLIENT, 0)), frame)
+    assert type(out) is Respond and out.delay_ms > 0
+    assert mutes == []
+    held = decode(schema, version, bytes(memoryview(out.frame)[4 + 5 :]))
+    assert held["ThrottleTimeMs"] == out.delay_ms  # told, as a broker of before KIP-219 tells it
+    assert held["Responses"] == decode(schema, version, body)["Responses"]

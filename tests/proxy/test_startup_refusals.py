@@ -52,6 +52,14 @@ def test_an_upstream_that_is_sluices_own_broker_listener_exits_2(tmp_path: Path)
     assert_refused(run_sluice(tmp_path, config), "upstream.bootstrap[0]")
 
 
+def test_an_upstream_bind_address_not_of_this_machine_exits_2(tmp_path: Path) -> None:
+    port = free_port_block(4)
+    config = base_config(port, upstream={"bootstrap": ["127.0.0.1:1"], "bind_address": "198.51.100.1"})
+    result = run_sluice(tmp_path, config)
+    assert_refused(result, "upstream.bind_address")
+    assert "an IP address of this machine" in result.stderr
+
+
 def test_an_unresolvable_listen_host_exits_2(tmp_path: Path) -> None:
     port = free_port_block(4)
     config = base_config(port, listen=f"no-such-host.invalid:{port}", advertised_host="127.0.0.1")

@@ -5,7 +5,8 @@
   the directory has no listener for, logged once per node;
 * ApiVersionsClamp offers only vetted versions (hide) or the chain's caps alone (pass);
 * UnadvertisedRequests refuses a request for what was not offered, reads nothing but the header, and never
-  refuses ApiVersions; Produce and Fetch are refused by their answers instead.
+  refuses ApiVersions; ClientQuotas refuses Produce, Fetch and ShareFetch beyond the chain's versions, and an
+  answer newer than the rewrite reads is refused the same way.
 """
 
 from __future__ import annotations
@@ -180,6 +181,12 @@ def gated_chain() -> FilterChain:
         (ApiKey.METADATA, 14, True),
         (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, False),
         (120, 0, True),
+        (127, 0, True),
+        # Keys outside the routing table: every one is refused, as an API never offered.
+        (128, 0, True),
+        (0x7FFF, 0, True),
+        (-1, 0, True),
+        (-0x8000, 0, True),
         (ApiKey.API_VERSIONS, 99, False),  # Kafka answers any version of it (UNSUPPORTED_VERSION)
     ],
 )
@@ -204,19 +211,7 @@ def test_the_gate_reads_only_the_header_so_large_requests_still_stream() -> None
     assert filters.on_request(parse_request_header(frame), head) is head
 
 
-def test_produce_and_fetch_beyond_the_offer_are_refused_by_their_answer_not_on_the_way_in() -> None:
-    filters = gated_chain().for_connection(Connection(), lambda _ms: None)
-    for key, too_new in ((ApiKey.PRODUCE, 14), (ApiKey.FETCH, 19)):
-        frame = encode_request(key, too_new, 3, "client", b"\x00" * 8)
-        assert filters.on_request(parse_request_header(frame), frame) is frame  # no filter call on the way
-        answer = encode_response(key, too_new, 3, b"\x00" * 16)
-        with pytest.raises(ProtocolError) as caught:
-            filters.on_response(InFlight(RequestHeader(key, too_new, 3, "client", 0)), answer)
-        assert caught.value.reason == "unsupported_version"
-
-
-@pytest.mark.parametrize("unvetted", list(UnvettedApis))
-def test_the_server_gates_requests_only_while_it_hides_unvetted_apis(unvetted: UnvettedApis) -> None:
+def server_chain(unvetted: UnvettedApis, **quota: object) -> FilterChain:
     from sluice.config.load import config_from_mapping
     from sluice.proxy.server import SluiceServer
 
@@ -225,9 +220,53 @@ def test_the_server_gates_requests_only_while_it_hides_unvetted_apis(unvetted: U
             "listen": "127.0.0.1:9092",
             "upstream": {"bootstrap": ["127.0.0.1:19092"]},
             "protocol": {"unvetted_apis": unvetted.value},
+            "quota": quota,
         }
     )
-    factories = SluiceServer(config).settings.chain.factories
+    return SluiceServer(config).settings.chain
+
+
+@pytest.mark.parametrize("unvetted", list(UnvettedApis))
+def test_produce_fetch_and_share_fetch_beyond_the_chains_versions_are_refused_on_the_way_in(
+    unvetted: UnvettedApis,
+) -> None:
+    """Not by the gate (they never meet it) but by ClientQuotas, which reads every one of them, in either
+    mode: no filter could handle them (TopicQuotas reads Produce up to v12), so none was ever offered."""
+    chain = server_chain(unvetted, topics={"total_bytes_per_s": 1000, "thresholds": {"t": 500}})
+    filters = chain.for_connection(Connection(), lambda _ms: None)
+    newest = chain.versions.max_versions
+    assert (newest[ApiKey.PRODUCE], newest[ApiKey.FETCH], newest[ApiKey.SHARE_FETCH]) == (12, 18, 2)
+    for key, name in (
+        (ApiKey.PRODUCE, "Produce"),
+        (ApiKey.FETCH, "Fetch"),
+        (ApiKey.SHARE_FETCH, "ShareFetch"),
+    ):
+        # The clamp offers no more than that while it hides unvetted APIs: nothing offered is refused.
+        assert chain.versions.newest_vetted_offer(key) == newest[key]
+        frame = encode_request(key, newest[key] + 1, 3, "client", bytes(64))
+        with pytest.raises(ProtocolError) as caught:
+            filters.on_request(parse_request_header(frame), frame)
+        assert caught.value.reason == "unadvertised_api_version"
+        assert caught.value.detail == f"{name} v{newest[key] + 1}: the proxy offers up to v{newest[key]}"
+
+
+def test_an_answer_newer_than_the_rewrite_reads_is_refused_as_a_request_never_offered() -> None:
+    filters = gated_chain().for_connection(Connection(), lambda _ms: None)
+    for key, too_new in (
+        (ApiKey.PRODUCE, 14),
+        (ApiKey.FETCH, 19),
+        (ApiKey.SHARE_ACKNOWLEDGE, 3),
+        (ApiKey.METADATA, 14),
+    ):
+        answer = encode_response(key, too_new, 3, b"\x00" * 16)
+        with pytest.raises(ProtocolError) as caught:
+            filters.on_response(InFlight(RequestHeader(key, too_new, 3, "client", 0)), answer)
+        assert caught.value.reason == "unadvertised_api_version", key
+
+
+@pytest.mark.parametrize("unvetted", list(UnvettedApis))
+def test_the_server_gates_requests_only_while_it_hides_unvetted_apis(unvetted: UnvettedApis) -> None:
+    factories = server_chain(unvetted).factories
     gated = any(isinstance(f, UnadvertisedRequestsFactory) for f in factories)
     assert gated is (unvetted is UnvettedApis.HIDE)
     clamp = next(f for f in factories if isinstance(f, ApiVersionsClampFactory))

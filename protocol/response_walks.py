@@ -1,0 +1,231 @@
+"""Walks past the per-partition responses of flexible Produce (v9+), Fetch (v16+), ShareFetch and
+ShareAcknowledge answers.
+
+What follows those responses is what the proxy must find: in a Produce answer, `throttle_time_ms` and then
+the top-level tagged fields (NodeEndpoints, v10+); in a Fetch answer, the tagged fields (NodeEndpoints,
+v16+); in the share answers, the NodeEndpoints array. Nothing before them is read: offsets are computed
+from lengths, records are skipped by theirs.
+
+Two filters may need the same Produce answer's walk: the NodeEndpoints rewrite (every v10+ answer) and,
+after it, the throttle patch (an answer to a throttled client). The rewrite's walk is remembered in one
+slot, keyed by the very object walked and where its body starts (the slot holds that object, so no other
+can take its identity meanwhile), so the second asks for free (`walked_produce_responses_end`). Remembering
+costs the walk one tuple; the walk itself is the price of every flexible Produce answer (~0.5 us for one
+partition: docs/benchmarks.md).
+
+Every answer of every producer and consumer comes here, and a Python call costs about as much as the rest
+of a partition's work, so the common cases are inlined: one-byte varints, an empty record_errors or
+aborted-transactions array, an empty tagged-field block. A compact string whose one-byte length+1 is b
+takes b bytes in all (b - 1 characters and the length byte), and a null one (b = 0) takes 1. Reading past
+the end raises IndexError, turned into ProtocolError once, outside the loops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import Buffer, read_uvarint, skip_compact_nullable_string, skip_tagged_fields
+from sluice.protocol.schema_table import RESPONSE_FIELDS
+
+__all__ = [
+    "WALKED_FIELDS",
+    "fetch_responses_end",
+    "produce_responses_end",
+    "share_responses_end",
+    "walked_produce_responses_end",
+]
+
+_PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+_SHARE_FETCH, _SHARE_ACKNOWLEDGE = ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
+_PRODUCE_FIRST_WITH_TOPIC_ID = 13
+_UUID = 16
+# v9+ partition: index int32, error_code int16, base_offset, log_append_time_ms, log_start_offset int64s.
+_PRODUCE_PARTITION_FIXED = 4 + 2 + 8 + 8 + 8
+# Fetch v16+ partition: index int32, error_code int16, high_watermark, last_stable_offset, log_start_offset.
+_FETCH_PARTITION_FIXED = 4 + 2 + 8 + 8 + 8
+assert _FETCH_PARTITION_FIXED == 30  # written out in fetch_responses_end
+_ABORTED_TRANSACTION = 8 + 8  # producer_id, first_offset
+_ACQUIRED_RECORDS = 8 + 8 + 2  # first_offset, last_offset, delivery_count
+_LEADER_ID_AND_EPOCH = 4 + 4
+
+# range(n) for the counts answers usually hold, made once: making one per loop costs as much as a
+# partition's walk (the counts read inline are never negative: a null array goes through _count).
+_SMALL = 64
+_RANGES = tuple(range(n) for n in range(_SMALL))
+
+# The last Produce answer walked: (the object, where its body starts, its version, where its responses end).
+_last: tuple[object, int, int, int] = (None, -1, -1, -1)
+
+
+def produce_responses_end(api_version: int, body: Buffer, start: int = 0, remember: bool = False) -> int:
+    """Offset in `body` after the Responses array of a Produce v9+ answer whose body begins at `start` (a
+    caller holding the whole frame passes it and the body's offset, saving a view). With `remember`, for
+    `walked_produce_responses_end`: only for a frame that never changes and holds no buffer another wants
+    to resize (the proxy's answers are views of the bytes read), as the slot keeps it until the next walk.
+
+    Per topic: name (compact string; a 16-byte uuid from v13), partitions, tagged fields. Per partition: the
+    fixed fields, record_errors (batch_index int32, message compact nullable string, tagged fields),
+    error_message (compact nullable string), tagged fields (current_leader, v10+).
+    """
+    global _last
+    topic_id = api_version >= _PRODUCE_FIRST_WITH_TOPIC_ID
+    try:
+        b = body[start]
+        topics, pos = (b - 1, start + 1) if 0 < b < 0x80 else _count(body, start)
+        for _ in _RANGES[topics] if topics < _SMALL else range(topics):
+            if topic_id:
+                pos += _UUID
+            else:
+                b = body[pos]
+                pos = pos + (b or 1) if b < 0x80 else skip_compact_nullable_string(body, pos)
+            b = body[pos]
+            partitions, pos = (b - 1, pos + 1) if 0 < b < 0x80 else _count(body, pos)
+            for _ in _RANGES[partitions] if partitions < _SMALL else range(partitions):
+                pos += _PRODUCE_PARTITION_FIXED
+                if body[pos] == 1:  # no record errors
+                    pos += 1
+                else:
+                    record_errors, pos = _count(body, pos)
+                    for _ in range(record_errors):
+                        pos = _skip_tags(body, skip_compact_nullable_string(body, pos + 4))
+                b = body[pos]  # error_message
+                pos = pos + (b or 1) if b < 0x80 else skip_compact_nullable_string(body, pos)
+                pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
+            pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
+    except IndexError:
+        raise ProtocolError("truncated", "Produce responses") from None
+    if remember:
+        _last = (body, start, api_version, pos)
+    return pos
+
+
+def walked_produce_responses_end(api_version: int, body: Buffer, start: int = 0) -> int:
+    """produce_responses_end, without walking again the answer remembered last."""
+    walked, walked_start, walked_version, end = _last
+    if walked is body and walked_start == start and walked_version == api_version:
+        return end
+    return produce_responses_end(api_version, body, start)
+
+
+def fetch_responses_end(body: Buffer, start: int = 0) -> int:
+    """Offset in `body` after the responses of a Fetch v16+ answer whose body begins at `start`:
+    throttle_time_ms, error_code, session_id, then per topic a topic id and partitions (the fixed fields,
+    aborted transactions, preferred read replica, records, tagged fields), tagged fields."""
+    try:
+        pos = start + 4 + 2 + 4
+        b = body[pos]
+        topics, pos = (b - 1, pos + 1) if 0 < b < 0x80 else _count(body, pos)
+        for _ in _RANGES[topics] if topics < _SMALL else range(topics):
+            b = body[pos + 16]  # after the topic id
+            partitions, pos = (b - 1, pos + 17) if 0 < b < 0x80 else _count(body, pos + 16)
+            for _ in _RANGES[partitions] if partitions < _SMALL else range(partitions):
+                pos += 30  # _FETCH_PARTITION_FIXED, written out: a global lookup per partition shows
+                if body[pos] <= 1:  # aborted transactions: null or empty
+                    pos += 5  # and the preferred read replica
+                else:
+                    aborted, pos = _count(body, pos)
+                    for _ in range(aborted):
+                        pos = _skip_tags(body, pos + _ABORTED_TRANSACTION)
+                    pos += 4
+                b = body[pos]  # records: compact nullable bytes, length + 1 as a varint
+                if b < 0x80:
+                    pos += b or 1
+                else:
+                    c = body[pos + 1]
+                    if c < 0x80:  # up to 16 KiB
+                        pos += 1 + ((b & 0x7F) | c << 7)
+                    else:
+                        length_plus_one, pos = read_uvarint(body, pos)
+                        pos += length_plus_one - 1
+                pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
+            pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
+    except IndexError:
+        raise ProtocolError("truncated", "Fetch responses") from None
+    if pos > len(body):
+        raise ProtocolError("truncated", "Fetch responses")
+    return pos
+
+
+def _share_fetch_partition_end(body: Buffer, pos: int) -> int:
+    """index, error_code, error_message, acknowledge_error_code, acknowledge_error_message, current_leader
+    (leader id, epoch, tagged fields), records, acquired_records (first and last offset, delivery count,
+    tagged fields), tagged fields."""
+    pos = skip_compact_nullable_string(body, pos + 4 + 2)
+    pos = skip_compact_nullable_string(body, pos + 2)
+    pos = _skip_tags(body, pos + _LEADER_ID_AND_EPOCH)
+    pos = skip_compact_nullable_string(body, pos)  # records: compact bytes share the encoding
+    acquired, pos = _count(body, pos)
+    for _ in range(acquired):
+        pos = _skip_tags(body, pos + _ACQUIRED_RECORDS)
+    return _skip_tags(body, pos)
+
+
+def _share_acknowledge_partition_end(body: Buffer, pos: int) -> int:
+    """index, error_code, error_message, current_leader (leader id, epoch, tagged fields), tagged fields."""
+    pos = skip_compact_nullable_string(body, pos + 4 + 2)
+    return _skip_tags(body, _skip_tags(body, pos + _LEADER_ID_AND_EPOCH))
+
+
+def _first_version(api_key: int, field: str) -> int:
+    """The first version whose answers have the top-level `field`, as Kafka's schemas say."""
+    return next(first for name, first, _last, _tag in RESPONSE_FIELDS[api_key] if name == field)
+
+
+# The top-level fields each walk goes past, in order, up to and including the array it ends after
+# (tests/protocol/test_response_walks.py checks them against the schemas' RESPONSE_FIELDS).
+WALKED_FIELDS: Mapping[int, tuple[str, ...]] = {
+    _PRODUCE: ("Responses",),
+    _FETCH: ("ThrottleTimeMs", "ErrorCode", "SessionId", "Responses"),
+    _SHARE_FETCH: ("ThrottleTimeMs", "ErrorCode", "ErrorMessage", "AcquisitionLockTimeoutMs", "Responses"),
+    _SHARE_ACKNOWLEDGE: (
+        "ThrottleTimeMs",
+        "ErrorCode",
+        "ErrorMessage",
+        "AcquisitionLockTimeoutMs",
+        "Responses",
+    ),
+}
+# api key -> (first version with acquisition_lock_timeout_ms, the walk past one partition)
+_SHARE_LAYOUTS: Mapping[int, tuple[int, Callable[[Buffer, int], int]]] = {
+    _SHARE_FETCH: (_first_version(_SHARE_FETCH, "AcquisitionLockTimeoutMs"), _share_fetch_partition_end),
+    _SHARE_ACKNOWLEDGE: (
+        _first_version(_SHARE_ACKNOWLEDGE, "AcquisitionLockTimeoutMs"),
+        _share_acknowledge_partition_end,
+    ),
+}
+
+
+def share_responses_end(api_key: int, api_version: int, body: Buffer, start: int = 0) -> int:
+    """Offset in `body` after the responses of a ShareFetch or ShareAcknowledge answer (every version)
+    whose body begins at `start`: throttle_time_ms, error_code, error_message, acquisition_lock_timeout_ms
+    (from the version the schemas add it in), then per topic a topic id, its partitions and tagged
+    fields."""
+    lock_timeout_from, partition_end = _SHARE_LAYOUTS[api_key]
+    try:
+        pos = skip_compact_nullable_string(body, start + 4 + 2)
+        if api_version >= lock_timeout_from:
+            pos += 4
+        topics, pos = _count(body, pos)
+        for _ in range(topics):
+            partitions, pos = _count(body, pos + _UUID)
+            for _ in range(partitions):
+                pos = partition_end(body, pos)
+            pos = _skip_tags(body, pos)
+    except IndexError:
+        raise ProtocolError("truncated", "share responses") from None
+    return pos
+
+
+def _count(body: Buffer, pos: int) -> tuple[int, int]:
+    """A compact array's element count (null counts as empty); a count beyond the bytes left is malformed."""
+    count_plus_one, pos = read_uvarint(body, pos)
+    count = count_plus_one - 1
+    if count > len(body) - pos:
+        raise ProtocolError("bad_array_length", f"{count} elements in {len(body) - pos} bytes")
+    return max(count, 0), pos
+
+
+def _skip_tags(body: Buffer, pos: int) -> int:
+    return pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
