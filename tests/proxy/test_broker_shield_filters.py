@@ -112,7 +112,7 @@ def test_without_a_shield_nothing_is_read_and_a_large_produce_may_stream() -> No
     answer(filters, frame, Connection("broker-1", ""), 10)  # nothing was timed: nothing to match
     live.brokers = BrokerShield(ShieldLimits(bytes_in_per_s=1000))  # a reload brings one
     assert not filter_chain.may_stream(ApiKey.PRODUCE)
-    assert filter_chain.max_versions[ApiKey.PRODUCE] == LAST_WITH_TOPIC_NAMES
+    assert filter_chain.versions.max_versions[ApiKey.PRODUCE] == LAST_WITH_TOPIC_NAMES
 
 
 def test_round_trips_are_timed_per_broker_only_with_the_latency_trigger() -> None:
