@@ -1,8 +1,9 @@
 """The one HTML page a person reads: every job's results that exist under the output directory.
 
-Self-contained: inline CSS, inline SVG charts (`svg.py`), no script, no external file, font or CDN, so it
-opens from a mail attachment or an air-gapped share as it is. Each job re-renders it from the CSV tables
-under `<out>/` (`render_report(out)`), so running `report` and then `whatif` gives one page with both.
+Self-contained: inline CSS, charts drawn by plotly (`charts.py`, its script written into the page once),
+no external file, font or CDN, so it opens from a mail attachment or an air-gapped share as it is. Each
+job re-renders it from the CSV tables under `<out>/` (`render_report(out)`), so running `report` and then
+`whatif` gives one page with both.
 """
 
 from __future__ import annotations
