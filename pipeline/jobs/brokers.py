@@ -19,7 +19,7 @@ broker_top_topics (each broker's `top` topics by bytes, with their share of the 
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ..output.tables import write_csv_df
@@ -28,7 +28,7 @@ from .intervals import bucket_start
 KINDS = ("produce", "fetch")
 
 
-def _summed(column: str):
+def _summed(column: str) -> Column:
     return F.coalesce(F.sum(column), F.lit(0)).cast("long").alias(column)
 
 
