@@ -175,6 +175,9 @@ def _synth_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jitter", type=float, default=5.0, help="%% noise")
     p.add_argument("--topics", type=int, default=5, metavar="N", help="topics the entities use")
     p.add_argument("--instances", type=int, default=1, metavar="N", help="Sluice instances publishing")
+    p.add_argument(
+        "--brokers", type=int, default=3, metavar="N", help="brokers (node ids 1..N; broker 1 leads the most)"
+    )
     p.add_argument("--format", choices=("parquet", "jsonl"), default="parquet", help="the output's format")
 
 

@@ -124,11 +124,12 @@ def _synth(args: argparse.Namespace) -> int:
         jitter_pct=args.jitter,
         topics=args.topics,
         instances=args.instances,
+        brokers=args.brokers,
     )
     spark = _session(args)
     progress = Progress(spark, quiet=args.quiet)
     usage = synth_usage(spark, spec)
-    with progress.step(f"synth: {spec.rows * 2:,} rows ({spec.rows:,} entity intervals)"):
+    with progress.step(f"synth: {spec.table_rows:,} rows ({spec.rows:,} entity intervals)"):
         if args.format == "parquet":
             path = os.path.join(args.out, "usage.parquet")
             write_usage_parquet(usage, path)

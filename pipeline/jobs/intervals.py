@@ -27,7 +27,8 @@ def bucket_ms(usage: DataFrame) -> int:
     return max(1000, -(-int(longest) // 1000) * 1000)
 
 
-def _bucket(bucket: int) -> Column:
+def bucket_start(bucket: int) -> Column:
+    """The start of the row's bucket, epoch milliseconds."""
     return (F.floor(F.col("interval_start_ms") / bucket) * bucket).cast("long")
 
 
@@ -39,7 +40,7 @@ def entity_intervals(usage: DataFrame, bucket: int) -> DataFrame:
     """user, client_id, bucket_ms, produce_bytes, fetch_bytes, <type>_throttle_ms..., quota columns."""
     entity_rows = usage.where(F.col("topic").isNull())
     return (
-        entity_rows.groupBy(*ENTITY, _bucket(bucket).alias("bucket_ms"))
+        entity_rows.groupBy(*ENTITY, bucket_start(bucket).alias("bucket_ms"))
         .agg(
             F.sum("produce_bytes").alias("produce_bytes"),
             F.sum("fetch_bytes").alias("fetch_bytes"),
@@ -57,7 +58,7 @@ def entity_intervals(usage: DataFrame, bucket: int) -> DataFrame:
 def topic_intervals(usage: DataFrame, bucket: int) -> DataFrame:
     topic_rows = usage.where(F.col("topic").isNotNull())
     return (
-        topic_rows.groupBy("topic", _bucket(bucket).alias("bucket_ms"))
+        topic_rows.groupBy("topic", bucket_start(bucket).alias("bucket_ms"))
         .agg(F.sum("produce_bytes").alias("produce_bytes"), F.sum("fetch_bytes").alias("fetch_bytes"))
         .withColumn("produce_rate", F.col("produce_bytes") * 1000.0 / bucket)
         .withColumn("fetch_rate", F.col("fetch_bytes") * 1000.0 / bucket)

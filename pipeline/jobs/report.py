@@ -9,7 +9,8 @@ accuracy 10,000 (rank error at most 1/10,000 of the rows).
 Tables (under `<out>/report/`): entity_hourly, entity_daily, topic_hourly, topic_daily (Parquet);
 entity_summary, topic_summary, top_talkers, daily_profile, cluster_hourly, cluster_daily,
 top_entities_hourly (CSV, small); for the charts, at the resolution `chart_resolution` chose from the
-span (and says in chart_resolution.csv): cluster_over_time, top_entities_over_time, throttle_heatmap.
+span (and says in chart_resolution.csv): cluster_over_time, top_entities_over_time, throttle_heatmap; and
+each broker's load (`brokers.py`): broker_over_time, broker_summary, broker_top_topics.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pyspark.sql import functions as F
 
 from ..output.tables import job_dir, write_csv_df, write_csv_rows, write_parquet
 from ..progress import Progress
+from .brokers import write_broker_tables
 from .intervals import ENTITY, QUOTA_TYPES, bucket_ms, cluster_intervals, entity_intervals, topic_intervals
 
 # The charts' time resolution: the finest unit, no finer than the records' interval, that draws the span in
@@ -38,6 +40,7 @@ class ReportOptions:
     top: int = 20  # top talkers listed
     chart_entities: int = 8  # entities drawn in the rates-over-time chart
     heatmap_entities: int = 20  # rows of the throttle heat map
+    broker_topics: int = 5  # topics listed per broker
 
 
 def _distribution(rate: str) -> list[Column]:
@@ -95,7 +98,9 @@ def run_report(
     cluster = cluster_intervals(entities, bucket).persist()
     hour = F.date_trunc("hour", "ts").alias("hour")
     day = F.to_date("ts").alias("day")
-    first, last = cluster.agg(F.min("ts"), F.max("ts")).first()
+    first, last, first_ms, last_ms = cluster.agg(
+        F.min("ts"), F.max("ts"), F.min("bucket_ms"), F.max("bucket_ms")
+    ).first()
     span_s = (last - first).total_seconds() + bucket / 1000 if first is not None else 0.0
     unit, unit_s = chart_resolution(span_s, bucket / 1000)
     when = F.date_trunc(unit, "ts").alias("time")
@@ -223,6 +228,12 @@ def run_report(
             directory,
             "throttle_heatmap",
         )
+    if first_ms is not None:
+        with progress.step("report: each broker's load"):
+            span_ms = (first_ms, last_ms + bucket)
+            written |= write_broker_tables(
+                usage, directory, bucket, (unit, unit_s), span_ms, options.broker_topics
+            )
     summary.unpersist()
     cluster.unpersist()
     entities.unpersist()

@@ -11,12 +11,16 @@ compute what each job must find:
   (`round(excess / quota x 1000)` ms), so its recorded traffic understates its demand, as the real
   records of a throttled client do;
 * entity k talks to topic `topic-(k mod T)` through instance `synth-(k mod I)`; users are `team-(k mod 4)`
-  except every fourth, which is ANONYMOUS (client-id quotas); client-ids `app-kkk`.
+  except every fourth, which is ANONYMOUS (client-id quotas); client-ids `app-kkk`;
+* leadership is skewed, as it is when one broker degrades: of B brokers (node ids 1..B), broker 1 leads
+  half of every topic's partitions, so a topic row's bytes are two rows, half (rounded up) through broker 1
+  and half (rounded down) through broker `2 + t mod (B - 1)` for topic t; with one broker, all through it.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 from dataclasses import dataclass
 
 from sluice.quota.usage_records import VERSION
@@ -25,6 +29,7 @@ from sluice.quota.usage_records import VERSION
 DEFAULT_START_MS = int(datetime.datetime(2026, 3, 2, tzinfo=datetime.UTC).timestamp() * 1000)
 BUSY_HOURS = (9, 18)  # [from, to) UTC
 HOT_QUOTA_FACTOR = 1.5
+HOT_BROKER = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +42,10 @@ class SynthSpec:
     jitter_pct: float = 5.0
     topics: int = 5
     instances: int = 1
+    brokers: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("entities", "duration_s", "interval_s", "topics", "instances"):
+        for name in ("entities", "duration_s", "interval_s", "topics", "instances", "brokers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"synth: {name} must be at least 1, got {getattr(self, name)}")
         if self.duration_s % self.interval_s:
@@ -51,8 +57,16 @@ class SynthSpec:
 
     @property
     def rows(self) -> int:
-        """Entity rows; a topic row goes with each, so the table holds twice this."""
+        """Entity rows; each has its topic's rows, one per broker (`leaders`), beside it."""
         return self.intervals * self.entities
+
+    @property
+    def table_rows(self) -> int:
+        return self.rows * (1 + len(self.leaders(0)))
+
+    def leaders(self, t: int) -> tuple[int, ...]:
+        """The brokers topic t's bytes go through: the hot one first (the odd byte), then the other."""
+        return (HOT_BROKER,) if self.brokers == 1 else (HOT_BROKER, 2 + t % (self.brokers - 1))
 
     def produce_base(self, k: int) -> int:
         return 2000 * (self.entities - k)
@@ -74,7 +88,8 @@ class SynthSpec:
 
 
 def synth_usage(spark, spec: SynthSpec, partitions: int | None = None):
-    """The generated usage table (usage_table layout): per interval, an entity row and a topic row."""
+    """The generated usage table (usage_table layout): per interval, an entity row and its topic rows."""
+    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     e = spec.entities
@@ -157,18 +172,30 @@ def synth_usage(spark, spec: SynthSpec, partitions: int | None = None):
         "quotas",
         *tail,
     )
-    topic_rows = base.select(
-        *common,
-        F.col("topic_name").alias("topic"),
-        F.lit(None).cast("int").alias("broker"),
-        "produce_bytes",
-        "fetch_bytes",
-        empty_counts.alias("requests"),
-        empty_counts.alias("throttle_time_ms"),
-        empty_counts.alias("throttle_count"),
-        F.lit(0).cast("long").alias("partition_mutations"),
-        F.lit(0).cast("long").alias("cpu_time_ns"),
-        F.create_map().cast("map<string,double>").alias("quotas"),
-        *tail,
-    )
-    return entity_rows.unionByName(topic_rows)
+    topic = F.col("k") % spec.topics
+    # (broker, share of the topic row's bytes): the hot broker takes the odd byte.
+    if spec.brokers == 1:
+        through = [(F.lit(HOT_BROKER), lambda c: F.col(c))]
+    else:
+        through = [
+            (F.lit(HOT_BROKER), lambda c: F.col(c) - F.expr(f"{c} div 2")),
+            (F.lit(2) + topic % (spec.brokers - 1), lambda c: F.expr(f"{c} div 2")),
+        ]
+    topic_rows = [
+        base.select(
+            *common,
+            F.col("topic_name").alias("topic"),
+            broker.cast("int").alias("broker"),
+            share("produce_bytes").cast("long").alias("produce_bytes"),
+            share("fetch_bytes").cast("long").alias("fetch_bytes"),
+            empty_counts.alias("requests"),
+            empty_counts.alias("throttle_time_ms"),
+            empty_counts.alias("throttle_count"),
+            F.lit(0).cast("long").alias("partition_mutations"),
+            F.lit(0).cast("long").alias("cpu_time_ns"),
+            F.create_map().cast("map<string,double>").alias("quotas"),
+            *tail,
+        )
+        for broker, share in through
+    ]
+    return functools.reduce(DataFrame.unionByName, topic_rows, entity_rows)

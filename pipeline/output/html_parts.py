@@ -7,6 +7,7 @@ from html import escape
 
 from .charts import line_chart as plotly_line_chart
 from .svg import LineChart, human_bytes, human_rate
+from .tables import read_csv
 
 
 def line_chart(chart: LineChart, x_title: str = "") -> str:
@@ -14,6 +15,17 @@ def line_chart(chart: LineChart, x_title: str = "") -> str:
     return (
         f"<figure><figcaption>{escape(chart.title)}</figcaption>{plotly_line_chart(chart, x_title)}</figure>"
     )
+
+
+def resolution(directory: str) -> dict[str, str]:
+    """The charts' time unit the report job chose from the span of the records, and the span."""
+    found = {r["name"]: r["value"] for r in read_csv(directory, "chart_resolution")}
+    return found or {"unit": "hour", "seconds": "3600", "first": "", "last": ""}
+
+
+def when(text: str) -> str:
+    """An ISO time from a table, as the page shows it."""
+    return text.replace("T", " ")[:19] if text else "?"
 
 
 def ts(text: str) -> float:

@@ -1,8 +1,9 @@
 """The one HTML page a person reads: every job's results that exist under the output directory.
 
-Self-contained: inline CSS, inline SVG charts (`svg.py`), no script, no external file, font or CDN, so it
-opens from a mail attachment or an air-gapped share as it is. Each job re-renders it from the CSV tables
-under `<out>/` (`render_report(out)`), so running `report` and then `whatif` gives one page with both.
+Self-contained: inline CSS, charts drawn by plotly (`charts.py`, its script written into the page once),
+no external file, font or CDN, so it opens from a mail attachment or an air-gapped share as it is. Each
+job re-renders it from the CSV tables under `<out>/` (`render_report(out)`), so running `report` and then
+`whatif` gives one page with both.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from html import escape
 
 from .charts import heatmap as plotly_heatmap
 from .charts import plotly_script
-from .html_parts import cell, entity, line_chart, table, ts
+from .html_brokers import brokers_section
+from .html_parts import cell, entity, line_chart, resolution, table, ts, when
 from .html_planning import forecast_section, propose_section, whatif_section
 from .svg import LineChart, Series, human_bytes
 from .tables import read_csv
@@ -31,29 +33,19 @@ figcaption{font-size:13px;font-weight:bold}pre{background:#f6f6f6;padding:8px;fo
 """
 
 
-def _resolution(directory: str) -> dict[str, str]:
-    """The charts' time unit the report job chose from the span of the records, and the span."""
-    found = {r["name"]: r["value"] for r in read_csv(directory, "chart_resolution")}
-    return found or {"unit": "hour", "seconds": "3600", "first": "", "last": ""}
-
-
-def _when(text: str) -> str:
-    return text.replace("T", " ")[:19] if text else "?"
-
-
 def _report_section(directory: str) -> str:
     over_time = read_csv(directory, "cluster_over_time")
     if not over_time:
         return ""
-    resolution = _resolution(directory)
-    unit = resolution["unit"]
+    span = resolution(directory)
+    unit = span["unit"]
     axis = f"time (UTC), one point per {unit}"
     parts = ["<h2>Usage</h2>"]
     xs = [ts(r["time"]) for r in over_time]
     produced = sum(cell(r, "produce_bytes") for r in over_time)
     fetched = sum(cell(r, "fetch_bytes") for r in over_time)
     parts.append(
-        f"<p>From {escape(_when(resolution['first']))} to {escape(_when(resolution['last']))} (UTC): "
+        f"<p>From {escape(when(span['first']))} to {escape(when(span['last']))} (UTC): "
         f"{escape(human_bytes(produced))} produced, {escape(human_bytes(fetched))} fetched through Sluice. "
         f"Charts over time have one point per {escape(unit)}: the mean (and max) of the per-interval rates "
         "within it.</p>"
@@ -96,7 +88,7 @@ def _report_section(directory: str) -> str:
             axis,
         )
     )
-    parts.append(_daily_profile(directory, resolution))
+    parts.append(_daily_profile(directory, span))
     parts.append("<h3>Top talkers</h3>")
     parts.append(
         table(
@@ -120,8 +112,8 @@ def _report_section(directory: str) -> str:
     return "".join(parts) + _rest_of_report(directory, unit)
 
 
-def _daily_profile(directory: str, resolution: dict[str, str]) -> str:
-    first, last = resolution.get("first"), resolution.get("last")
+def _daily_profile(directory: str, span: dict[str, str]) -> str:
+    first, last = span.get("first"), span.get("last")
     if first and last and ts(last) - ts(first) < 86_400:
         return "<p>(The daily profile, by hour of day, needs a day of records or more.)</p>"
     profile = read_csv(directory, "daily_profile")
@@ -201,6 +193,7 @@ def render_report(out: str, title: str = "Sluice usage report") -> str:
     """(Re)write `<out>/report.html` from the tables present; returns its path."""
     sections = [
         _report_section(os.path.join(out, "report")),
+        brokers_section(os.path.join(out, "report")),
         whatif_section(os.path.join(out, "whatif")),
         propose_section(os.path.join(out, "propose")),
         forecast_section(os.path.join(out, "forecast")),

@@ -75,6 +75,8 @@ def test_synth_to_the_topic_then_every_job_from_kafka(tmp_path) -> None:
         "4",
         "--interval-s",
         "600",
+        "--brokers",
+        "2",
         "--format",
         "jsonl",
         "--quiet",
@@ -120,6 +122,8 @@ def test_synth_to_the_topic_then_every_job_from_kafka(tmp_path) -> None:
         "report.html",
     ):
         assert os.path.exists(out / table), table
+    with open(out / "report" / "broker_summary.csv") as stream:
+        assert [r["broker"] for r in csv.DictReader(stream)] == ["1", "2"]  # --brokers, through the topic
     with open(out / "whatif" / "entities.csv") as stream:
         throttled = [r for r in csv.DictReader(stream) if int(r["throttle_ms"]) > 0]
     assert throttled  # the 9 kB/s default is below the busiest clients' demand

@@ -17,7 +17,16 @@ from sluice.quota.usage_records import VERSION, UsageBatch, UsageRow, encode_bat
 
 TOPIC, BAD_TOPIC, PARTITIONS = "_sluice_usage", "usage-with-bad", 4
 SPEC = SynthSpec(entities=5, duration_s=300, interval_s=1, instances=3, jitter_pct=3)
-KEY = ["interval_start_ms", "instance", "user", "client_id", "topic", "produce_bytes", "fetch_bytes"]
+KEY = [
+    "interval_start_ms",
+    "instance",
+    "user",
+    "client_id",
+    "topic",
+    "broker",
+    "produce_bytes",
+    "fetch_bytes",
+]
 
 
 @pytest.fixture(scope="module")

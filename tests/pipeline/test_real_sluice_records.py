@@ -23,19 +23,26 @@ pytest.importorskip(
 )
 
 USAGE_TOPIC, DATA_TOPIC = "_sluice_usage", "orders"
+# Skewed leadership: broker 1 leads two of the data topic's three partitions, broker 3 none.
+LEADERS = {0: 1, 1: 1, 2: 2}
 SECONDS = 8
 PUMP_QUOTA = 50_000
 
 
-def run_clients(bootstrap: str) -> dict[str, int]:
+def run_clients(bootstrap: str) -> tuple[dict[str, int], dict[int, int]]:
     """pump produces flat out against its quota, calm a trickle, reader reads it all back. Returns the
-    value bytes each producer had acknowledged (what Sluice admitted and the broker took)."""
+    value bytes each producer had acknowledged (what Sluice admitted and the broker took), and the same
+    by partition."""
     delivered = {"pump": 0, "calm": 0}
+    by_partition: dict[int, int] = {}
 
     def counter(name: str):
         def on_delivery(error, message) -> None:
             if error is None:
                 delivered[name] += len(message.value())
+                by_partition[message.partition()] = by_partition.get(message.partition(), 0) + len(
+                    message.value()
+                )
 
         return on_delivery
 
@@ -80,28 +87,30 @@ def run_clients(bootstrap: str) -> dict[str, int]:
     while time.monotonic() < end:
         consumer.poll(0.2)
     consumer.close()
-    return delivered
+    return delivered, by_partition
 
 
 @pytest.fixture(scope="module")
 def sluice_records(tmp_path_factory):
     with MockCluster(brokers=3, topics={USAGE_TOPIC: 1, DATA_TOPIC: 3}) as cluster:
+        for partition, broker in LEADERS.items():
+            cluster.set_leader(DATA_TOPIC, partition, broker)
         config = {
             "usage": {"enabled": True, "interval_ms": 1000, "topic": USAGE_TOPIC},
             "quota": {"entities": [{"client_id": "pump", "producer_byte_rate": PUMP_QUOTA}]},
         }
         with ProxyProcess(cluster.bootstrap, config, log_level="warning") as proxy:
-            sent = run_clients(proxy.bootstrap)
+            sent, by_partition = run_clients(proxy.bootstrap)
         # The proxy publishes its last, partial interval as it stops: the topic then holds every byte.
         base = tmp_path_factory.mktemp("real")
         # Export while the broker is up; the jobs then run on the files (and once on the topic itself).
         from sluice.pipeline.usage_export import export_usage
 
-        yield cluster.bootstrap, sent, base, export_usage
+        yield cluster.bootstrap, sent, by_partition, base, export_usage
 
 
 def test_report_and_whatif_on_a_real_sluice_runs_records(spark, sluice_records) -> None:
-    bootstrap, sent, base, export_usage = sluice_records
+    bootstrap, sent, by_partition, base, export_usage = sluice_records
     usage = read_usage(spark, f"kafka://{bootstrap}/{USAGE_TOPIC}")
     entities = usage.where("topic is null").groupBy("client_id").sum("produce_bytes", "fetch_bytes").collect()
     totals = {row["client_id"]: (row[1], row[2]) for row in entities}
@@ -129,3 +138,17 @@ def test_report_and_whatif_on_a_real_sluice_runs_records(spark, sluice_records) 
         whatif = {(r["client_id"], r["direction"]): r for r in csv.DictReader(stream)}
     assert whatif[("pump", "produce")]["demand_understated"] == "True"
     assert whatif[("calm", "produce")]["limited"] == "True"
+
+    # Each broker's load as the proxy recorded it: the leaders of the partitions written, each at least
+    # the values acknowledged from its partitions (record batches add their overhead to the values).
+    with open(f"{out}/report/broker_summary.csv") as stream:
+        brokers = {r["broker"]: r for r in csv.DictReader(stream)}
+    assert {"1", "2"} <= set(brokers) <= {"1", "2", ""}, brokers
+    for broker in (1, 2):
+        acknowledged = sum(v for p, v in by_partition.items() if LEADERS[p] == broker)
+        assert int(brokers[str(broker)]["produce_bytes"]) >= acknowledged > 0
+    with open(f"{out}/report/broker_top_topics.csv") as stream:
+        assert {(r["broker"], r["topic"]) for r in csv.DictReader(stream)} == {
+            ("1", DATA_TOPIC),
+            ("2", DATA_TOPIC),
+        }

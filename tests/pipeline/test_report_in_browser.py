@@ -75,6 +75,10 @@ def report(spark, tmp_path_factory) -> str:
     usage = usage.withColumn(
         "client_id", F.when(F.col("client_id") == "app-001", F.lit(HOSTILE)).otherwise(F.col("client_id"))
     )
+    # One topic's bytes name no broker (as a bootstrap connection's or version-1 records' would).
+    usage = usage.withColumn(
+        "broker", F.when(F.col("topic") == "topic-4", F.lit(None)).otherwise(F.col("broker"))
+    )
     path = str(base / "usage.parquet")
     write_usage_parquet(usage, path)
     usage = read_usage(spark, path)
@@ -121,6 +125,31 @@ def test_it_renders_in_chromium_with_its_charts(report, tmp_path) -> None:
     ):
         assert caption in dom
     assert "<script>alert(1)</script>" not in dom and "alert(1)" in dom
+
+
+def test_the_brokers_section_draws_every_brokers_load(report, tmp_path) -> None:
+    result = chromium(tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom", f"file://{report}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    assert "<h2>Brokers</h2>" in dom
+    section = dom[dom.index("<h2>Brokers</h2>") :]
+    section = section[: section.index("<h2>", 4)]
+    # Two charts drawn by plotly, produce to and fetch from each broker; each legend names the three
+    # brokers the generator's records go through, and nothing else.
+    figures = section.split("<figcaption>")[1:]
+    assert [f[: f.index("<")] for f in figures] == [
+        "Produce to each broker, mean per hour",
+        "Fetch from each broker, mean per hour",
+    ]
+    for figure in figures:
+        assert len(re.findall(r'class="main-svg"', figure)) >= 1
+        assert re.findall(r'class="legendtext"[^>]*>([^<]*)<', figure) == ["broker 1", "broker 2", "broker 3"]
+    assert re.search(
+        r"\d+\.\d% of the topic bytes \(\d+\.\d% of those produced, \d+\.\d% of those fetched\) "
+        r"name no broker",
+        section,
+    ), section[:3000]
+    assert "Each broker&#x27;s top topics" in section or "Each broker's top topics" in section
 
 
 def test_chromium_logs_no_console_error_for_it(report, tmp_path) -> None:
