@@ -149,13 +149,15 @@ class MockCluster:
         stdout = self._process.stdout
         assert stdout is not None
         deadline = time.monotonic() + timeout_s
-        # Raw reads on the fd: a buffered readline() could not be given a deadline.
+        # Raw reads on the fd: a buffered readline() could not be given a deadline. poll(), not select():
+        # a test process holding thousands of sockets has descriptors past select's 1024.
+        poller = select.poll()
+        poller.register(stdout.fileno(), select.POLLIN)
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise MockClusterError(f"no answer from the mock cluster within {timeout_s} s")
-            ready, _, _ = select.select([stdout], [], [], remaining)
-            if ready:
+            if poller.poll(remaining * 1000):
                 chunk = os.read(stdout.fileno(), 4096)
                 if not chunk:
                     raise MockClusterError(f"the mock cluster exited (code {self._process.wait()})")

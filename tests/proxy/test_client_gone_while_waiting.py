@@ -32,8 +32,9 @@ pytestmark = pytest.mark.slow  # starts processes (the test broker, the proxy)
 MIB = 1 << 20
 TOPIC = "gone"
 PRODUCE, PRODUCE_VERSION = 0, 3
-# A request of an API no filter knows is read whole before it goes on: it holds request memory.
-UNKNOWN_API_HEADER = struct.pack(">hhih", 1000, 0, 1, -1)
+# A Fetch request is read whole before it goes on (the client-quota filter reads its body): it holds
+# request memory.
+WHOLE_READ_HEADER = struct.pack(">hhih", 1, 4, 1, -1)
 NOTICED_WITHIN_S = 5.0
 
 
@@ -80,9 +81,9 @@ def test_a_client_gone_while_its_connection_waits_for_memory(cluster: MockCluste
         size = 4 * MIB - 4  # with its length prefix, a frame holds 4 MiB of the budget
         holders = [answered_client(proxy.port) for _ in range(2)]
         for holder in holders:
-            holder.sock.sendall(size.to_bytes(4, "big") + UNKNOWN_API_HEADER + b"\0" * MIB)
+            holder.sock.sendall(size.to_bytes(4, "big") + WHOLE_READ_HEADER + b"\0" * MIB)
         waiting = answered_client(proxy.port)
-        waiting.sock.sendall(size.to_bytes(4, "big") + UNKNOWN_API_HEADER + b"\0" * 1000)
+        waiting.sock.sendall(size.to_bytes(4, "big") + WHOLE_READ_HEADER + b"\0" * 1000)
         wait_for_metric(proxy, "sluice_connections_waiting_for_memory", 1)
         close_and_expect_it_noticed(proxy, waiting.sock)
         assert metric_value(proxy.metrics_text(), "sluice_connections_waiting_for_memory") == 0
@@ -126,7 +127,7 @@ def test_a_client_gone_while_its_broker_stopped_reading() -> None:
             # toward the broker passes its mark, and it stops reading the client (back-pressure).
             size = 48 * MIB
             forwarded = metric_value(proxy.metrics_text(), "sluice_request_bytes_total") + size - 4
-            client.sock.sendall((size - 4).to_bytes(4, "big") + UNKNOWN_API_HEADER + b"\0" * (size - 14))
+            client.sock.sendall((size - 4).to_bytes(4, "big") + WHOLE_READ_HEADER + b"\0" * (size - 14))
             wait_for_metric(proxy, "sluice_request_bytes_total", forwarded)  # forwarded: reading paused
             close_and_expect_it_noticed(proxy, client.sock)
             wait_for_metric(proxy, "sluice_connections_active", 0)
@@ -162,7 +163,7 @@ def test_a_client_is_not_read_while_its_upstream_connects() -> None:
     # into the proxy's memory for the whole connect timeout.
     with proxy_of_an_upstream_that_does_not_accept() as proxy:
         client = RawClient("127.0.0.1", proxy.port)
-        request = (MIB - 4).to_bytes(4, "big") + UNKNOWN_API_HEADER + b"\0" * (MIB - 14)
+        request = (MIB - 4).to_bytes(4, "big") + WHOLE_READ_HEADER + b"\0" * (MIB - 14)
         client.sock.settimeout(3)
         with pytest.raises(TimeoutError):  # the socket buffers fill: the proxy reads nothing meanwhile
             client.sock.sendall(request * 64)

@@ -11,6 +11,7 @@ within BACK_WITHIN_MB of where it started."""
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import socket
 import time
@@ -29,8 +30,9 @@ IDLE = 3_000
 HALF_OPEN = 2_000
 BACK_WITHIN_MB = 20
 API_VERSIONS_V0 = encode_request(18, 0, 7, "idle", b"")
-# The start of a 100 kB request of an API no filter knows: the proxy holds it while the rest is awaited.
-HALF_REQUEST = (100_000).to_bytes(4, "big") + b"\x03\xe8\x00\x00\x00\x00\x00\x01\xff\xff" + b"x" * 3_000
+# The start of a 100 kB Fetch v4 request (read whole: the client-quota filter reads Fetch bodies): the
+# proxy holds it while the rest is awaited.
+HALF_REQUEST = (100_000).to_bytes(4, "big") + b"\x00\x01\x00\x04\x00\x00\x00\x01\xff\xff" + b"x" * 3_000
 
 
 @pytest.fixture(scope="module")
@@ -58,20 +60,33 @@ def wait_for_metric(proxy: ProxyProcess, name: str, value: float, timeout_s: flo
 def test_rss_returns_after_a_spike_of_idle_and_half_open_connections(cluster, allocator, monkeypatch) -> None:
     monkeypatch.setenv("PYTHONMALLOC", allocator)  # the proxy process's
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     assert hard > IDLE + HALF_OPEN + 100, "the test needs a descriptor per connection"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    # Whatever happens, the test's 5,000 sockets close and the limit comes back: a failed run must not
+    # leave a worker of the suite with descriptors the next tests would trip on.
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        sockets: list[socket.socket] = []
+        cleanup.callback(lambda: [sock.close() for sock in sockets])
+        spike_and_return(cluster, allocator, sockets)
+
+
+def spike_and_return(cluster: MockCluster, allocator: str, sockets: list[socket.socket]) -> None:
+    """Open the idle and half-open connections (kept in `sockets`), close them, and measure RSS."""
     # Half-open connections have not proven themselves: they would be closed after 10 s of a frame.
     patient = {"sasl": {"unauthenticated_frame_timeout_s": 600}}
     with ProxyProcess(cluster.bootstrap, extra_config=patient, log_level="info") as proxy:
         pid = proxy.process.pid
         start = rss_mb(pid)
         idle = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(IDLE)]
+        sockets += idle
         for sock in idle:
             sock.sendall(API_VERSIONS_V0)
         for sock in idle:  # answered: each has its upstream connection, then stays silent
             sock.settimeout(30)
             assert sock.recv(65536)
         half_open = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(HALF_OPEN)]
+        sockets += half_open
         for sock in half_open:
             sock.sendall(HALF_REQUEST)
         wait_for_metric(proxy, "sluice_connections_active", IDLE + HALF_OPEN)
@@ -90,4 +105,3 @@ def test_rss_returns_after_a_spike_of_idle_and_half_open_connections(cluster, al
             assert after <= start + BACK_WITHIN_MB, (start, peak, after)
         else:  # measured here: 62 MB taken, 22-26 MB of it given back (none before)
             assert peak - after >= (peak - start) / 4, (start, peak, after)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
