@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from rawclient import RawClient
-from throttle_harness import FlatOutProducer
+from throttle_harness import FlatOutProducer, metric_value
 from waiting import wait_until
 
 from sluice.proxy.ports import free_port_block, wait_for_port
@@ -121,12 +121,17 @@ def test_bad_config_exits_2_naming_the_key(tmp_path, yaml_text: str, flags: list
 
 def test_sigterm_lets_in_flight_requests_finish(cluster) -> None:
     with ProxyProcess(cluster.bootstrap) as proxy:
-        for node in (1, 2, 3):
-            cluster.set_rtt(node, 1500)
         try:
             with RawClient("127.0.0.1", proxy.port) as client:
+                assert api_versions_ok(client)  # its upstream connection is open: a request goes on at once
+                for node in (1, 2, 3):
+                    cluster.set_rtt(node, 1500)
                 correlation_id = client.send(MetadataRequest[1](topics=[]), 1)
-                time.sleep(0.3)  # the request is now held by the slow broker
+                # The request is in flight (forwarded to the slow broker) before the stop is asked for.
+                wait_until(
+                    lambda: metric_value(proxy.metrics_text(), "sluice_requests_total", api="Metadata") >= 1,
+                    "the Metadata request forwarded",
+                )
                 proxy.process.send_signal(15)
                 data = client.receive_frame()
                 assert int.from_bytes(data[4:8], "big") == correlation_id

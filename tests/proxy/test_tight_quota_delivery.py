@@ -131,11 +131,21 @@ def test_an_idempotent_producer_gets_every_record_exactly_once(cluster: MockClus
 
 
 def test_without_idempotence_the_same_run_writes_records_twice(cluster: MockCluster) -> None:
-    run = produce_through_a_tight_quota(cluster, "plain", idempotent=False, scope="connection")
-    assert run.client_timeouts > 0
-    kept, _, _ = keys_a_broker_keeps(cluster, "plain")
-    assert set(kept) == {f"plain-{i:04d}".encode() for i in range(RECORDS)}
-    assert sum(count - 1 for count in kept.values()) > 0, "no duplicates: the doc's warning would be moot"
+    # A duplicate needs a request that reached the broker and then timed out at the client, which sends it
+    # again; one the proxy still held when librdkafka closed its connection is dropped with it (peer_watch).
+    # Which of the two a timed-out request was depends on the machine's timing, so the run is repeated (at
+    # most three times) until one shows the duplicates the doc warns of: the warning holds if any run does.
+    duplicates_per_run = []
+    for attempt in range(3):
+        client_id = f"plain{attempt}"
+        run = produce_through_a_tight_quota(cluster, client_id, idempotent=False, scope="connection")
+        assert run.client_timeouts > 0
+        kept, _, _ = keys_a_broker_keeps(cluster, client_id)
+        assert set(kept) == {f"{client_id}-{i:04d}".encode() for i in range(RECORDS)}, "records missing"
+        duplicates_per_run.append(sum(count - 1 for count in kept.values()))
+        if duplicates_per_run[-1] > 0:
+            break
+    assert duplicates_per_run[-1] > 0, f"duplicates per run: {duplicates_per_run}: the warning is moot"
 
 
 @pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "plain"])
