@@ -17,8 +17,8 @@ from sluice.config.model import DEFAULT_IDLE_TIMEOUT_S, ProxyConfig
 from ..listeners.listeners import raise_open_file_limit
 from ..observability.log import configure_logging, get_logger
 from ..process.process_memory import return_large_buffers_to_os
-from ..process.services import ServiceStartError
 from ..process.workers import check_workers, run_workers
+from ..services import ServiceStartError
 
 EXIT_CONFIG_ERROR = 2
 # Below this many descriptors beyond reserved_open_files, too few clients could be served to be useful.

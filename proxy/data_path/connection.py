@@ -19,8 +19,8 @@ Why this module is long: it is the whole asyncio shell of a connection (two tran
 the throttle gate, the upstream connect, the idle timer, shutdown) plus the two small interfaces others
 call on it, the services a filter may ask for (ConnectionInfo) and the pipeline's sink; each is a few lines
 over the same connection state. What was logic moved out: the request order to
-proxy/data_path/request_pipeline.py,
-the filters' run to proxy/filters/chain.py, the upstream connect loop to proxy/data_path/upstream.py.
+proxy/data_path/request_pipeline.py, the filters' run to proxy/filters/chain.py, the upstream connect loop
+to proxy/data_path/upstream.py.
 """
 
 from __future__ import annotations

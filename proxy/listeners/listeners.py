@@ -2,9 +2,8 @@
 with a real accept backlog, and the process's open-file limit raised to what the machine allows.
 
 The backlog set here is the one the kernel keeps: the sockets are served by proxy/listeners/accepting.py,
-which
-never calls listen() again (`loop.create_server(sock=...)` did, with its own `backlog` of 100 unless told
-otherwise: then 975 of 3,000 connections arriving together overflowed, and 253 clients that believed
+which never calls listen() again (`loop.create_server(sock=...)` did, with its own `backlog` of 100 unless
+told otherwise: then 975 of 3,000 connections arriving together overflowed, and 253 clients that believed
 they were connected were never accepted). The kernel caps the backlog at net.core.somaxconn.
 """
 

@@ -4,14 +4,13 @@ One bootstrap listener forwards to any upstream bootstrap server; one listener p
 forwards to that node. Broker listeners are opened for every node the proxy learns of, whether from its own
 start-up Metadata request (the discovery service) or from an answer it rewrites for a client.
 
-Background work runs as services (`proxy/process/services.py`), started in `_services()` order after the
-bootstrap
+Background work runs as services (`proxy/services.py`), started in `_services()` order after the bootstrap
 listener opens and stopped in reverse after the client connections have drained: the metrics endpoint,
 the proxy's own Kafka client, broker discovery (which uses the client) and the idle-sensor sweep.
 
 Why this module is long: it wires every part of the proxy together (filters, services, listeners and
 their failures, signals); what has logic of its own lives beside it (proxy/listeners/listeners.py,
-proxy/process/listener_failures.py, proxy/process/signals.py, proxy/process/services.py).
+proxy/process/listener_failures.py, proxy/process/signals.py, proxy/services.py).
 """
 
 from __future__ import annotations
@@ -60,11 +59,11 @@ from ..observability.log import get_logger
 from ..observability.metrics import ProxyCollector, ProxyMetrics
 from ..observability.metrics_http import MetricsEndpoint
 from ..observability.throttle_episodes import ThrottleEpisodes
+from ..services import Service, Services
 from ..usage_plane.usage_plane import UsagePlane
 from .listener_failures import EntityOverflowLog, ListenerFailures
 from .memory_return import MemoryReturn
 from .periodic import Periodic
-from .services import Service, Services
 from .signals import install_signal_handlers
 
 _log = get_logger("sluice.server")

@@ -1,7 +1,7 @@
 """The fleet follower: reads the usage topic and charges what other instances admitted to this one's quotas.
 
-A service (`proxy/process/services.py`), one task per partition of the usage topic, each a long-poll fetch
-loop through the proxy's own Kafka client. Every batch goes to `quota.fleet.FleetQuotas.charge`, which skips
+A service (`proxy/services.py`), one task per partition of the usage topic, each a long-poll fetch loop
+through the proxy's own Kafka client. Every batch goes to `quota.fleet.FleetQuotas.charge`, which skips
 this instance's own batches and batches too old to weigh on any quota window, and to the `also` charges
 (the broker shield's, quota/broker_fleet.py), which skip them likewise.
 
@@ -27,7 +27,7 @@ from sluice.quota.usage_records import UsageBatch, UsageRecordError, decode_batc
 
 from ..kafka_client import FetchResult, KafkaClientError, OffsetOutOfRange
 from ..observability.log import get_logger
-from ..process.services import cancel_and_wait
+from ..services import cancel_and_wait
 from .usage_publisher import wall_clock_ms
 
 _log = get_logger("sluice.fleet")

@@ -21,7 +21,7 @@ from sluice.quota.usage_records import UsageBatch
 from ..cluster.broker_nodes import BrokerNodes
 from ..filters.base import FilterFactory
 from ..filters.usage_recorder import TopicNames, UsageRecorderFactory, UsageRecording
-from ..process.services import Service
+from ..services import Service
 from .fleet_follower import BatchCharge, FleetFollower, UsageConsumer
 from .usage_metrics import UsageCollector
 from .usage_publisher import UsageProducer, UsagePublisher

@@ -1,6 +1,6 @@
 """The usage publisher: once per interval, this process's usage records go to the usage topic.
 
-A service (`proxy/process/services.py`). Two tasks, so the data path never waits for Kafka:
+A service (`proxy/services.py`). Two tasks, so the data path never waits for Kafka:
 
 * the **timer** drains the usage ledger at every interval boundary (wall-clock aligned, so the intervals of
   every instance coincide) into one batch (`docs/usage-records.md`), encodes it (split into several
@@ -36,7 +36,7 @@ from sluice.quota.usage_records import split_rows
 from ..kafka_client import KafkaClientError
 from ..observability.log import get_logger
 from ..observability.metrics import api_name
-from ..process.services import cancel_and_wait
+from ..services import cancel_and_wait
 
 _log = get_logger("sluice.usage")
 # Under Kafka's default max.message.bytes (1 MiB + 12), with room for the batch and record headers.

@@ -16,7 +16,7 @@ from sluice.proxy.control_plane.sensor_sweep import SensorSweep
 from sluice.proxy.kafka_client import BrokerUnavailable, ClientClosed
 from sluice.proxy.listeners.ports import free_port_block
 from sluice.proxy.process.server import BOOTSTRAP, SluiceServer
-from sluice.proxy.process.services import Service, Services, ServiceStartError
+from sluice.proxy.services import Service, Services, ServiceStartError
 
 
 class FakeService:
