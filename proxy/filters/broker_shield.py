@@ -42,7 +42,7 @@ _FORWARDED = EntryKind.FORWARDED
 
 
 class ShieldInForce(Protocol):
-    """Where the shield in force is read (config/live_quotas.LiveQuotas): one attribute, per request."""
+    """Where the shield in force is read (control_plane's LiveQuotas): one attribute, per request."""
 
     brokers: BrokerShield | None
 

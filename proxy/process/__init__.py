@@ -1,1 +1,2 @@
-"""The process: the server that builds and runs everything, its services, workers, signals and memory."""
+"""The process: the server that builds and runs everything, its workers, signals and memory, and what it does
+when a broker listener cannot open."""
