@@ -1,6 +1,6 @@
 """Turn the raw `tls:` and `sasl:` mappings into TlsSettings and SaslSettings, or raise ConfigError naming the
 key. Only paths and names are checked here; the files are read when the proxy builds its TLS contexts
-(proxy/tls.py), which names the file that fails."""
+(proxy/listeners/tls.py), which names the file that fails."""
 
 from __future__ import annotations
 

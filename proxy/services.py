@@ -22,7 +22,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from .log import get_logger
+from .observability.log import get_logger
 
 _log = get_logger("sluice.services")
 DEFAULT_STOP_TIMEOUT_S = 10.0

@@ -2,8 +2,8 @@
 
 An episode starts with a broker's first throttle and ends once none of its topics has been throttled for
 ``quiet_ms`` past the end of its last throttle (as the client quotas' throttle episodes,
-proxy/throttle_episodes.py). The start is reported at the next sweep (about a second later) with the
-topics held by then; the end with how long it lasted, its throttles and every topic it held. A broker
+proxy/observability/throttle_episodes.py). The start is reported at the next sweep (about a second later)
+with the topics held by then; the end with how long it lasted, its throttles and every topic it held. A broker
 holds a topic from its throttle until ``quiet_ms`` after it ends: that is the metrics' "holding which
 topics". Sans-IO: the caller passes the time and logs what it gets back.
 """

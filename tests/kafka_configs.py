@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from rawclient import RawClient
 
-from sluice.protocol.client_quotas import (
+from sluice.protocol.client_quota_codec import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
     AlterEntry,

@@ -4,7 +4,7 @@ version (tests/proxy)."""
 
 from __future__ import annotations
 
-from sluice.config.quota_describe import MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED
+from sluice.proxy.control_plane.quota_describe import MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED
 
 INVALID_REQUEST, UNSUPPORTED_VERSION = 42, 35
 

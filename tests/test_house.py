@@ -6,6 +6,8 @@ and the clock, no import cycle, and no module grows past ~350 lines without sayi
 
 pipeline may read config: its what-if takes candidate quotas in Sluice's own `quota:` format, and
 config's parser is the one that format has (a second one would drift). It never reaches proxy.
+
+Inside proxy/, each folder is a room (docs/architecture.md draws them) with arrows of its own, ROOMS.
 """
 
 from __future__ import annotations
@@ -28,6 +30,35 @@ ARROWS = {
     "config": {"config", "quota"},
     "proxy": {"proxy", "config", "quota", "protocol"},
     "pipeline": {"pipeline", "config", "quota"},
+}
+# proxy/'s rooms: its folders, and "proxy" for the modules at its top (the command line, the service
+# contract). Which rooms each may import (itself included); config, quota and protocol as ARROWS says.
+ROOMS = {
+    "proxy": {"proxy", "observability"},
+    "observability": {"observability"},
+    "listeners": {"listeners", "observability"},
+    # The one arrow up: the proxy's own client opens its broker connections with the data path's
+    # connect_broker (data_path/upstream.py); through it, cluster, control_plane and filters reach data_path.
+    "kafka_client": {"kafka_client", "data_path", "listeners", "observability"},
+    "cluster": {"cluster", "kafka_client", "listeners", "observability"},
+    "control_plane": {"control_plane", "kafka_client", "observability"},
+    "filters": {"filters", "cluster", "control_plane", "observability"},
+    "data_path": {"data_path", "filters", "listeners", "observability"},
+    "usage_plane": {"usage_plane", "proxy", "cluster", "filters", "kafka_client", "observability"},
+    "process": {
+        "process",
+        "proxy",
+        "cluster",
+        "control_plane",
+        "data_path",
+        "filters",
+        "kafka_client",
+        "listeners",
+        "observability",
+        "usage_plane",
+    },
+    "commands": {"commands", "proxy", "process", "listeners", "observability"},
+    "tools": {"tools", "proxy", "commands", "control_plane", "kafka_client", "listeners", "observability"},
 }
 # Third-party imports allowed where the design is strict about them; proxy and pipeline may use their own.
 THIRD_PARTY = {"protocol": {"kafka"}, "quota": set(), "config": {"yaml"}}
@@ -99,6 +130,12 @@ def _ours(name: str) -> str | None:
     return parts[1] if parts[0] == "sluice" and len(parts) > 1 else None
 
 
+def _room(name: str) -> str:
+    """The room of proxy/ a module of it is in (`data_path` for `sluice.proxy.data_path.connection`)."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and (ROOT / "proxy" / parts[2]).is_dir() else "proxy"
+
+
 MODULES = list(_modules())
 
 
@@ -113,10 +150,18 @@ def test_imports_follow_the_arrows(package: str, path: Path) -> None:
         top = imported.module.split(".")[0]
         if ours is not None:
             assert ours in ARROWS[package], f"{package}/ may not import sluice.{ours} ({imported.module})"
+            if ours == "proxy" == package:
+                room, target = _room(_dotted(path)), _room(imported.module)
+                assert target in ROOMS[room], f"proxy/{room}/ may not import {imported.module}"
         elif package in THIRD_PARTY and top not in sys.stdlib_module_names:
             assert top in THIRD_PARTY[package], f"{package}/ may not import {top}"
         if package in SANS_IO:
             assert top not in IO_MODULES, f"{package}/ is sans-IO but imports {top}"
+
+
+def test_every_room_of_proxy_has_its_arrows() -> None:
+    rooms = {path.name for path in (ROOT / "proxy").iterdir() if (path / "__init__.py").is_file()}
+    assert rooms | {"proxy"} == set(ROOMS)
 
 
 def test_no_import_cycle() -> None:

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check_tls_files(config: ProxyConfig) -> None:
     # The proxy reads these at start-up; reading them here finds a missing file or a mismatched key now.
-    from ..tls import listener_context, upstream_context
+    from ..listeners.tls import listener_context, upstream_context
 
     if config.tls.listener is not None:
         listener_context(config.tls.listener)

@@ -14,11 +14,11 @@ from sluice.config.errors import ConfigError
 from sluice.config.load import load_config
 from sluice.config.model import DEFAULT_IDLE_TIMEOUT_S, ProxyConfig
 
-from ..listeners import raise_open_file_limit
-from ..log import configure_logging, get_logger
-from ..process_memory import return_large_buffers_to_os
+from ..listeners.listeners import raise_open_file_limit
+from ..observability.log import configure_logging, get_logger
+from ..process.process_memory import return_large_buffers_to_os
+from ..process.workers import check_workers, run_workers
 from ..services import ServiceStartError
-from ..workers import check_workers, run_workers
 
 EXIT_CONFIG_ERROR = 2
 # Below this many descriptors beyond reserved_open_files, too few clients could be served to be useful.
@@ -130,7 +130,7 @@ async def _serve(
     overrides: dict[str, object] | None = None,
     reuse_port: bool = False,
 ) -> int:
-    from ..server import SluiceServer
+    from ..process.server import SluiceServer
 
     server = SluiceServer(config, reuse_port=reuse_port)
     # SIGHUP (`sluice reload`) re-reads the same file with the same flags on top.

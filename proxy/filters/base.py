@@ -109,7 +109,7 @@ class InFlight(NamedTuple):
     answer_delay_ms: int = 0
     # OWN: where the response body goes (an asyncio future the connection resolves).
     reply: object = None
-    # FORWARDED: the bytes it counts toward its broker's load until answered (proxy/broker_load.py).
+    # FORWARDED: the bytes it counts toward its broker's load until answered (proxy/data_path/broker_load.py).
     load: int = 0
 
 

@@ -32,7 +32,7 @@ from sluice.protocol.node_endpoints import (
     rewrite_node_endpoints,
 )
 
-from ..brokers import Address, BrokerDirectory
+from ..cluster.brokers import Address, BrokerDirectory
 from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
 from .chain import TABLE_SIZE
 from .frames import with_body

@@ -1,7 +1,7 @@
 """BrokerShieldFilter: each Produce charged to the broker it reaches (`quota.broker_protection`), and timed.
 
 The request's bytes per topic (its partition batches' record sets, protocol/produce_topics.py) are charged
-to the broker node the connection forwards to (proxy/broker_nodes.py), under that broker's threshold
+to the broker node the connection forwards to (proxy/cluster/broker_nodes.py), under that broker's threshold
 (quota/broker_shield.py): a topic over its share on a broker that is over its threshold earns a throttle,
 returned as `Forward(frame, throttle)`, so only this connection (the one to that broker) is held and the
 client's connections to other brokers carry on. Nothing is dropped. The chain keeps the larger of this
@@ -31,7 +31,7 @@ from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, produce_topic_
 from sluice.quota import QuotaTags
 from sluice.quota.broker_shield import BrokerShield
 
-from ..broker_nodes import BrokerNodes
+from ..cluster.broker_nodes import BrokerNodes
 from .base import ConnectionInfo, EntryKind, Filter, FilterFactory, Forward, Frame, InFlight
 from .quota_metrics import ThrottleStats
 from .round_trip_clock import RoundTripClock
@@ -42,7 +42,7 @@ _FORWARDED = EntryKind.FORWARDED
 
 
 class ShieldInForce(Protocol):
-    """Where the shield in force is read (config/live_quotas.LiveQuotas): one attribute, per request."""
+    """Where the shield in force is read (control_plane's LiveQuotas): one attribute, per request."""
 
     brokers: BrokerShield | None
 

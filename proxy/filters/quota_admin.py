@@ -2,7 +2,7 @@
 
 In the chain with `quota.admin: proxy` (the default):
 
-* A describe is answered at once from the quotas in force (proxy/quota_admin.py does the work).
+* A describe is answered at once from the quotas in force (proxy/control_plane/quota_admin.py does the work).
 * An alter is decided at once; if it changes anything, the request is deferred while the store topic is
   written, and answered when the write is acknowledged (or failed), so an alter is never acknowledged
   before it is stored. The connection's requests behind it wait, as behind a broker.
@@ -19,14 +19,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import ClassVar
 
-from sluice.config.quota_admin_errors import REQUEST_TIMED_OUT, ApiError
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.api_versions_clamp import advertise_apis
-from sluice.protocol.client_quotas import MAX_VERSION
+from sluice.protocol.client_quota_codec import MAX_VERSION
 from sluice.protocol.headers import RequestHeader, encode_response
+from sluice.proxy.control_plane.quota_admin_errors import REQUEST_TIMED_OUT, ApiError
 
-from ..log import get_logger
-from ..quota_admin import AlterCall, QuotaAdministration, StoreRecord
+from ..control_plane.quota_admin import AlterCall, QuotaAdministration, StoreRecord
+from ..observability.log import get_logger
 from .base import Answer, ConnectionInfo, Defer, Filter, FilterFactory, Frame, InFlight
 from .frames import with_body
 

@@ -12,9 +12,9 @@ from prometheus_client.registry import Collector
 
 from sluice.quota import QuotaManagers, QuotaTags, QuotaWindow, SampledRate, WindowQuotaSensor
 
-from ..log import get_logger
-from ..metrics import api_name
-from ..throttle_episodes import ThrottleEpisodes
+from ..observability.log import get_logger
+from ..observability.metrics import api_name
+from ..observability.throttle_episodes import ThrottleEpisodes
 from .usage_recorder import UsageRecording
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from sluice.protocol.sasl import (
 from sluice.protocol.sasl_exchange import FOLLOWABLE_MECHANISMS, SaslExchange, SaslOutcome
 from sluice.quota import ANONYMOUS
 
-from ..log import get_logger
+from ..observability.log import get_logger
 from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
 
 _log = get_logger("sluice.sasl")

@@ -36,7 +36,7 @@ from sluice.protocol.topic_metadata import (
     encode_topic_metadata_request,
 )
 
-from ..log import get_logger
+from ..observability.log import get_logger
 from .base import ConnectionInfo
 
 # Kafka's own default for num.partitions, used for a request when the cluster will not say.

@@ -8,8 +8,8 @@ client: its size (body + 4, what `consumer_byte_rate` is charged) and the record
 topic breakdown walks the topic/partition structure without decoding a record
 (`protocol/record_sets.py`); a body it cannot walk is left to the broker (or the client) to refuse, and
 only the breakdown is lost. Topic bytes are kept per broker: the node the connection reaches
-(proxy/broker_nodes.py), None where it cannot be told. Throttles, CPU time and partition mutations come
-from the quota filters, which charge them.
+(proxy/cluster/broker_nodes.py), None where it cannot be told. Throttles, CPU time and partition mutations
+come from the quota filters, which charge them.
 
 It runs after the quota filters, so it counts what was forwarded and what the client got.
 
@@ -34,7 +34,7 @@ from sluice.protocol.record_sets import TopicBytes, fetch_topic_bytes, produce_t
 from sluice.protocol.topic_metadata import TOPIC_IDS_METADATA_VERSION, decode_topic_partitions
 from sluice.quota.usage_ledger import EntityUsage, UsageLedger
 
-from ..broker_nodes import BrokerNodes
+from ..cluster.broker_nodes import BrokerNodes
 from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
 
 PRODUCE, FETCH, METADATA = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA

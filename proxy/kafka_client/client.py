@@ -50,7 +50,7 @@ from .retrying import retrying
 from .topics import TopicCreation, await_leaders, create_once
 
 if TYPE_CHECKING:
-    from sluice.proxy.tls import UpstreamTlsTarget
+    from sluice.proxy.listeners.tls import UpstreamTlsTarget
 
 T = TypeVar("T")
 # Small on purpose: the answer is checked (CRC32C) and decoded in one step on the loop, and kafka-python's

@@ -36,7 +36,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from sluice.proxy.tls import UpstreamTlsTarget
+    from sluice.proxy.listeners.tls import UpstreamTlsTarget
 
 MAIN_LANE = "main"
 T = TypeVar("T")

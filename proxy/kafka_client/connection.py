@@ -30,12 +30,12 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request, read_correlation_id, response_header_size
 
-from ..upstream import connect_broker
+from ..data_path.upstream import connect_broker
 from .authenticate import authenticate
 from .errors import AuthenticationFailed, BrokerUnavailable, KafkaErrorCode, UnsupportedByBroker
 
 if TYPE_CHECKING:
-    from sluice.proxy.tls import UpstreamTlsTarget
+    from sluice.proxy.listeners.tls import UpstreamTlsTarget
 
 # Answers to the proxy's own requests are small except Fetch, which the caller bounds with max_bytes.
 MAX_ANSWER_BYTES = 64 << 20

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from ..log import get_logger
+from ..observability.log import get_logger
 from .backoff import RetryPolicy
 from .errors import UNKNOWN_TOPIC_OR_PARTITION, GaveUp, KafkaClientError, KafkaErrorCode
 

@@ -18,7 +18,7 @@ from sluice.protocol.client_requests import (
     encode_create_topics_request,
 )
 
-from ..log import get_logger
+from ..observability.log import get_logger
 from .cluster import Cluster
 from .errors import TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION, KafkaErrorCode, from_code
 

@@ -28,7 +28,7 @@ from sluice.config.client_settings import SASL_MECHANISMS, ClientSasl, Secret
 from sluice.config.errors import ConfigError
 from sluice.config.identity_settings import UpstreamTls
 
-from ..tls import UpstreamTlsTarget, upstream_context
+from ..listeners.tls import UpstreamTlsTarget, upstream_context
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_CLIENT_ID = "sluice-quotas"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from ..ports import free_port_block, wait_for_port
+from ..listeners.ports import free_port_block, wait_for_port
 
 _START_ATTEMPTS = 3
 # A directory to keep every proxy's configuration and log in (one folder per proxy, named after the test

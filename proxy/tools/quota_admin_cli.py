@@ -15,7 +15,7 @@ from sluice.config.values import parse_bootstrap
 
 from ..commands.run import run_event_loop
 from ..kafka_client import KafkaClient, KafkaClientError
-from ..log import configure_logging
+from ..observability.log import configure_logging
 from .command_config import ConnectSettings, connect_settings, read_properties
 from .quota_configs import (
     EXIT_REFUSED,

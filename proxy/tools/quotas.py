@@ -12,7 +12,7 @@ credentials from the `client:` section), so it needs no running Sluice:
 1. reads every client quota the brokers hold (DescribeClientQuotas, an empty non-strict filter) and how
    many brokers there are (Metadata);
 2. reads Sluice's store topic to the end, so it knows what Sluice enforces (file + store);
-3. plans (config/quota_import.py) and prints the plan: a dry run stops here;
+3. plans (proxy/control_plane/quota_import.py) and prints the plan: a dry run stops here;
 4. writes the adds (and, with --overwrite, the updates) to the store topic as Sluice's own alters do,
    in one batch; running instances follow the topic and apply them at once;
 5. with --remove-from-brokers, removes from the brokers exactly the quotas Sluice now holds with the
@@ -27,16 +27,11 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from sluice.config.client_quota_entity import ClientQuotaEntity
 from sluice.config.errors import ConfigError
 from sluice.config.load import load_config
 from sluice.config.model import ProxyConfig
-from sluice.config.quota_alter import apply_changes
-from sluice.config.quota_import import ImportPlan, plan_import, render_plan
-from sluice.config.quota_records import encode_key, encode_value
-from sluice.config.quota_state import QuotaState
 from sluice.config.values import parse_bootstrap
-from sluice.protocol.client_quotas import (
+from sluice.protocol.client_quota_codec import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
     AlterEntry,
@@ -46,14 +41,19 @@ from sluice.protocol.client_quotas import (
     encode_alter_request,
     encode_describe_request,
 )
+from sluice.proxy.control_plane.client_quota_entity import ClientQuotaEntity
+from sluice.proxy.control_plane.quota_alter import apply_changes
+from sluice.proxy.control_plane.quota_import import ImportPlan, plan_import, render_plan
+from sluice.proxy.control_plane.quota_records import encode_key, encode_value
+from sluice.proxy.control_plane.quota_state import QuotaState
 
 from ..cli import HelpFormatter
 from ..commands.run import EXIT_CONFIG_ERROR, run_event_loop
+from ..control_plane.quota_admin import StoreRecord
+from ..control_plane.quota_store_service import QuotaStoreService, StoreUnavailable
 from ..kafka_client import KafkaClient, KafkaClientError, UnsupportedByBroker
-from ..log import configure_logging
-from ..quota_admin import StoreRecord
-from ..quota_store_service import QuotaStoreService, StoreUnavailable
-from ..tls import UpstreamTlsTarget, upstream_context
+from ..listeners.tls import UpstreamTlsTarget, upstream_context
+from ..observability.log import configure_logging
 from .quota_admin_cli import add_admin_arguments, run_admin
 
 DESCRIPTION = """Client quotas without Java: `describe` and `alter` speak kafka-configs.sh's words to Sluice

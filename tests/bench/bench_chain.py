@@ -36,7 +36,7 @@ from sluice.config.load import config_from_mapping
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, parse_request_header
 from sluice.proxy.filters import ConnectionFilters, InFlight
-from sluice.proxy.server import SluiceServer
+from sluice.proxy.process.server import SluiceServer
 from sluice.quota import ANONYMOUS
 
 CLIENT_ID = "bench"

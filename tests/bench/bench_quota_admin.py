@@ -27,7 +27,7 @@ from measurements import Record, measurement
 from rawclient import RawClient
 
 from sluice.protocol.api_keys import ApiKey
-from sluice.protocol.client_quotas import (
+from sluice.protocol.client_quota_codec import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
     AlterEntry,

@@ -10,8 +10,8 @@ import yaml
 
 from sluice.config import ConfigError, load_config
 from sluice.config.effective import effective_config
-from sluice.config.live_quotas import LiveQuotas
 from sluice.config.reload import reload_config
+from sluice.proxy.control_plane.live_quotas import LiveQuotas
 from sluice.quota.broker_shield import ShieldLimits
 from sluice.quota.latency_trigger import LatencyTargets
 

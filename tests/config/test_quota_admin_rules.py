@@ -1,15 +1,15 @@
-"""config/quota_describe.py and config/quota_alter.py: Kafka's validation, messages and matching (spec
-§7.4, §7.5), including the 13-entity match vectors of ClientQuotasRequestTest."""
+"""proxy/control_plane/quota_describe.py and proxy/control_plane/quota_alter.py: Kafka's validation, messages
+and matching (spec §7.4, §7.5), including the 13-entity match vectors of ClientQuotasRequestTest."""
 
 from __future__ import annotations
 
 import pytest
 from quota_admin_cases import ALTER_ERRORS, DESCRIBE_ERRORS, default, exact, of_type, remove_op, set_op
 
-from sluice.config.client_quota_entity import ClientQuotaEntity
-from sluice.config.quota_admin_errors import INVALID_REQUEST, UNSUPPORTED_VERSION
-from sluice.config.quota_alter import apply_changes, plan_alteration
-from sluice.config.quota_describe import MATCH_EXACT, describe_quotas
+from sluice.proxy.control_plane.client_quota_entity import ClientQuotaEntity
+from sluice.proxy.control_plane.quota_admin_errors import INVALID_REQUEST, UNSUPPORTED_VERSION
+from sluice.proxy.control_plane.quota_alter import apply_changes, plan_alteration
+from sluice.proxy.control_plane.quota_describe import MATCH_EXACT, describe_quotas
 from sluice.quota import DEFAULT
 
 E = ClientQuotaEntity

@@ -1,9 +1,10 @@
-"""config/quota_import.py: planning `sluice quotas import` from the brokers' DescribeClientQuotas answer."""
+"""proxy/control_plane/quota_import.py: planning `sluice quotas import` from the brokers'
+DescribeClientQuotas answer."""
 
 from __future__ import annotations
 
-from sluice.config.client_quota_entity import ClientQuotaEntity
-from sluice.config.quota_import import Action, plan_import, render_plan
+from sluice.proxy.control_plane.client_quota_entity import ClientQuotaEntity
+from sluice.proxy.control_plane.quota_import import Action, plan_import, render_plan
 from sluice.quota import DEFAULT
 
 E = ClientQuotaEntity

@@ -1,13 +1,14 @@
-"""config/quota_state.py: file + store kept in the engine through records, own writes and reloads."""
+"""proxy/control_plane/quota_state.py: file + store kept in the engine through records, own writes and
+reloads."""
 
 from __future__ import annotations
 
 import pytest
 
 from sluice.config import load_config
-from sluice.config.client_quota_entity import ClientQuotaEntity
-from sluice.config.quota_records import QuotaRecordError, encode_key, encode_value
-from sluice.config.quota_state import QuotaState
+from sluice.proxy.control_plane.client_quota_entity import ClientQuotaEntity
+from sluice.proxy.control_plane.quota_records import QuotaRecordError, encode_key, encode_value
+from sluice.proxy.control_plane.quota_state import QuotaState
 
 E = ClientQuotaEntity
 BASE = {"listen": "127.0.0.1:9092", "upstream.bootstrap": ["kafka:19092"]}

@@ -9,16 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice.config import load_config
-from sluice.config.client_quota_entity import ClientQuotaEntity
-from sluice.config.live_quotas import LiveQuotas, QuotaChange
-from sluice.config.quota_records import (
+from sluice.config.quota_settings import TopicQuotaSettings
+from sluice.proxy.control_plane.client_quota_entity import ClientQuotaEntity
+from sluice.proxy.control_plane.live_quotas import LiveQuotas, QuotaChange
+from sluice.proxy.control_plane.quota_records import (
     QuotaRecordError,
     decode_record,
     encode_key,
     encode_value,
 )
-from sluice.config.quota_settings import TopicQuotaSettings
-from sluice.config.quota_store import QuotaStore, effective_quotas, file_quotas
+from sluice.proxy.control_plane.quota_store import QuotaStore, effective_quotas, file_quotas
 from sluice.quota import DEFAULT, UNLIMITED, QuotaKey
 
 E = ClientQuotaEntity

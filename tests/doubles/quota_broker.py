@@ -18,7 +18,7 @@ from typing import Any
 
 from doubles.admin_broker import ADVERTISED_VERSIONS, API_VERSIONS, AdminBrokerDouble
 
-from sluice.protocol.client_quotas import (
+from sluice.protocol.client_quota_codec import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
     MATCH_DEFAULT,

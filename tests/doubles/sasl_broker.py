@@ -76,7 +76,7 @@ from sluice.protocol.sasl import (
     encode_authenticate_response,
     encode_handshake_response,
 )
-from sluice.proxy.discovery import fetch_brokers
+from sluice.proxy.cluster.discovery import fetch_brokers
 from sluice.proxy.filters.frames import with_body
 from sluice.proxy.tools.mock_cluster import parse_bootstrap
 

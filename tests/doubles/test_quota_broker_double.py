@@ -10,7 +10,7 @@ from doubles.quota_broker import QuotaBrokerDouble
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from rawclient import RawClient
 
-from sluice.protocol.client_quotas import (
+from sluice.protocol.client_quota_codec import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
     MATCH_DEFAULT,

@@ -1,4 +1,4 @@
-"""protocol/client_quotas.py against kafka-python's own DescribeClientQuotas / AlterClientQuotas classes,
+"""protocol/client_quota_codec.py against kafka-python's own DescribeClientQuotas / AlterClientQuotas classes,
 at every version Kafka 3.9 knows (0 and 1; v1 is flexible)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from kafka.protocol.admin.client_quotas import (
     DescribeClientQuotasResponse,
 )
 
-from sluice.protocol.client_quotas import (
+from sluice.protocol.client_quota_codec import (
     MATCH_DEFAULT,
     MATCH_EXACT,
     MATCH_SPECIFIED,

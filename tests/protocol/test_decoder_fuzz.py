@@ -52,7 +52,7 @@ from sluice.protocol import (
     api_versions_clamp,
     apis,
     broker_addresses,
-    client_quotas,
+    client_quota_codec,
     client_requests,
     codec_quirks,
     fetch,
@@ -509,21 +509,23 @@ def _targets() -> list[Target]:
             versions=range(8),
         ),
         _codec_decoder(
-            "client_quotas.decode_describe_request",
-            client_quotas.decode_describe_request,
+            "client_quota_codec.decode_describe_request",
+            client_quota_codec.decode_describe_request,
             DescribeClientQuotasRequest,
         ),
         _codec_decoder(
-            "client_quotas.decode_describe_response",
-            client_quotas.decode_describe_response,
+            "client_quota_codec.decode_describe_response",
+            client_quota_codec.decode_describe_response,
             DescribeClientQuotasResponse,
         ),
         _codec_decoder(
-            "client_quotas.decode_alter_request", client_quotas.decode_alter_request, AlterClientQuotasRequest
+            "client_quota_codec.decode_alter_request",
+            client_quota_codec.decode_alter_request,
+            AlterClientQuotasRequest,
         ),
         _codec_decoder(
-            "client_quotas.decode_alter_response",
-            client_quotas.decode_alter_response,
+            "client_quota_codec.decode_alter_response",
+            client_quota_codec.decode_alter_response,
             AlterClientQuotasResponse,
         ),
     ]

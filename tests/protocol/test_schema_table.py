@@ -31,10 +31,10 @@ from sluice.protocol.api_vetting import NOT_BROKER_ADDRESSES
 from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.headers import RequestHeader, encode_response
 from sluice.protocol.schema_table import KNOWN_APIS
-from sluice.proxy.brokers import BrokerDirectory
+from sluice.proxy.cluster.brokers import BrokerDirectory
 from sluice.proxy.filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, InFlight
 from sluice.proxy.filters.unadvertised_requests import UnadvertisedRequestsFactory
-from sluice.proxy.server import SluiceServer
+from sluice.proxy.process.server import SluiceServer
 from sluice.quota import ANONYMOUS
 
 ADVERTISED_HOST = "127.0.0.1"

@@ -4,7 +4,7 @@ only near that line (estimated from the connections elsewhere), at most every RE
 
 from __future__ import annotations
 
-from sluice.proxy.accepting import REMEASURE_S, Accepting
+from sluice.proxy.listeners.accepting import REMEASURE_S, Accepting
 
 
 class Process:

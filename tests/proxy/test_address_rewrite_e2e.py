@@ -103,7 +103,7 @@ def test_an_answer_the_proxy_made_leaves_before_a_refused_request_behind_it_clos
 ) -> None:
     """DescribeClientQuotas (answered by the proxy itself: the mock lacks it) and a Vote v0 (never offered: a
     controllers' API) in one write: the answer arrives at once, then the connection closes."""
-    from sluice.protocol.client_quotas import (
+    from sluice.protocol.client_quota_codec import (
         DESCRIBE_CLIENT_QUOTAS,
         decode_describe_response,
         encode_describe_request,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluice.proxy.brokers import BrokerDirectory, ListenerUnavailable
+from sluice.proxy.cluster.brokers import BrokerDirectory, ListenerUnavailable
 
 
 class Listeners:

@@ -1,9 +1,9 @@
-"""The limit on bytes in flight toward each broker (proxy/broker_load.py): configured, or learned from the
-brokers' queued.max.request.bytes, or 256 MiB. How requests wait for it: test_request_pipeline.py."""
+"""The limit on bytes in flight toward each broker (proxy/data_path/broker_load.py): configured, or learned
+from the brokers' queued.max.request.bytes, or 256 MiB. How requests wait for it: test_request_pipeline.py."""
 
 from __future__ import annotations
 
-from sluice.proxy.broker_load import DEFAULT_MAX_IN_FLIGHT_BYTES, BrokerLoads
+from sluice.proxy.data_path.broker_load import DEFAULT_MAX_IN_FLIGHT_BYTES, BrokerLoads
 
 MIB = 1 << 20
 

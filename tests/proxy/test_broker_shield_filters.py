@@ -10,7 +10,7 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import encode_request, parse_request_header
 from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES
-from sluice.proxy.broker_nodes import BrokerNodes, listener_name, listener_node
+from sluice.proxy.cluster.broker_nodes import BrokerNodes, listener_name, listener_node
 from sluice.proxy.filters import FilterChain, Forward, InFlight
 from sluice.proxy.filters.base import EntryKind
 from sluice.proxy.filters.broker_shield import BROKER_PRODUCE, BrokerShieldFactory

@@ -11,8 +11,8 @@ from rawclient import RawClient
 from throttle_harness import metric_value
 
 from sluice.protocol.headers import encode_request
-from sluice.proxy import metrics_http
 from sluice.proxy.filters.quota_metrics import SCRAPE_CHUNK, QuotaCollector, ThrottleStats
+from sluice.proxy.observability import metrics_http
 from sluice.proxy.tools.proxy_process import ProxyProcess
 from sluice.quota import ANONYMOUS, DEFAULT, QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
 

@@ -17,8 +17,9 @@ from structlog.testing import capture_logs
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
-from sluice.proxy.brokers import BrokerDirectory
-from sluice.proxy.connection import ClientSide
+from sluice.proxy.cluster.brokers import BrokerDirectory
+from sluice.proxy.data_path.connection import ClientSide
+from sluice.proxy.data_path.session import ConnectionRegistry, SessionSettings
 from sluice.proxy.filters import (
     Answer,
     BrokerAddressRewriteFactory,
@@ -32,8 +33,7 @@ from sluice.proxy.filters import (
     InFlight,
     Respond,
 )
-from sluice.proxy.metrics import ProxyMetrics
-from sluice.proxy.session import ConnectionRegistry, SessionSettings
+from sluice.proxy.observability.metrics import ProxyMetrics
 
 METADATA, PRODUCE, API_VERSIONS = ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.API_VERSIONS
 LONG_DELAY_MS = 60_000  # far longer than any test waits: a held response must leave by the flush

@@ -14,7 +14,7 @@ from rawclient import RawClient
 from throttle_harness import FlatOutProducer, metric_value
 from waiting import wait_until
 
-from sluice.proxy.ports import free_port_block, wait_for_port
+from sluice.proxy.listeners.ports import free_port_block, wait_for_port
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients

@@ -21,7 +21,7 @@ from sluice.protocol.headers import RequestHeader, encode_request, encode_respon
 from sluice.protocol.message_codec import decode_response_body
 from sluice.protocol.sasl import SASL_MAX_VERSIONS
 from sluice.protocol.topic_mutations import MUTATION_MAX_VERSIONS
-from sluice.proxy.brokers import BrokerDirectory
+from sluice.proxy.cluster.brokers import BrokerDirectory
 from sluice.proxy.filters import (
     Answer,
     ApiVersionsClampFactory,

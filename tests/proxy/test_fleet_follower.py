@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from sluice.protocol.record_batches import FetchedRecord
-from sluice.proxy.fleet_follower import FleetFollower
 from sluice.proxy.kafka_client import FetchResult, OffsetOutOfRange
+from sluice.proxy.usage_plane.fleet_follower import FleetFollower
 from sluice.quota import QuotaEntity, QuotaKey, QuotaManagers
 from sluice.quota.fleet import FleetQuotas
 from sluice.quota.usage_records import UsageBatch, UsageRow, encode_batch

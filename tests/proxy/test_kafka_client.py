@@ -199,7 +199,7 @@ async def test_a_broker_down_for_longer_than_the_budget_gives_up_naming_the_fail
 
 
 async def test_an_unreachable_cluster_neither_blocks_start_nor_hangs_a_call() -> None:
-    from sluice.proxy.ports import free_port_block
+    from sluice.proxy.listeners.ports import free_port_block
 
     port = free_port_block(1)  # nothing listens there
     client = KafkaClient([("127.0.0.1", port)], request_timeout_s=5, retry=FAST_RETRY)

@@ -25,7 +25,7 @@ from sluice.proxy.kafka_client import (
     TopicCreation,
 )
 from sluice.proxy.kafka_client.connection import _tls_failure, open_broker_connection
-from sluice.proxy.tls import UpstreamTlsTarget, upstream_context
+from sluice.proxy.listeners.tls import UpstreamTlsTarget, upstream_context
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 

@@ -22,7 +22,7 @@ from doubles.sasl_broker import SaslBrokerDouble
 from throttle_harness import metric_value
 from waiting import wait_until
 
-from sluice.proxy.ports import free_port_block
+from sluice.proxy.listeners.ports import free_port_block
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 

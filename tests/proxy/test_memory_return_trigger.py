@@ -4,7 +4,7 @@ closing; never while the count holds or grows."""
 
 from __future__ import annotations
 
-from sluice.proxy.memory_return import MIN_FALL, MemoryReturn
+from sluice.proxy.process.memory_return import MIN_FALL, MemoryReturn
 
 
 class Registry:

@@ -21,7 +21,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import encode_request
-from sluice.proxy.connection import STREAM_HEAD_BYTES, STREAM_MIN_FRAME_BYTES
+from sluice.proxy.data_path.connection import STREAM_HEAD_BYTES, STREAM_MIN_FRAME_BYTES
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.proxy_process import ProxyProcess
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from sluice.proxy.peer_watch import PeerWatch
+from sluice.proxy.data_path.peer_watch import PeerWatch
 
 
 class Connection:
-    """What PeerWatch asks of a connection (proxy/connection.py's ClientSide), on a real socket."""
+    """What PeerWatch asks of a connection (proxy/data_path/connection.py's ClientSide), on a real socket."""
 
     def __init__(self, sock: socket.socket, reading_paused: bool) -> None:
         self.sock = sock

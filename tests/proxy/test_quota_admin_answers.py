@@ -1,4 +1,4 @@
-"""proxy/quota_admin.py on the wire: requests built with kafka-python's DescribeClientQuotas and
+"""proxy/control_plane/quota_admin.py on the wire: requests built with kafka-python's DescribeClientQuotas and
 AlterClientQuotas classes at every version, answers read back with them. Authorisation, validate_only,
 the store acknowledgement and its failure."""
 
@@ -16,11 +16,11 @@ from kafka.protocol.admin.client_quotas import (
 from quota_admin_cases import ALTER_ERRORS, DESCRIBE_ERRORS
 
 from sluice.config import load_config
-from sluice.config.client_quota_entity import ClientQuotaEntity
-from sluice.config.quota_admin_errors import REQUEST_TIMED_OUT, ApiError
-from sluice.config.quota_records import decode_record
-from sluice.config.quota_state import QuotaState
-from sluice.proxy.quota_admin import QuotaAdministration
+from sluice.proxy.control_plane.client_quota_entity import ClientQuotaEntity
+from sluice.proxy.control_plane.quota_admin import QuotaAdministration
+from sluice.proxy.control_plane.quota_admin_errors import REQUEST_TIMED_OUT, ApiError
+from sluice.proxy.control_plane.quota_records import decode_record
+from sluice.proxy.control_plane.quota_state import QuotaState
 
 VERSIONS = (0, 1)
 BASE = {"listen": "127.0.0.1:9092", "upstream.bootstrap": ["kafka:19092"]}

@@ -13,7 +13,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka_configs import KafkaConfigs
 from rawclient import RawClient
 
-from sluice.protocol.client_quotas import (
+from sluice.protocol.client_quota_codec import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
     MATCH_EXACT,

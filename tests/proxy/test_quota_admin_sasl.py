@@ -16,7 +16,7 @@ from kafka.protocol.sasl import (
 )
 from rawclient import RawClient
 
-from sluice.protocol.client_quotas import (
+from sluice.protocol.client_quota_codec import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
     MATCH_EXACT,

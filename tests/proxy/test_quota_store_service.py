@@ -11,13 +11,13 @@ import pytest
 import structlog
 
 from sluice.config import load_config
-from sluice.config.client_quota_entity import ClientQuotaEntity
-from sluice.config.quota_records import encode_key, encode_value
 from sluice.config.quota_settings import QuotaStoreSettings
-from sluice.config.quota_state import QuotaState
+from sluice.proxy.control_plane.client_quota_entity import ClientQuotaEntity
+from sluice.proxy.control_plane.quota_admin import StoreRecord
+from sluice.proxy.control_plane.quota_records import encode_key, encode_value
+from sluice.proxy.control_plane.quota_state import QuotaState
+from sluice.proxy.control_plane.quota_store_service import QuotaStoreService, StoreUnavailable
 from sluice.proxy.kafka_client import KafkaClient, Record, RetryPolicy
-from sluice.proxy.quota_admin import StoreRecord
-from sluice.proxy.quota_store_service import QuotaStoreService, StoreUnavailable
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 BASE = {"listen": "127.0.0.1:9092", "upstream.bootstrap": ["kafka:19092"]}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluice.proxy.request_memory import RequestMemory
+from sluice.proxy.data_path.request_memory import RequestMemory
 
 
 def test_waiters_are_granted_in_turn_when_memory_is_released() -> None:

@@ -16,7 +16,15 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
-from sluice.proxy.broker_load import COUNTED_MIN_BYTES, BrokerLoad, LoadShare
+from sluice.proxy.data_path.broker_load import COUNTED_MIN_BYTES, BrokerLoad, LoadShare
+from sluice.proxy.data_path.flow import ReadPauses
+from sluice.proxy.data_path.request_pipeline import (
+    FIRST_OWN_CORRELATION_ID,
+    CloseConnection,
+    Lifecycle,
+    RequestPipeline,
+)
+from sluice.proxy.data_path.throttle_gate import ThrottleGate
 from sluice.proxy.filters import (
     Answer,
     Close,
@@ -29,14 +37,6 @@ from sluice.proxy.filters import (
     InFlight,
     Respond,
 )
-from sluice.proxy.flow import ReadPauses
-from sluice.proxy.request_pipeline import (
-    FIRST_OWN_CORRELATION_ID,
-    CloseConnection,
-    Lifecycle,
-    RequestPipeline,
-)
-from sluice.proxy.throttle_gate import ThrottleGate
 
 METADATA, PRODUCE, API_VERSIONS = ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.API_VERSIONS
 
@@ -542,7 +542,7 @@ def test_draining_while_deferred_means_the_resume_forwards_nothing() -> None:
     assert calls == [1]
 
 
-# ---- bytes in flight toward the broker (proxy/broker_load.py) ----------------------------------------
+# ---- bytes in flight toward the broker (proxy/data_path/broker_load.py) ------------------------------
 
 KIB = 1024
 

@@ -15,8 +15,8 @@ from rawclient import RawClient
 
 from sluice.config.load import load_config
 from sluice.config.model import ProxyConfig
-from sluice.proxy.ports import free_port_block
-from sluice.proxy.server import SluiceServer
+from sluice.proxy.listeners.ports import free_port_block
+from sluice.proxy.process.server import SluiceServer
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.perf_test import run_perf_test
 

@@ -11,11 +11,11 @@ import structlog
 
 from sluice.config.load import load_config
 from sluice.protocol.client_requests import BrokerInfo, MetadataAnswer
-from sluice.proxy.discovery import BrokerDiscovery
+from sluice.proxy.cluster.discovery import BrokerDiscovery
+from sluice.proxy.control_plane.sensor_sweep import SensorSweep
 from sluice.proxy.kafka_client import BrokerUnavailable, ClientClosed
-from sluice.proxy.ports import free_port_block
-from sluice.proxy.sensor_sweep import SensorSweep
-from sluice.proxy.server import BOOTSTRAP, SluiceServer
+from sluice.proxy.listeners.ports import free_port_block
+from sluice.proxy.process.server import BOOTSTRAP, SluiceServer
 from sluice.proxy.services import Service, Services, ServiceStartError
 
 

@@ -15,9 +15,9 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from rawclient import RawClient
 
 from sluice.config.load import load_config
-from sluice.proxy.ports import free_port_block
-from sluice.proxy.server import SluiceServer
-from sluice.proxy.signals import IGNORED_SIGNALS
+from sluice.proxy.listeners.ports import free_port_block
+from sluice.proxy.process.server import SluiceServer
+from sluice.proxy.process.signals import IGNORED_SIGNALS
 from sluice.proxy.tools.proxy_process import ProxyProcess
 
 

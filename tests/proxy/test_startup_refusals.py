@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sluice.proxy.ports import free_port_block
+from sluice.proxy.listeners.ports import free_port_block
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluice.proxy.throttle_episodes import ThrottleEpisodes
+from sluice.proxy.observability.throttle_episodes import ThrottleEpisodes
 from sluice.quota import QuotaTags
 
 PUMP = QuotaTags("", "pump")

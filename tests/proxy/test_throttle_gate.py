@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from manual_loop import ManualLoop, RecordingTransport
 
-from sluice.proxy.flow import ReadPauses
-from sluice.proxy.throttle_gate import ThrottleGate
+from sluice.proxy.data_path.flow import ReadPauses
+from sluice.proxy.data_path.throttle_gate import ThrottleGate
 
 
 def make_gate():

@@ -6,7 +6,7 @@ from prometheus_client.core import CollectorRegistry
 from structlog.testing import capture_logs
 
 from sluice.proxy.filters.quota_metrics import QuotaCollector, ThrottleStats
-from sluice.proxy.throttle_episodes import ThrottleEpisodes
+from sluice.proxy.observability.throttle_episodes import ThrottleEpisodes
 from sluice.quota import QuotaEntity, QuotaKey, QuotaManagers, QuotaTags
 
 PUMP = QuotaTags("", "pump")

@@ -124,7 +124,7 @@ def test_an_idempotent_producer_gets_every_record_exactly_once(cluster: MockClus
     # Held requests whose client gave up on them may reach the broker beside their retries (the sequence
     # numbers make them one), or not: an idempotent librdkafka producer closes a connection whose request
     # timed out, and the proxy then drops what it held for that connection at once
-    # (proxy/peer_watch.py; it used to forward it when the mute ended).
+    # (proxy/data_path/peer_watch.py; it used to forward it when the mute ended).
     assert out_of_order == 0
     assert set(kept) == {f"idempotent-{i:04d}".encode() for i in range(RECORDS)}, "records missing"
     assert [key for key, count in kept.items() if count > 1] == []

@@ -23,11 +23,11 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, parse_request_header
 from sluice.protocol.node_endpoints import decode_node_endpoints
-from sluice.proxy.brokers import BrokerDirectory, ListenerUnavailable
+from sluice.proxy.cluster.brokers import BrokerDirectory, ListenerUnavailable
 from sluice.proxy.filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, InFlight
 from sluice.proxy.filters.unadvertised_requests import UnadvertisedRequestsFactory
-from sluice.proxy.listener_failures import ListenerFailures
-from sluice.proxy.metrics import ProxyMetrics
+from sluice.proxy.observability.metrics import ProxyMetrics
+from sluice.proxy.process.listener_failures import ListenerFailures
 from sluice.quota import ANONYMOUS
 
 
@@ -213,7 +213,7 @@ def test_the_gate_reads_only_the_header_so_large_requests_still_stream() -> None
 
 def server_chain(unvetted: UnvettedApis, **quota: object) -> FilterChain:
     from sluice.config.load import config_from_mapping
-    from sluice.proxy.server import SluiceServer
+    from sluice.proxy.process.server import SluiceServer
 
     config = config_from_mapping(
         {

@@ -7,7 +7,7 @@ import yaml
 
 from sluice.config import ConfigError, load_config
 from sluice.proxy.cli import main
-from sluice.proxy.workers import check_workers, worker_config
+from sluice.proxy.process.workers import check_workers, worker_config
 
 QUOTA = {"entities": [{"client_id": "pump", "producer_byte_rate": 100_000}]}
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_relay_cpu
 from harness import BENCH_DIR, CannedBrokerProcess, run_child, wire_load_command
 
-from sluice.proxy.ports import free_port_block
+from sluice.proxy.listeners.ports import free_port_block
 from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 SMALL = {"kind": "produce", "topic": "small", "record_bytes": 100, "records": 1, "connections": 8,

@@ -1,0 +1,627 @@
+"""One client connection and the upstream connection that serves it: the asyncio shell.
+
+`ClientSide` owns the transports, read pauses and timers of one client connection; the order of its
+requests and responses (the FIFO in flight, correlation checks, acks=0, the proxy's own requests, SASL's
+raw framing) is its `RequestPipeline` (proxy/data_path/request_pipeline.py), which never touches a socket.
+`UpstreamSide` is a thin protocol that hands the broker's bytes and flow-control events to its
+`ClientSide`.
+
+Back-pressure runs both ways: when one side's write buffer passes the high-water mark, reading from the
+other side pauses until it drains. A throttle mutes the client through its `ThrottleGate`: reading stops
+and requests already read are held, not forwarded, until the mute ends.
+
+A bad request frame (a length prefix out of bounds, a header that does not parse) is logged at once,
+but the valid requests read before it are still forwarded and answered; then the connection closes.
+What the connection may buffer of requests still arriving is its `RequestGuard`'s business (a share of
+the proxy-wide request memory; with `sasl.required`, Kafka's limits before authentication).
+
+Why this module is long: it is the whole asyncio shell of a connection (two transports and their pauses,
+the throttle gate, the upstream connect, the idle timer, shutdown) plus the two small interfaces others
+call on it, the services a filter may ask for (ConnectionInfo) and the pipeline's sink; each is a few lines
+over the same connection state. What was logic moved out: the request order to
+proxy/data_path/request_pipeline.py, the filters' run to proxy/filters/chain.py, the upstream connect loop
+to proxy/data_path/upstream.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.frames import BadFramePrefix, FrameSplitter, buffer_in_use
+from sluice.quota import ANONYMOUS
+
+from ..filters.base import UNOFFERED_VERSION, RawExchange
+from ..observability.log import get_logger
+from .flow import ReadPauses
+from .request_guard import RequestGuard
+from .request_pipeline import CloseConnection, Lifecycle, RequestPipeline
+from .session import READ_BUFFER_BYTES, ConnectionRegistry, SessionSettings
+from .throttle_gate import ThrottleGate
+from .upstream import WRITE_HIGH_WATER, UpstreamSide, UpstreamUnreachable, connect_first
+
+if TYPE_CHECKING:
+    from ..filters import Frame
+
+__all__ = ["ClientSide", "ConnectionRegistry", "SessionSettings", "UpstreamSide"]
+
+_log = get_logger("sluice.connection")
+_thread_time_ns = time.thread_time_ns
+# A request at least this large that a read leaves incomplete is forwarded as it arrives, rather than
+# joined into one buffer first (when no filter reads its body): joining megabyte requests costs more in
+# page faults than in copying. Smaller ones are assembled, as their pieces are few and small.
+STREAM_MIN_FRAME_BYTES = 64 * 1024
+# How much of it must have arrived before deciding: its header and, for a Produce, the acks field.
+STREAM_HEAD_BYTES = 1024
+UPSTREAM_BACKLOG = "upstream_backlog"
+_PAUSE_MID_REQUEST = frozenset({UPSTREAM_BACKLOG})
+_DRAINING = Lifecycle.DRAINING
+_NO_BUFFER = bytearray()
+# After a bad request frame, how long the requests read before it may take to be answered.
+_BAD_FRAME_GRACE_S = 30.0
+
+
+def _format_peer(peername: object) -> str:
+    if isinstance(peername, tuple) and len(peername) >= 2:
+        return f"{peername[0]}:{peername[1]}"
+    return str(peername)
+
+
+class ClientSide(asyncio.BufferedProtocol):
+    """The client's connection to the proxy: transports, pauses and timers around its RequestPipeline."""
+
+    def __init__(
+        self,
+        settings: SessionSettings,
+        listener: str,
+        upstream_candidates: Callable[[], list[tuple[str, int]]],
+    ) -> None:
+        self._settings = settings
+        self._metrics = settings.metrics
+        self._cpu_time_needed = settings.cpu_time_needed
+        self.listener = listener
+        self._upstream_candidates = upstream_candidates
+        self.peer = "?"
+        self.upstream_peer = ""
+        # The authenticated principal; ANONYMOUS until an identity filter proves otherwise.
+        self.user = ANONYMOUS
+        # CPU time spent on this connection and not yet charged to a request_percentage quota.
+        self.cpu_ns = 0
+        self._transport: asyncio.Transport | None = None
+        self._upstream: asyncio.Transport | None = None
+        self._upstream_pauses: ReadPauses | None = None
+        self._pauses: ReadPauses | None = None
+        self._gate: ThrottleGate | None = None
+        self._pipeline: RequestPipeline | None = None
+        self._requests = FrameSplitter(settings.max_request_bytes)
+        # A large request's start, which a read ends with, goes upstream as a view of the read buffer (the
+        # next read then takes a fresh one) instead of a copy: see data_received's `settle`.
+        self._requests.defer_copies = True
+        self._responses = FrameSplitter(settings.max_frame_bytes)
+        # Responses the current pass sends, written in one go.
+        self._replies: list[Frame] = []
+        self._connect_task: asyncio.Task[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._last_activity = 0.0
+        self._last_read = 0.0  # loop time of the last read from the client
+        self._closed = False
+        self._guard: RequestGuard | None = None
+        self._watched_fd = -1  # the client socket, as the proxy's PeerWatch knows it
+        # Set by a bad request frame: close with this reason once the requests before it are answered.
+        self._closing_after: str | None = None
+        self._grace_timer: asyncio.TimerHandle | None = None
+        # The client's bytes are read into a buffer (asyncio.BufferedProtocol) that every connection of the
+        # proxy shares: a read is handed over (get_buffer, then buffer_updated) before any other runs, so
+        # one buffer serves them all while nothing holds a view of it; a request held or a write not yet
+        # flushed keeps its buffer, and reading goes on in a fresh one. (One 256 KiB buffer for each
+        # connection took 2,000 connections to half a gigabyte.)
+        self._read_buffer = _NO_BUFFER
+        self._loop = asyncio.get_running_loop()
+
+    # ---- client transport callbacks -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but they have its methods.
+        transport = cast(asyncio.Transport, transport)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self._transport = transport
+        peername = transport.get_extra_info("peername")
+        self.peer = _format_peer(peername)
+        admission = self._settings.admission
+        if admission is not None:
+            refused_ms = admission(peername)
+            if refused_ms > 0:
+                self._refuse(transport, refused_ms)
+                return
+        self._pauses = ReadPauses(transport)
+        # Nothing can be forwarded until the upstream connection exists, and nothing more is read meanwhile.
+        self._pauses.add("connecting")
+        self._loop.call_soon(self._pauses.reassert)
+        self._gate = gate = ThrottleGate(
+            self._loop, transport, self._pauses, self._release_held, self._metrics.count_muted
+        )
+        filters = self._settings.chain.for_connection(self, gate.mute_for)
+        self._pipeline = RequestPipeline(filters, gate, self, self._metrics, self._requests, self._responses)
+        self._settings.registry.add(self)
+        if self._settings.peer_watch is not None:  # a hang-up is noticed while reading is paused too
+            self._watched_fd = self._settings.peer_watch.watch(self, transport)
+        if self._settings.client_principal is not None and not self._take_certificate_user(transport):
+            return
+        settings = self._settings
+        limits = settings.unproven_limits
+        self._guard = RequestGuard(
+            self._loop,
+            self._requests,
+            self._pauses,
+            settings.request_memory,
+            limits if self.user == ANONYMOUS else None,  # a client certificate proves it at once
+            self._slow_unauthenticated_frame,
+            proven_by_sasl=settings.sasl_required is not None,
+            limit_name=settings.max_request_limit_name,
+        )
+        self._last_activity = self._loop.time()
+        self._arm_idle_timer(self._settings.idle_timeout_s)
+        self._connect_task = self._loop.create_task(self._connect_upstream())
+        _log.info("connection_opened", peer=self.peer, listener=self.listener)
+
+    def _refuse(self, transport: asyncio.Transport, throttle_ms: int) -> None:
+        """KIP-612: a connection over its address's connection_creation_rate is not served and is closed
+        once the throttle has passed, so the client cannot reconnect at once (Kafka's delayed close).
+        Not logged one by one (a flood of connections must not flood the log); counted as a disconnect."""
+        self._closed = True
+        transport.pause_reading()
+        self._loop.call_later(throttle_ms / 1000, transport.close)
+        self._metrics.count_disconnect("connection_rate_throttled")
+
+    def _take_certificate_user(self, transport: asyncio.Transport) -> bool:
+        assert self._settings.client_principal is not None
+        try:
+            user = self._settings.client_principal(transport)
+        except ValueError as exc:  # no principal mapping rule matches: Kafka fails the authentication
+            _log.warning("tls_principal_unmapped", peer=self.peer, error=str(exc))
+            self.close("authentication_failed")
+            return False
+        if user is not None:
+            self.user = user
+            _log.info("tls_authenticated", peer=self.peer, user=user)
+        return True
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # Reuse the read buffer unless something still holds a view of it (a bytearray cannot grow while a
+        # view of it lives): a request's start streaming upstream, a write the transport has not flushed, a
+        # filter's reference.
+        settings = self._settings
+        buffer = settings.read_buffer
+        if buffer_in_use(buffer):
+            buffer = settings.read_buffer = bytearray(READ_BUFFER_BYTES)
+        self._read_buffer = buffer
+        return memoryview(buffer)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # Only the views of it that something keeps (a held request, an unflushed write) keep the buffer
+        # alive after this: the connection does not, or every connection would pin a 256 KiB buffer.
+        buffer, self._read_buffer = self._read_buffer, _NO_BUFFER
+        self.data_received(memoryview(buffer).toreadonly()[:nbytes])
+        self._requests.through = []  # written (or queued by the transport, which then holds the buffer)
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        if self._pipeline is None:
+            # A connection refused at accept (KIP-612): uvloop may still hand over the bytes that arrived
+            # with it, although reading was paused at once. They are not served.
+            return
+        self._last_read = self._last_activity = self._loop.time()
+        started = _thread_time_ns() if self._cpu_time_needed() else 0
+        requests = self._requests
+        try:
+            frames = requests.feed(data)
+        except BadFramePrefix as exc:
+            self._bad_request_frame(exc)  # logged now; the requests before it still go on
+            if self._closed:
+                return
+            frames = exc.frames
+        pipeline = self._pipeline
+        assert pipeline is not None
+        try:  # _run's work, inline: this is the hot path
+            if requests.through:
+                # More of a request already on its way upstream: it goes on first, as it came.
+                ended = not requests.passing_through
+                pipeline.through(requests.through, ended)
+                if ended and self._pauses is not None:
+                    self._pauses.frame_ended()
+            ready = pipeline.client_frames(frames)
+            if ready is not None:
+                self._wait_for(ready)
+            else:
+                self._stream_tail(requests, pipeline)
+        except ProtocolError as exc:
+            self._bad_request_frame(exc)
+        except CloseConnection as exc:
+            self._close_on_error("filter_closed", reason=exc.reason)
+        except Exception as exc:
+            self._filter_failed(exc)
+        finally:
+            # What this read left pending in the splitter is copied out now (unless a request streaming on
+            # took it): a connection waiting for the rest of a request must not hold a whole read buffer.
+            requests.settle()
+            self._flush()
+        if started:
+            self.cpu_ns += _thread_time_ns() - started
+        guard = self._guard
+        if guard is not None and not self._closed:
+            guard.after_feed()  # after _stream_tail: a request passed through holds no memory
+        if self._closing_after is not None:
+            self._close_if_answered()
+
+    def _stream_tail(self, requests: FrameSplitter, pipeline: RequestPipeline) -> None:
+        """A large request this read began may go on as it arrives (RequestPipeline.stream_tail)."""
+        pauses = self._pauses
+        if pauses is None or requests.incomplete_head(STREAM_MIN_FRAME_BYTES, STREAM_HEAD_BYTES) is None:
+            return
+        # From before its filters run: a mute, deferral or shutdown must not cut it in half (the rest of it
+        # would wait in the client's socket); back-pressure still pauses at once, as in any relay.
+        pauses.hold_open(_PAUSE_MID_REQUEST)
+        streamed = False
+        try:
+            streamed = pipeline.stream_tail(requests, STREAM_MIN_FRAME_BYTES, STREAM_HEAD_BYTES)
+        finally:
+            if not streamed:
+                pauses.frame_ended()
+
+    def eof_received(self) -> bool:
+        try:
+            self._requests.eof()
+        except ProtocolError as exc:
+            self._protocol_error("client", exc)
+            return False
+        self.close("client_closed")
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close("client_closed" if exc is None else "client_error", error=str(exc) if exc else None)
+
+    def pause_writing(self) -> None:
+        # The client is slower than the broker: stop reading responses until the client catches up.
+        if self._upstream_pauses is not None:
+            self._upstream_pauses.add("client_backlog")
+
+    def resume_writing(self) -> None:
+        if self._upstream_pauses is not None:
+            self._upstream_pauses.discard("client_backlog")
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def _run(self, step: Callable, *args: object) -> None:
+        """Run a pipeline step; write what it produced (one writelines each way), close on a bad frame or
+        a filter's failure (which must cost one connection, never the process). Its CPU time is counted as a
+        read's is: an unmute or a resume runs the filters on held requests outside any read."""
+        started = _thread_time_ns() if self._cpu_time_needed() else 0
+        try:
+            ready = step(*args)
+            if ready is not None:
+                self._wait_for(ready)
+            elif self._pipeline is not None:
+                # A large request read while it had to wait (connecting, muted) may go on now.
+                self._stream_tail(self._requests, self._pipeline)
+        except ProtocolError as exc:
+            self._bad_request_frame(exc)
+        except CloseConnection as exc:
+            self._close_on_error("filter_closed", reason=exc.reason)
+        except Exception as exc:
+            self._filter_failed(exc)
+        finally:
+            self._flush()
+            if started:
+                self.cpu_ns += _thread_time_ns() - started
+        if self._closing_after is not None:
+            self._close_if_answered()
+
+    def _flush(self) -> None:
+        pipeline = self._pipeline
+        if pipeline is not None and pipeline.outgoing:
+            if self._upstream is not None and not self._closed:
+                # One writelines per read: pipelined requests leave in one system call, not one each.
+                self._upstream.writelines(pipeline.outgoing)
+            pipeline.outgoing = []
+        if self._replies:
+            if self._transport is not None and not self._closed:
+                self._transport.writelines(self._replies)
+            self._replies = []
+
+    def _release_held(self) -> None:
+        """The upstream is ready or a mute ended: forward what was held, in order."""
+        if self._pipeline is not None and not self._closed:
+            self._run(self._pipeline.release)
+
+    def _wait_for(self, ready: asyncio.Future[object]) -> None:
+        if self._pauses is not None:
+            self._pauses.add("deferred")
+
+        def resume(done: asyncio.Future[object]) -> None:
+            if self._pauses is not None:
+                self._pauses.discard("deferred")
+            failure = None if done.cancelled() else done.exception()
+            if failure is not None:  # a filter's wait went wrong: a bug, costing this connection only
+                self._filter_failed(failure)
+                return
+            if self._pipeline is not None and not self._closed:
+                self._run(self._pipeline.resume)
+
+        ready.add_done_callback(resume)
+
+    # ---- what filters may ask of the connection (ConnectionInfo) ----------------------------------
+
+    def now_ms(self) -> int:
+        return int(self._loop.time() * 1000)
+
+    def read_ms(self) -> int:
+        return int(self._last_read * 1000)
+
+    def take_cpu_ns(self) -> int:
+        """CPU time spent on this connection since the last call, for request_percentage charging."""
+        spent, self.cpu_ns = self.cpu_ns, 0
+        return spent
+
+    def mute_remaining_ms(self) -> int:
+        """How long the connection stays muted from now (0 when it is not muted)."""
+        return self._gate.remaining_ms() if self._gate is not None else 0
+
+    def send_upstream(self, api_key: int, api_version: int, body: bytes) -> asyncio.Future[bytes]:
+        """Send the proxy's own request on this connection, so it is authenticated as the client. The future
+        gets the response body; the client never sees the response. Requests already forwarded go first."""
+        reply: asyncio.Future[bytes] = self._loop.create_future()
+        pipeline = self._pipeline
+        if self._closed or pipeline is None or not pipeline.own_request(api_key, api_version, body, reply):
+            reply.cancel()  # nobody will answer: whoever waits on it stops
+            return reply
+        self._flush()
+        return reply
+
+    def begin_raw_exchange(self, exchange: RawExchange) -> None:
+        assert self._pipeline is not None
+        self._pipeline.begin_raw_exchange(exchange)
+
+    def sasl_authenticated(self) -> None:
+        """The broker accepted the client's SASL exchange: the pre-authentication limits end."""
+        if self._guard is not None:
+            self._guard.sasl_authenticated()
+
+    # ---- what the pipeline sends (ResponseSink) ---------------------------------------------------
+
+    def send_response(self, frame: Frame, delay_ms: int) -> None:
+        gate = self._gate
+        assert gate is not None and self._transport is not None
+        if delay_ms > 0 or gate.holding_responses:
+            # Delayed (pre-KIP-219), or queued behind one that is: the gate keeps request order.
+            if self._replies:
+                self._transport.writelines(self._replies)
+                self._replies = []
+            gate.hold_response(frame, delay_ms)
+        else:
+            self._replies.append(frame)
+
+    def deliver_reply(self, reply: object, body: bytes) -> None:
+        future = cast("asyncio.Future[bytes]", reply)
+        if not future.done():
+            future.set_result(body)
+
+    # ---- upstream ------------------------------------------------------------------------------
+
+    async def _connect_upstream(self) -> None:
+        try:
+            transport, self.upstream_peer = await connect_first(
+                self._loop,
+                self._upstream_candidates(),
+                self._settings.upstream_tls,
+                lambda: UpstreamSide(self),
+                self._settings.upstream_bind_address,
+            )
+        except UpstreamUnreachable as exc:
+            self.close("upstream_unreachable", tried=exc.tried)
+            return
+        if self._closed:
+            transport.close()
+            return
+        self._upstream = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        loads = self._settings.broker_loads
+        if loads is not None and self._pipeline is not None:  # counted toward the broker it reached
+            share = loads.share(_format_peer(transport.get_extra_info("peername")))
+            self._pipeline.load = share
+            if self._guard is not None:
+                self._guard.load = share
+        self._upstream_pauses = ReadPauses(transport)
+        assert self._pipeline is not None and self._pauses is not None
+        self._run(self._pipeline.upstream_ready)
+        self._pauses.discard("connecting")
+
+    def upstream_data(self, data: bytes) -> None:
+        self._last_activity = self._loop.time()
+        started = _thread_time_ns() if self._cpu_time_needed() else 0
+        pipeline = self._pipeline
+        assert pipeline is not None
+        try:
+            frames = self._responses.feed(data)
+            guard = self._guard
+            if frames and guard is not None and guard.awaiting_answer:
+                guard.broker_answered()  # it speaks Kafka: the limits before proof end
+            pipeline.broker_frames(frames)
+        except ProtocolError as exc:
+            # An answer refused because its request asked for what was never offered is the client's doing.
+            self._protocol_error("client" if exc.reason == UNOFFERED_VERSION else "upstream", exc)
+        except Exception as exc:  # a filter bug must cost one connection, never the process
+            self._filter_failed(exc)
+        finally:
+            if self._replies:
+                self._flush()
+        if started:
+            self.cpu_ns += _thread_time_ns() - started
+        if pipeline.state is _DRAINING and pipeline.drained:
+            if self._gate is not None:
+                self._gate.flush_held()
+            self.close("shutdown")
+        elif self._closing_after is not None:
+            self._close_if_answered()
+
+    def upstream_lost(self, exc: Exception | None) -> None:
+        self._close_on_error("upstream_closed", upstream=self.upstream_peer, error=str(exc) if exc else None)
+
+    def upstream_pause_writing(self) -> None:
+        # The broker is slower than the client: stop reading requests until it catches up.
+        if self._pauses is not None:
+            self._pauses.add(UPSTREAM_BACKLOG)
+
+    def upstream_resume_writing(self) -> None:
+        if self._pauses is not None:
+            self._pauses.discard(UPSTREAM_BACKLOG)
+
+    # ---- life cycle -----------------------------------------------------------------------------
+
+    def _arm_idle_timer(self, delay: float) -> None:
+        self._idle_timer = self._loop.call_later(delay, self._check_idle)
+
+    def _check_idle(self) -> None:
+        # One timer per connection, re-armed only when it fires: activity costs a float store, not a timer.
+        timeout = self._settings.idle_timeout_s
+        idle_for = self._loop.time() - self._last_activity
+        # A throttle past its deadline does not count: a muted client that stopped reading is idle.
+        busy = self.in_flight or (self._gate is not None and self._gate.remaining_ms() > 0)
+        if busy:
+            self._arm_idle_timer(timeout)
+        elif idle_for < timeout:
+            self._arm_idle_timer(max(timeout - idle_for, 0.05))
+        else:
+            self.close("idle_timeout", idle_s=round(idle_for, 3))
+
+    def drain(self) -> None:
+        """Stop taking requests; close once every request already forwarded has its response.
+
+        Shutdown beats throttling: responses held back by a delay go out at once.
+        """
+        if self._pauses is not None:
+            self._pauses.add("shutdown")
+        if self._gate is not None:
+            self._gate.flush_held()
+        if self._pipeline is None or self._pipeline.drain():
+            self.close("shutdown")
+
+    @property
+    def in_flight(self) -> int:
+        return self._pipeline.in_flight if self._pipeline is not None else 0
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._pauses is not None and self._pauses.paused
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _filter_failed(self, exc: BaseException) -> None:
+        _log.error("filter_failed", peer=self.peer, upstream=self.upstream_peer, exc_info=exc)
+        self._close_on_error("filter_error", error=repr(exc))
+
+    def _bad_request_frame(self, exc: ProtocolError) -> None:
+        """Log a bad request frame now; close once the requests read before it have been answered."""
+        reason, detail, limit = exc.reason, exc.detail, {}
+        if reason == "frame_too_large" and self._guard is not None and isinstance(exc, BadFramePrefix):
+            reason, size, name = self._guard.refusal(exc)  # which limit it broke, named
+            limit = {"limit": size, "limit_name": name}
+            detail = f"a frame of {exc.length} bytes, over {name} ({size})"
+        self._metrics.count_protocol_error(reason)
+        _log.warning("protocol_error", side="client", peer=self.peer, reason=reason, detail=detail, **limit)
+        if self._closing_after is not None or self._closed:
+            return
+        self._closing_after = reason
+        self._requests.clear()  # the stream cannot be read any further
+        if self._guard is not None:
+            self._guard.close()
+        if self._pauses is not None:
+            self._pauses.add("protocol_error")
+        self._grace_timer = self._loop.call_later(_BAD_FRAME_GRACE_S, self._close_after_bad_frame)
+        if not isinstance(exc, BadFramePrefix) or not exc.frames:
+            self._close_if_answered()
+
+    def _close_if_answered(self) -> None:
+        pipeline, gate = self._pipeline, self._gate
+        if pipeline is not None and (pipeline.waiting or pipeline.in_flight):
+            return
+        if gate is not None and gate.holding_responses:
+            return
+        self._close_after_bad_frame()
+
+    def _close_after_bad_frame(self) -> None:
+        self._close_on_error("protocol_error", side="client", reason=self._closing_after)
+
+    def _slow_unauthenticated_frame(self, waited_s: float) -> None:
+        buffered = self._requests.buffered_bytes
+        self._metrics.count_protocol_error("slow_unauthenticated_frame")
+        _log.warning(
+            "protocol_error",
+            side="client",
+            peer=self.peer,
+            reason="slow_unauthenticated_frame",
+            detail=f"{buffered} bytes of a frame still incomplete after {waited_s:g} s, before this "
+            "connection proved itself",
+            limit=waited_s,
+            limit_name="sasl.unauthenticated_frame_timeout_s",
+        )
+        self.close("protocol_error", side="client", reason="slow_unauthenticated_frame")
+
+    def _protocol_error(self, side: str, exc: ProtocolError) -> None:
+        self._metrics.count_protocol_error(exc.reason)
+        peer = self.peer if side == "client" else self.upstream_peer
+        _log.warning("protocol_error", side=side, peer=peer, reason=exc.reason, detail=exc.detail)
+        self._close_on_error("protocol_error", side=side, reason=exc.reason)
+
+    def _close_on_error(self, cause: str, **detail: object) -> None:
+        """Close for a cause that is not the client going away: first send what the client is owed, the
+        responses of this pass and those a delay holds back (a throttle delays, it never drops; a producer
+        that lost its ack would retry and duplicate)."""
+        if self._closed:
+            return
+        if self._replies and self._transport is not None:
+            self._transport.writelines(self._replies)
+            self._replies = []
+        if self._gate is not None:
+            self._gate.flush_held()
+        self.close(cause, **detail)
+
+    def close(self, cause: str, **detail: object) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+        if self._guard is not None:
+            self._guard.close()
+        if self._watched_fd >= 0 and self._settings.peer_watch is not None:
+            self._settings.peer_watch.forget(self, self._watched_fd)
+        # Buffers go back now, not when a reference cycle through this object is collected.
+        self._requests.clear()
+        self._responses.clear()
+        if self._gate is not None:
+            self._gate.close()
+        if self._connect_task is not None and not self._connect_task.done():
+            self._connect_task.cancel()
+        if self._pipeline is not None:
+            for waited_for in self._pipeline.close():
+                future = cast("asyncio.Future[object]", waited_for)
+                if not future.done():
+                    future.cancel()
+        if self._transport is not None:
+            self._transport.close()
+        if self._upstream is not None:
+            self._upstream.close()
+        self._settings.registry.remove(self)
+        self._metrics.count_disconnect(cause)
+        extra = {k: v for k, v in detail.items() if v is not None}
+        _log.info("connection_closed", peer=self.peer, listener=self.listener, cause=cause, **extra)
+        # Its pipeline, filters, gate, guard and transports all point back at it: dropped now, the
+        # connection's memory goes at once instead of at the cyclic collector's next full run.
+        self._pipeline = self._gate = self._guard = self._pauses = self._upstream_pauses = None
+        self._transport = self._upstream = self._idle_timer = self._grace_timer = self._connect_task = None

@@ -1,0 +1,1 @@
+"""What an operator sees: structured logs, Prometheus metrics and their endpoint, throttle episodes."""
