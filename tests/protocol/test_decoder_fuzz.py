@@ -707,9 +707,8 @@ NOT_DECODERS = {
     "request_header_version",
     "response_header_version",
     "choose_version",
-    # A certificate subject that OpenSSL has already parsed and the trusted CA signed; documented to
-    # raise ValueError for an attribute OpenSSL cannot name, which the connection turns into a failed
-    # authentication.
+    # Takes a certificate subject cryptography's x509 parsed from a certificate the trusted CA signed
+    # (OpenSSL verified it in the handshake); it reads no bytes of its own.
     "rfc2253_name",
     # Asks whether the proxy's own read buffer is still exported; it reads none of the buffer's bytes.
     "buffer_in_use",
