@@ -19,6 +19,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Protocol
 
+from kafka.errors import UnsupportedSaslMechanismError
+
 from sluice.config.client_settings import ClientSasl
 from sluice.protocol.client_requests import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from sluice.protocol.sasl import (
@@ -31,7 +33,7 @@ from sluice.protocol.sasl_client import PLAIN, SaslClientError, ScramClient, pla
 
 from .errors import AuthenticationFailed, error_name
 
-UNSUPPORTED_SASL_MECHANISM = 33
+UNSUPPORTED_SASL_MECHANISM = UnsupportedSaslMechanismError.errno
 _LIFETIME_SHARE = 0.85
 
 
