@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kafka.errors import CoordinatorNotAvailableError
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
@@ -23,7 +24,7 @@ from sluice.protocol.metadata_brokers import (
 )
 
 NO_NODE = -1
-COORDINATOR_NOT_AVAILABLE = 15
+COORDINATOR_NOT_AVAILABLE = CoordinatorNotAvailableError.errno
 COORDINATOR_NOT_ADVERTISED = "The coordinator's broker is not reachable through this proxy."
 _FIRST_COORDINATORS_LIST = 4
 _FIRST_WITH_ERROR_MESSAGE = 1

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from kafka.errors import NoError
+
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.message_codec import decode_response_body, encode_request_body
@@ -48,7 +50,7 @@ CLIENT_VERSIONS: Mapping[int, tuple[int, int]] = {
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 ACKS_ALL = -1
-NO_ERROR = 0
+NO_ERROR = NoError.errno
 
 
 def choose_version(api_key: int, broker: Mapping[int, tuple[int, int]]) -> int | None:

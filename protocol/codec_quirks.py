@@ -34,6 +34,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from kafka.errors import UnsupportedVersionError
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.schemas.fields.base import BaseField
@@ -43,7 +44,7 @@ from kafka.protocol.schemas.fields.struct import StructField
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import INT32_PACK, encode_uvarint, read_int16
 
-UNSUPPORTED_VERSION = 35
+UNSUPPORTED_VERSION = UnsupportedVersionError.errno
 _CODEC_ERRORS = (
     AssertionError,
     IndexError,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
+from kafka.errors import RequestTimedOutError
+
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
@@ -20,7 +22,7 @@ from sluice.protocol.primitives import (
 from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, Topic
 
 _FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.PRODUCE]
-REQUEST_TIMED_OUT = 7  # Kafka's error code: retriable, the request was not completed in time
+REQUEST_TIMED_OUT = RequestTimedOutError.errno  # retriable: the request was not completed in time
 _NULL_ID_THEN_ACKS = struct.Struct(">hh").unpack_from
 
 

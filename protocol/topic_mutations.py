@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+from kafka.errors import ThrottlingQuotaExceededError, UnknownError
 from kafka.protocol.admin.topics import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -34,9 +35,9 @@ from sluice.protocol.codec_quirks import decode_body, encode_body
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import INT32_MAX
 
-THROTTLING_QUOTA_EXCEEDED = 89
+THROTTLING_QUOTA_EXCEEDED = ThrottlingQuotaExceededError.errno
 QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
-UNKNOWN_SERVER_ERROR = -1
+UNKNOWN_SERVER_ERROR = UnknownError.errno
 MISSING_RESULT_MESSAGE = "The broker's answer held no result for this topic."
 
 _DELETE_TOPICS_BY_ID_FROM = 6  # DeleteTopics v6 lists {name, topic_id} entries instead of names

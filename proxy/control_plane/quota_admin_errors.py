@@ -1,7 +1,8 @@
 """Kafka error codes and the value rules of the quota admin APIs (spec §7.4, §7.5).
 
-config/ may not import protocol/, so the handful of error codes the quota store answers with are named
-here; they are Kafka's numbers (`org.apache.kafka.common.protocol.Errors`).
+The handful of error codes the quota store answers with are named here, from kafka-python's table of
+Kafka's `org.apache.kafka.common.protocol.Errors` (config/ may not import protocol/, but both read the
+numbers from the same place).
 """
 
 from __future__ import annotations
@@ -10,12 +11,21 @@ import math
 from enum import Enum
 from typing import Final, NamedTuple
 
-NONE: Final = 0
-UNKNOWN_SERVER_ERROR: Final = -1
-REQUEST_TIMED_OUT: Final = 7
-CLUSTER_AUTHORIZATION_FAILED: Final = 31
-UNSUPPORTED_VERSION: Final = 35
-INVALID_REQUEST: Final = 42
+from kafka.errors import (
+    ClusterAuthorizationFailedError,
+    InvalidRequestError,
+    NoError,
+    RequestTimedOutError,
+    UnknownError,
+    UnsupportedVersionError,
+)
+
+NONE: Final = NoError.errno
+UNKNOWN_SERVER_ERROR: Final = UnknownError.errno
+REQUEST_TIMED_OUT: Final = RequestTimedOutError.errno
+CLUSTER_AUTHORIZATION_FAILED: Final = ClusterAuthorizationFailedError.errno
+UNSUPPORTED_VERSION: Final = UnsupportedVersionError.errno
+INVALID_REQUEST: Final = InvalidRequestError.errno
 
 CLUSTER_AUTHORIZATION_FAILED_MESSAGE: Final = "Cluster authorization failed."
 

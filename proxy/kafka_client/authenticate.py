@@ -1,8 +1,9 @@
 """The proxy authenticates its own connections: SaslHandshake v1, then SaslAuthenticate (PLAIN or SCRAM).
 
-The tokens come from `protocol/sasl_client.py`. SCRAM's salted password (PBKDF2, thousands of HMAC rounds)
-is computed in a worker thread, never on the event loop (hashlib releases the GIL), and cached per salt
-and iteration count, which a broker keeps per user: only the first connection pays for it.
+The tokens come from `protocol/sasl_client.py` (SCRAM through scramp). SCRAM's client-final step salts the
+password (PBKDF2, thousands of HMAC rounds): it runs in a worker thread, never on the event loop (hashlib
+releases the GIL). scramp takes no precomputed salted password, so each new broker connection pays for it
+once, a few milliseconds of a worker thread, as each connection of Kafka's own clients does.
 
 KIP-368: when the broker gives the session a lifetime, the connection is marked to expire a little before
 it (85 %, as Kafka's clients re-authenticate between 85 and 95 %); the pool then opens a fresh connection
@@ -15,9 +16,10 @@ No message here quotes the password, a token or the broker's challenge: the brok
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Mapping
 from typing import Protocol
+
+from kafka.errors import UnsupportedSaslMechanismError
 
 from sluice.config.client_settings import ClientSasl
 from sluice.protocol.client_requests import SASL_AUTHENTICATE, SASL_HANDSHAKE
@@ -27,21 +29,12 @@ from sluice.protocol.sasl import (
     encode_authenticate_request,
     encode_handshake_request,
 )
-from sluice.protocol.sasl_client import (
-    PLAIN,
-    SaltParams,
-    SaslClientError,
-    ScramClient,
-    plain_token,
-    salt_password,
-)
+from sluice.protocol.sasl_client import PLAIN, SaslClientError, ScramClient, plain_token
 
 from .errors import AuthenticationFailed, error_name
 
-UNSUPPORTED_SASL_MECHANISM = 33
+UNSUPPORTED_SASL_MECHANISM = UnsupportedSaslMechanismError.errno
 _LIFETIME_SHARE = 0.85
-_salted_cache: dict[tuple[str, str, bytes, int], bytes] = {}
-_SALTED_CACHE_MAX = 16
 
 
 class SaslConnection(Protocol):
@@ -84,13 +77,11 @@ async def authenticate(connection: SaslConnection, sasl: ClientSasl, timeout_s: 
                 await _step(connection, version, plain_token(sasl.username, password), timeout_s, where)
             )[1]
         else:
-            scram = ScramClient(sasl.mechanism, sasl.username)
+            scram = ScramClient(sasl.mechanism, sasl.username, password)
             server_first, _ = await _step(connection, version, scram.client_first(), timeout_s, where)
-            params = scram.server_first(server_first)
-            salted = await _salted_password(scram.hash_name, password, params)
-            server_final, lifetime_ms = await _step(
-                connection, version, scram.client_final(salted), timeout_s, where
-            )
+            scram.server_first(server_first)
+            client_final = await asyncio.get_running_loop().run_in_executor(None, scram.client_final)
+            server_final, lifetime_ms = await _step(connection, version, client_final, timeout_s, where)
             scram.server_final(server_final)
     except SaslClientError as exc:
         raise AuthenticationFailed(f"{where}: {exc}") from None
@@ -110,16 +101,3 @@ async def _step(
         detail = f": {answer.error_message}" if answer.error_message else ""
         raise AuthenticationFailed(f"{where}: {error_name(answer.error_code)}{detail}")
     return answer.auth_bytes, answer.session_lifetime_ms
-
-
-async def _salted_password(hash_name: str, password: str, params: SaltParams) -> bytes:
-    # Keyed by a digest: the cache must not become a second place that holds the password itself.
-    key = (hash_name, hashlib.sha256(password.encode()).hexdigest(), params.salt, params.iterations)
-    cached = _salted_cache.get(key)
-    if cached is None:
-        loop = asyncio.get_running_loop()
-        cached = await loop.run_in_executor(None, salt_password, hash_name, password, params)
-        if len(_salted_cache) >= _SALTED_CACHE_MAX:
-            _salted_cache.clear()
-        _salted_cache[key] = cached
-    return cached

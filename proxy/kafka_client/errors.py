@@ -3,11 +3,16 @@ never a credential, a SASL token or record content."""
 
 from __future__ import annotations
 
-from kafka.errors import for_code
+from kafka.errors import (
+    OffsetOutOfRangeError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-TOPIC_ALREADY_EXISTS = 36
+OFFSET_OUT_OF_RANGE = OffsetOutOfRangeError.errno
+UNKNOWN_TOPIC_OR_PARTITION = UnknownTopicOrPartitionError.errno
+TOPIC_ALREADY_EXISTS = TopicAlreadyExistsError.errno
 
 
 def error_name(code: int) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import enum
 
+from kafka.errors import LeaderNotAvailableError
+
 from sluice.protocol.client_requests import (
     CREATE_TOPICS,
     NewTopic,
@@ -23,7 +25,7 @@ from .cluster import Cluster
 from .errors import TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION, KafkaErrorCode, from_code
 
 _log = get_logger("sluice.kafka_client")
-LEADER_NOT_AVAILABLE = 5
+LEADER_NOT_AVAILABLE = LeaderNotAvailableError.errno
 
 
 class TopicCreation(enum.Enum):

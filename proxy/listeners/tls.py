@@ -7,6 +7,8 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 
+from cryptography import x509
+
 from sluice.config.errors import ConfigError
 from sluice.config.identity_settings import ListenerTls, UpstreamTls
 from sluice.config.principal_mapping import PrincipalMappingRules
@@ -88,9 +90,12 @@ def certificate_principal(rules: PrincipalMappingRules) -> Callable[[object], st
 
     def principal(transport: object) -> str | None:
         get_extra_info = getattr(transport, "get_extra_info", None)
-        peercert = get_extra_info("peercert") if get_extra_info is not None else None
-        if not peercert or "subject" not in peercert:
+        ssl_object = get_extra_info("ssl_object") if get_extra_info is not None else None
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if not der:
             return None
-        return rules.apply(rfc2253_name(peercert["subject"]))
+        # The DER, not getpeercert()'s text: only the DER keeps each value's string type, which the
+        # '#' hex of a non-keyword attribute shows. OpenSSL has verified it against the CA already.
+        return rules.apply(rfc2253_name(x509.load_der_x509_certificate(der).subject))
 
     return principal
