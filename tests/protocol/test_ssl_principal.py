@@ -140,7 +140,7 @@ def test_attributes_without_a_keyword_are_dotted_oids() -> None:
 
 def _peer_subject(ca: TestCA, client_cert: Path, client_key: Path) -> x509.Name:
     """The client certificate's subject read from the DER the server's SSLObject.getpeercert() hands over
-    after a real TLS handshake (in memory, no sockets), as proxy/tls.py reads it."""
+    after a real TLS handshake (in memory, no sockets), as proxy/listeners/tls.py reads it."""
     server_cert, server_key = ca.issue("server", common_name="localhost")
     server_context = ca.server_context(server_cert, server_key, client_ca=True)
     client_context = ca.client_context(client_cert, client_key)
