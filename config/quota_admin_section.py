@@ -153,4 +153,4 @@ def parse_ip_rule(entry: Mapping[object, object], key: str) -> IpQuotaRule:
         raise ConfigError(rate_key, MISSING, "new connections per second: required for an ip entity")
     if isinstance(rate, bool) or not isinstance(rate, int) or not 1 <= rate <= INT_MAX:
         raise ConfigError(rate_key, rate, f"a whole number in 1..{INT_MAX} (an INT in Kafka, no fractions)")
-    return IpQuotaRule(ip=ip, connection_creation_rate=float(rate))  # type: ignore[arg-type]
+    return IpQuotaRule(ip=ip, connection_creation_rate=float(rate))
