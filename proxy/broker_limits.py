@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .kafka_client import KafkaClient, KafkaClientError
 from .log import get_logger
@@ -46,7 +46,7 @@ class BrokerLimits:
     def __init__(
         self,
         client: KafkaClient,
-        brokers: Callable[[], list[int]],
+        brokers: Callable[[], Iterable[int]],
         on_request_max: Callable[[int], None],
         on_queued_max: Callable[[int], None],
     ) -> None:

@@ -232,7 +232,7 @@ class ClientSide(asyncio.BufferedProtocol):
                     self._pauses.frame_ended()
             ready = pipeline.client_frames(frames)
             if ready is not None:
-                self._wait_for(ready)
+                self._wait_for(ready)  # type: ignore[arg-type]  # effect union pending: Deferred.ready is object
             else:
                 self._stream_tail(requests, pipeline)
         except ProtocolError as exc:

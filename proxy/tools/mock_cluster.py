@@ -215,7 +215,7 @@ class LibrdkafkaMockCluster:
         self._rd = _Librdkafka(library or find_librdkafka())
         self.brokers = brokers
         self.version = self._rd.lib.rd_kafka_version_str().decode()
-        self._rk = self._new_handle(brokers)
+        self._rk: int | None = self._new_handle(brokers)
         self._cluster = self._rd.lib.rd_kafka_handle_mock_cluster(self._rk)
         if not self._cluster:
             self._rd.lib.rd_kafka_destroy(self._rk)

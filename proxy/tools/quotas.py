@@ -50,6 +50,7 @@ from sluice.protocol.client_quotas import (
 from ..cli import HelpFormatter
 from ..commands.run import EXIT_CONFIG_ERROR, run_event_loop
 from ..kafka_client import KafkaClient, KafkaClientError, UnsupportedByBroker
+from ..kafka_client.connection import BrokerConnection
 from ..log import configure_logging
 from ..quota_admin import StoreRecord
 from ..quota_store_service import QuotaStoreService, StoreUnavailable
@@ -233,7 +234,7 @@ async def _remove_from_brokers(client: KafkaClient, plan: ImportPlan, out: Calla
     out(f"Removed {removed} quota(s) from the brokers.")
 
 
-def _version(connection, api_key: int, name: str) -> int:
+def _version(connection: BrokerConnection, api_key: int, name: str) -> int:
     theirs = connection.versions.get(api_key)
     if theirs is None or theirs[0] > 1:
         raise UnsupportedByBroker(f"{connection.label}: the broker does not offer {name} (API {api_key})")
