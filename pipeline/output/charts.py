@@ -12,8 +12,12 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from html import escape
+from typing import TYPE_CHECKING
 
 from .svg import LineChart
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 _AXIS_TITLES = {"rate": "bytes/s", "bytes": "bytes", "plain": ""}
 _PALETTE = (
@@ -44,7 +48,7 @@ def _time(xs: Sequence[float]) -> list[str]:
     return [datetime.datetime.fromtimestamp(x, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S") for x in xs]
 
 
-def _figure_html(figure, height: int) -> str:
+def _figure_html(figure: go.Figure, height: int) -> str:
     figure.update_layout(
         height=height,
         margin={"l": 60, "r": 20, "t": 10, "b": 40},
