@@ -88,8 +88,9 @@ class BrokerLimits:
             return
         learned: dict[str, int] = {}
         for name, value in values.items():
-            with contextlib.suppress(TypeError, ValueError):  # absent (None) or not a number
-                learned[name] = int(value)  # type: ignore[arg-type]
+            if value is not None:  # absent
+                with contextlib.suppress(ValueError):  # not a number
+                    learned[name] = int(value)
         request_max = learned.get(REQUEST_MAX)
         if request_max is not None and request_max > 0:
             self.request_max[node] = request_max
