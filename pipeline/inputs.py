@@ -98,7 +98,7 @@ def read_usage_parquet(spark: SparkSession, path: str) -> DataFrame:
     return table.select(*[F.col(f"`{name}`").cast(kind).alias(name) for name, kind in USAGE_COLUMNS])
 
 
-def _decode_lines(rows: Iterable[Row]) -> Iterator[tuple]:
+def _decode_lines(rows: Iterable[Row]) -> Iterator[tuple[object, ...]]:
     for row in rows:
         line = row.value
         if not line.strip():

@@ -188,7 +188,7 @@ class UsageReader(DataSourceReader):
 
     # -- on the executors --------------------------------------------------------------------------
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
         if not isinstance(partition, OffsetSlice):
             return  # nothing to read: Spark gives one empty partition when partitions() planned none
         yield from read_slice(partition.offsets, self.config, self.timeout_s, self.skip_bad)
@@ -196,7 +196,7 @@ class UsageReader(DataSourceReader):
 
 def read_slice(
     offsets: OffsetRange, config: Mapping[str, str], timeout_s: float, skip_bad: bool = False
-) -> Iterator[tuple]:
+) -> Iterator[tuple[object, ...]]:
     """Every record of `offsets`, once, as usage-table rows; stops at the slice's end."""
     from confluent_kafka import KafkaError, TopicPartition
 

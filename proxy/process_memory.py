@@ -38,7 +38,8 @@ def return_large_buffers_to_os() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+    done: int = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)  # restype c_int
+    return done == 1
 
 
 def trim_heap() -> bool:
@@ -50,4 +51,5 @@ def trim_heap() -> bool:
         return False
     malloc_trim.argtypes = [ctypes.c_size_t]
     malloc_trim.restype = ctypes.c_int
-    return malloc_trim(0) == 1
+    returned: int = malloc_trim(0)  # restype c_int
+    return returned == 1

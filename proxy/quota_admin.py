@@ -30,6 +30,7 @@ from sluice.config.quota_state import QuotaState
 from sluice.protocol.client_quotas import (
     AlterResult,
     DescribedEntity,
+    Entity,
     decode_alter_request,
     decode_describe_request,
     encode_alter_response,
@@ -137,7 +138,7 @@ def _answered(answer: bytes) -> AlterCall:
 
 def _results(
     plans: list[EntryPlan],
-    wire_entities: list,
+    wire_entities: list[Entity],
     failure: ApiError | None,
     written: dict[ClientQuotaEntity, dict[str, float]] | None = None,
 ) -> list[AlterResult]:

@@ -187,7 +187,7 @@ def run_forecast(
     return written
 
 
-def _status(trend: Trend, options: ForecastOptions, found: dict, last_x: float) -> str:
+def _status(trend: Trend, options: ForecastOptions, found: dict[str, float | None], last_x: float) -> str:
     if not options.capacity:
         return "no capacity given: trend only"
     if trend.at(last_x) >= options.capacity:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -178,6 +179,7 @@ def synth_usage(spark: SparkSession, spec: SynthSpec, partitions: int | None = N
     )
     topic = F.col("k") % spec.topics
     # (broker, share of the topic row's bytes): the hot broker takes the odd byte.
+    through: list[tuple[Column, Callable[[str], Column]]]
     if spec.brokers == 1:
         through = [(F.lit(HOT_BROKER), lambda c: F.col(c))]
     else:

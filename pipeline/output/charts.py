@@ -41,7 +41,8 @@ def plotly_script() -> str:
     from plotly.offline import get_plotlyjs
 
     # A literal "</script>" inside the library would end the element early.
-    return get_plotlyjs().replace("</script>", "<\\/script>")
+    script: str = get_plotlyjs()
+    return script.replace("</script>", "<\\/script>")
 
 
 def _time(xs: Sequence[float]) -> list[str]:
@@ -57,7 +58,8 @@ def _figure_html(figure: go.Figure, height: int) -> str:
         hovermode="x unified",
         template="plotly_white",
     )
-    return figure.to_html(full_html=False, include_plotlyjs=False, config=_CONFIG)
+    html: str = figure.to_html(full_html=False, include_plotlyjs=False, config=_CONFIG)
+    return html
 
 
 def line_chart(chart: LineChart, x_title: str = "") -> str:

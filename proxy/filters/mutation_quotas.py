@@ -237,7 +237,7 @@ class MutationQuotas(Filter):
         raise_frame_throttle_ms(key, version, patched, header_size, throttle)  # no field before v2: mute only
         return Respond(memoryview(patched), mute_ms=throttle)
 
-    def _settle(self, header: RequestHeader, plan: _Plan, errors: dict) -> bool:
+    def _settle(self, header: RequestHeader, plan: _Plan, errors: dict[str | bytes, int]) -> bool:
         """Refund topics the broker refused, keep the topic cache current and count what was mutated.
         True if anything was refunded."""
         conn = self.conn
@@ -248,7 +248,8 @@ class MutationQuotas(Filter):
         for index in plan.forwarded:
             topic = request.topics[index]
             permits = plan.permits[index]
-            if errors.get(topic.name if topic.name is not None else topic.topic_id, -1) != 0:
+            key = topic.name if topic.name is not None else topic.topic_id
+            if key is None or errors.get(key, -1) != 0:  # an entry with neither was refused
                 if permits:
                     self._manager.unrecord(conn.user, header.client_id, permits, now)
                     refunded = True

@@ -40,6 +40,7 @@ from sluice.protocol.client_quotas import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
     AlterEntry,
+    Entity,
     QuotaOp,
     decode_alter_response,
     decode_describe_response,
@@ -186,7 +187,7 @@ async def import_quotas(
             await broker_client.stop()
 
 
-async def _describe_brokers(client: KafkaClient) -> list:
+async def _describe_brokers(client: KafkaClient) -> list[tuple[Entity, tuple[tuple[str, float], ...]]]:
     connection = await client.cluster.any_connection()
     version = _version(connection, DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas")
     body = await connection.request(
