@@ -92,7 +92,7 @@ def run_workers(config: ProxyConfig, workers: int, serve: Callable[[ProxyConfig]
             pid, status = os.wait()
         except ChildProcessError:
             break
-        if pid not in children:  # not a worker (a grandchild re-parented here, say)
+        if pid not in children:  # not one of the workers
             continue
         index = children.pop(pid)
         code = os.waitstatus_to_exitcode(status)

@@ -194,10 +194,11 @@ def _scaled(value: int, factor: float) -> int:
     return max(1, math.floor(value * factor)) if value else 0
 
 
-def _rates(row: Proposal) -> tuple[tuple[str, int], tuple[str, int]]:
-    return ("producer_byte_rate", row["producer_byte_rate"]), (
-        "consumer_byte_rate",
-        row["consumer_byte_rate"],
+def _rates(row: Proposal) -> tuple[tuple[str, int], ...]:
+    """(quota key, proposed rate) of the row, as the quota section and kafka-configs.sh name them."""
+    return (
+        ("producer_byte_rate", row["producer_byte_rate"]),
+        ("consumer_byte_rate", row["consumer_byte_rate"]),
     )
 
 
