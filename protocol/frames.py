@@ -294,7 +294,7 @@ class FrameSplitter:
             for i in range(start, len(pending)):
                 piece = pending[i]
                 # A view of bytes may stay (they cannot change); a view of the loaned buffer is copied.
-                if not isinstance(piece, bytes) and type(piece.obj) is not bytes:
+                if type(piece) is memoryview and type(piece.obj) is not bytes:
                     pending[i] = bytes(piece)
 
     def _continue_pending(self, view: memoryview, start: int, frames: list[memoryview], loaned: bool) -> int:
