@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast soak bench bench-quick bench-pipeline demo-pipeline lint clean
+.PHONY: install demo test test-fast soak bench bench-quick bench-pipeline demo-pipeline lint typecheck clean
 
 install: $(STAMP)
 
@@ -58,9 +58,15 @@ demo-pipeline: install
 	$(PY) -m sluice.proxy demo --seconds 30 --usage-out demo-pipeline/usage.jsonl
 	$(PY) -m sluice.proxy pipeline demo --input demo-pipeline/usage.jsonl --out demo-pipeline
 
+# ruff's rules and format, then the type checker.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) .ci/typecheck.py
+
+# mypy on every module of the package `sluice`, with pyproject's [tool.mypy] (zero errors expected).
+typecheck: install
+	$(PY) .ci/typecheck.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .mypy_cache

@@ -28,7 +28,7 @@ MAX_RESERVED_OPEN_FILES = 1_000_000
 MAX_LISTEN_BACKLOG = 65535
 
 
-def _empty_mapping() -> Mapping[object, object]:
+def _empty_mapping() -> Mapping[int, int]:
     return MappingProxyType({})
 
 

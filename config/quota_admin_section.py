@@ -24,6 +24,7 @@ from sluice.config.quota_settings import (
 from sluice.config.values import parse_choice, parse_int, parse_section, reject_unknown_keys, value_at
 from sluice.quota import DEFAULT, QuotaConfigError
 from sluice.quota.connection_rate import canonical_ip
+from sluice.quota.entities import DefaultEntity
 
 PRINCIPAL_KEYS = ("alter", "describe")
 STORE_KEYS = ("topic", "replication_factor", "write_timeout_ms")
@@ -137,12 +138,12 @@ def parse_ip_rule(entry: Mapping[object, object], key: str) -> IpQuotaRule:
     """An `ip` entry: an address or <default>, and connection_creation_rate (a whole number > 0)."""
     reject_unknown_keys(entry, IP_ENTITY_KEYS, prefix=f"{key}.")
     raw_ip = value_at(entry, "ip")
-    ip: object
+    ip: str | DefaultEntity
     if raw_ip == DEFAULT_NAME:
         ip = DEFAULT
     else:
         try:
-            ip = canonical_ip(raw_ip)  # type: ignore[arg-type]
+            ip = canonical_ip(raw_ip)
         except QuotaConfigError:
             raise ConfigError(
                 f"{key}.ip", raw_ip, "an IP address (IPv4 or IPv6; host names are not resolved) or <default>"
@@ -153,4 +154,4 @@ def parse_ip_rule(entry: Mapping[object, object], key: str) -> IpQuotaRule:
         raise ConfigError(rate_key, MISSING, "new connections per second: required for an ip entity")
     if isinstance(rate, bool) or not isinstance(rate, int) or not 1 <= rate <= INT_MAX:
         raise ConfigError(rate_key, rate, f"a whole number in 1..{INT_MAX} (an INT in Kafka, no fractions)")
-    return IpQuotaRule(ip=ip, connection_creation_rate=float(rate))  # type: ignore[arg-type]
+    return IpQuotaRule(ip=ip, connection_creation_rate=float(rate))

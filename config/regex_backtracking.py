@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from re import _constants as c  # type: ignore[attr-defined]
-from re import _parser  # type: ignore[attr-defined]
+from collections.abc import Iterable
+from re import _constants as c  # type: ignore[attr-defined]  # typeshed types only the deprecated sre_constants
+from re import _parser  # type: ignore[attr-defined]  # typeshed types only the deprecated sre_parse
 
 from sluice.config.regex_charsets import ANY_CHAR, Ranges, char_ranges, class_ranges, complement, meet
 
@@ -83,9 +84,11 @@ class _Automaton:
         self.names: list[str] = []
         # follow[p][r]: how many distinct ways the matcher goes on from position p to position r.
         self.follow: defaultdict[int, dict[int, int]] = defaultdict(dict)
-        self.lookarounds: list[object] = []
+        self.lookarounds: list[Iterable[tuple[object, object]]] = []
 
-    def ambiguous_part(self, tree: object) -> tuple[str | None, list[object]]:
+    def ambiguous_part(
+        self, tree: Iterable[tuple[object, object]]
+    ) -> tuple[str | None, list[Iterable[tuple[object, object]]]]:
         whole = self._sequence(tree)
         start = len(self.labels)  # a state before the first character
         self.labels.append(())
@@ -107,9 +110,9 @@ class _Automaton:
             for r, ways_in in first.items():
                 follow[r] = _cap(follow.get(r, 0) + ways_out * ways_in)
 
-    def _sequence(self, items: object) -> _Fragment:
+    def _sequence(self, items: Iterable[tuple[object, object]]) -> _Fragment:
         result = _Fragment(1, {}, {})
-        for op, arg in items:  # type: ignore[attr-defined]
+        for op, arg in items:
             part = self._node(op, arg)
             self._link(result.last, part.first)
             first = dict(result.first)
@@ -121,18 +124,23 @@ class _Automaton:
 
     def _node(self, op: object, arg: object) -> _Fragment:
         if op is c.LITERAL:
-            return self._position(char_ranges(arg, self._ignore_case), repr(chr(arg)))  # type: ignore[arg-type]
+            assert isinstance(arg, int)  # a code point
+            return self._position(char_ranges(arg, self._ignore_case), repr(chr(arg)))
         if op is c.NOT_LITERAL:
+            assert isinstance(arg, int)
             # A superset: the complement of one character, but every non-ASCII one when case is ignored.
-            ranges = char_ranges(arg, self._ignore_case)  # type: ignore[arg-type]
-            return self._position(ANY_CHAR if len(ranges) > 1 else complement(ranges), f"[^{chr(arg)}]")  # type: ignore[arg-type]
+            ranges = char_ranges(arg, self._ignore_case)
+            return self._position(ANY_CHAR if len(ranges) > 1 else complement(ranges), f"[^{chr(arg)}]")
         if op is c.ANY:
             return self._position(ANY_CHAR, ".")
         if op is c.IN:
+            assert isinstance(arg, list)  # of (operation, argument) pairs
             ranges = class_ranges(arg, self._ignore_case, self._ascii)
             return self._position(ranges, "a character class")
+        # The other operations' arguments are tuples (whose items the parser leaves untyped).
         if op is c.SUBPATTERN:
-            _group, add_flags, del_flags, body = arg  # type: ignore[misc]
+            assert isinstance(arg, tuple)
+            _group, add_flags, del_flags, body = arg
             ignore_case = self._ignore_case
             scoped = (ignore_case or add_flags & re.IGNORECASE) and not del_flags & re.IGNORECASE
             self._ignore_case = bool(scoped)
@@ -141,27 +149,32 @@ class _Automaton:
             finally:
                 self._ignore_case = ignore_case
         if op is c.ATOMIC_GROUP:
+            assert isinstance(arg, _parser.SubPattern)
             return self._sequence(arg)
         if op is c.BRANCH:
+            assert isinstance(arg, tuple)
             result = _Fragment(0, {}, {})
-            for alternative in arg[1]:  # type: ignore[index]
+            for alternative in arg[1]:
                 part = self._sequence(alternative)
                 result.null = _cap(result.null + part.null)
                 _add(result.first, part.first)
                 _add(result.last, part.last)
             return result
         if op in _LOOPS:
-            return self._repeat(*arg)  # type: ignore[misc]
+            assert isinstance(arg, tuple)
+            return self._repeat(*arg)
         if op is c.GROUPREF_EXISTS:
-            _group, yes, no = arg  # type: ignore[misc]
+            assert isinstance(arg, tuple)
+            _group, yes, no = arg
             return self._node(c.BRANCH, (None, [yes, no or []]))
         if op is c.GROUPREF:  # the text a group matched: any text, as far as this check can tell
             return self._repeat(0, c.MAXREPEAT, [(c.ANY, None)])
         if op in (c.ASSERT, c.ASSERT_NOT):
-            self.lookarounds.append(arg[1])  # type: ignore[index]
+            assert isinstance(arg, tuple)
+            self.lookarounds.append(arg[1])
         return _Fragment(1, {}, {})  # anchors and lookarounds read no character
 
-    def _repeat(self, low: int, high: int, body: object) -> _Fragment:
+    def _repeat(self, low: int, high: int, body: Iterable[tuple[object, object]]) -> _Fragment:
         if high == 0:
             return _Fragment(1, {}, {})
         part = self._sequence(body)
@@ -192,11 +205,11 @@ class _Automaton:
         edges: dict[tuple[int, int], list[tuple[int, int]]] = {}
         # Steps between diagonal pairs that the matcher can take in two ways (parallel transitions).
         doubled: list[tuple[tuple[int, int], tuple[int, int]]] = []
-        stack = [(q, q) for q in reachable]
-        seen = set(stack)
+        pairs = [(q, q) for q in reachable]
+        seen = set(pairs)
         steps = 0
-        while stack:
-            pair = stack.pop()
+        while pairs:
+            pair = pairs.pop()
             a, b = pair
             out = edges[pair] = []
             follow_b = follow[b]
@@ -216,7 +229,7 @@ class _Automaton:
                         doubled.append((pair, nxt))
                     if nxt not in seen:
                         seen.add(nxt)
-                        stack.append(nxt)
+                        pairs.append(nxt)
         for component in _components(edges):
             diagonal = [a for a, b in component if a == b]
             twice = any(here in component and there in component for here, there in doubled)

@@ -9,7 +9,8 @@ and, for any other letter, every non-ASCII character.
 
 from __future__ import annotations
 
-from re import _constants as c  # type: ignore[attr-defined]
+from collections.abc import Iterable
+from re import _constants as c  # type: ignore[attr-defined]  # typeshed types only the deprecated sre_constants
 
 __all__ = ["ANY_CHAR", "Ranges", "char_ranges", "class_ranges", "complement", "meet"]
 
@@ -47,17 +48,19 @@ def char_ranges(code: int, ignore_case: bool) -> Ranges:
     return ((code, code),)
 
 
-def class_ranges(items: object, ignore_case: bool, ascii_only: bool) -> Ranges:
+def class_ranges(items: Iterable[tuple[object, object]], ignore_case: bool, ascii_only: bool) -> Ranges:
     """A character class, `[...]`, from the items re's parser made of it."""
     negate = False
     parts: list[tuple[int, int]] = []
     wide = False  # the class may hold non-ASCII characters that cannot be told apart here
-    for op, arg in items:  # type: ignore[attr-defined]
+    for op, arg in items:
         if op is c.NEGATE:
             negate = True
         elif op is c.LITERAL:
+            assert isinstance(arg, int)  # a code point
             parts.extend(char_ranges(arg, ignore_case))
         elif op is c.RANGE:
+            assert isinstance(arg, tuple)  # of two code points
             low, high = arg
             parts.append((low, high))
             if ignore_case:

@@ -17,8 +17,9 @@ fleet:                      # docs/fleet.md
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
+from typing import TypeVar
 
 from sluice.config.errors import MISSING, ConfigError
 from sluice.config.usage_settings import FleetSettings, UsageSettings
@@ -46,6 +47,8 @@ INT64_MAX = 2**63 - 1
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 _TOPIC_MAX = 249
 
+_T = TypeVar("_T")
+
 
 def _topic(raw: object, key: str) -> str:
     expected = f"a Kafka topic name: 1..{_TOPIC_MAX} of a-z A-Z 0-9 . _ -, not '.' or '..'"
@@ -66,7 +69,7 @@ def parse_usage_section(raw: object, key: str = "usage") -> UsageSettings:
     section = parse_section(raw, key, USAGE_KEYS)
     defaults = UsageSettings()
 
-    def get(name: str, parse, default):
+    def get(name: str, parse: Callable[[object, str], _T], default: _T) -> _T:
         value = value_at(section, name)
         return default if value is MISSING else parse(value, f"{key}.{name}")
 

@@ -15,7 +15,8 @@ Paths are Spark paths: local, `hdfs://`, `s3a://`, ... whatever the session's Ha
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from sluice.quota.usage_records import UsageRecordError
 
@@ -30,6 +31,9 @@ from .usage_table import (
     check_schema_version,
     message_rows,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row, SparkSession
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".ndjson")
 
@@ -56,7 +60,9 @@ def input_format(source: str) -> str:
     return "parquet"
 
 
-def read_usage(spark, source: str, fmt: str | None = None, options: Mapping[str, str] | None = None):
+def read_usage(
+    spark: SparkSession, source: str, fmt: str | None = None, options: Mapping[str, str] | None = None
+) -> DataFrame:
     """The usage table (`usage_table.USAGE_COLUMNS`) from `source`; refuses what it cannot read exactly."""
     fmt = fmt or input_format(source)
     if fmt == "kafka":
@@ -74,23 +80,25 @@ def read_usage(spark, source: str, fmt: str | None = None, options: Mapping[str,
     raise UsageTableError(f"unknown input format {fmt!r}: expected kafka, parquet or jsonl")
 
 
-def read_usage_parquet(spark, path: str):
+def read_usage_parquet(spark: SparkSession, path: str) -> DataFrame:
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
+
+    from .jobs.intervals import single_row
 
     try:
         table = spark.read.parquet(path)
     except AnalysisException as exc:
         raise UsageTableError(f"{path}: cannot read as Parquet: {exc.getMessage()}") from None
     check_columns(table.columns, path)
-    newest = table.agg(F.max("schema_version")).first()[0]
+    newest = single_row(table.agg(F.max("schema_version")))[0]
     check_schema_version(newest, path)
     for name in LATER_COLUMNS - set(table.columns):
         table = table.withColumn(name, F.lit(None))
     return table.select(*[F.col(f"`{name}`").cast(kind).alias(name) for name, kind in USAGE_COLUMNS])
 
 
-def _decode_lines(rows: Iterator) -> Iterator[tuple]:
+def _decode_lines(rows: Iterable[Row]) -> Iterator[tuple[object, ...]]:
     for row in rows:
         line = row.value
         if not line.strip():
@@ -99,7 +107,7 @@ def _decode_lines(rows: Iterator) -> Iterator[tuple]:
         yield from message_rows(line.encode(), where)
 
 
-def read_usage_jsonl(spark, path: str):
+def read_usage_jsonl(spark: SparkSession, path: str) -> DataFrame:
     from pyspark.sql import functions as F
 
     lines = spark.read.text(path).select("value", F.input_file_name().alias("file"))
@@ -107,7 +115,9 @@ def read_usage_jsonl(spark, path: str):
     return spark.createDataFrame(decoded, USAGE_DDL)
 
 
-def write_usage_parquet(usage, path: str, mode: str = "overwrite", partition_by_day: bool = True) -> None:
+def write_usage_parquet(
+    usage: DataFrame, path: str, mode: str = "overwrite", partition_by_day: bool = True
+) -> None:
     """Write the usage table as Parquet (partitioned by UTC day, so history can be appended day by day)."""
     from pyspark.sql import functions as F
 

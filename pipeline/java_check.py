@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 MIN_JAVA_MAJOR = 17
@@ -28,7 +29,7 @@ class JavaInfo:
     major: int
 
 
-def find_java(environ: dict[str, str] | None = None) -> str | None:
+def find_java(environ: Mapping[str, str] | None = None) -> str | None:
     """The `java` Spark will start: `$JAVA_HOME/bin/java` when JAVA_HOME is set, else `java` on PATH."""
     env = os.environ if environ is None else environ
     home = env.get("JAVA_HOME")
@@ -47,7 +48,7 @@ def java_major(version: str) -> int:
     return major
 
 
-def require_java(minimum: int = MIN_JAVA_MAJOR, environ: dict[str, str] | None = None) -> JavaInfo:
+def require_java(minimum: int = MIN_JAVA_MAJOR, environ: Mapping[str, str] | None = None) -> JavaInfo:
     """The Java Spark will use, or JavaError naming what is wrong; never starts Spark itself."""
     env = os.environ if environ is None else environ
     executable = find_java(env)

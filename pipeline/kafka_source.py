@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, overload
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
@@ -32,6 +33,10 @@ from sluice.quota.usage_records import UsageRecordError
 
 from .kafka_offsets import OffsetRange, OffsetSpecError, parse_offsets, plan_ranges, resolve_offset
 from .usage_table import USAGE_DDL, message_rows
+
+if TYPE_CHECKING:  # confluent-kafka is imported where it is used: only a reading executor needs it
+    from confluent_kafka import Consumer
+    from pyspark.sql import SparkSession
 
 SOURCE_NAME = "sluice-usage"
 DEFAULT_TOPIC = "_sluice_usage"
@@ -65,7 +70,7 @@ def client_config(options: Mapping[str, str]) -> dict[str, str]:
     return config
 
 
-def _consumer(config: Mapping[str, str]):  # -> confluent_kafka.Consumer
+def _consumer(config: Mapping[str, str]) -> Consumer:
     from confluent_kafka import Consumer
 
     settings = {
@@ -86,6 +91,10 @@ class _Options:
     def __init__(self, options: Mapping[str, str]) -> None:
         self._values = {key.lower(): value for key, value in options.items()}
 
+    @overload
+    def get(self, name: str) -> str | None: ...
+    @overload
+    def get(self, name: str, default: str) -> str: ...
     def get(self, name: str, default: str | None = None) -> str | None:
         return self._values.get(name.lower(), default)
 
@@ -106,13 +115,14 @@ def _int_option(options: _Options, name: str, default: int, low: int) -> int:
 class UsageReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.config = client_config(options)
-        options = self.options = _Options(options)
-        self.topic = options.get("topic", DEFAULT_TOPIC)
-        self.timeout_s = _int_option(options, "timeoutMs", 30_000, 1) / 1000
-        self.max_records = _int_option(options, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS, 1)
-        self.min_partitions = _int_option(options, "minPartitions", 1, 1)
-        self.skip_bad = options.get("badRecords", "fail").lower() == "skip"
-        if options.get("badRecords", "fail").lower() not in ("fail", "skip"):
+        named = self.options = _Options(options)
+        self.topic = named.get("topic", DEFAULT_TOPIC)
+        self.timeout_s = _int_option(named, "timeoutMs", 30_000, 1) / 1000
+        self.max_records = _int_option(named, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS, 1)
+        self.min_partitions = _int_option(named, "minPartitions", 1, 1)
+        bad_records = named.get("badRecords", "fail")
+        self.skip_bad = bad_records.lower() == "skip"
+        if bad_records.lower() not in ("fail", "skip"):
             raise UsageSourceError(f"{SOURCE_NAME}: option badRecords must be fail or skip")
 
     # -- on the driver -----------------------------------------------------------------------------
@@ -162,7 +172,9 @@ class UsageReader(DataSourceReader):
             raise UsageSourceError(f"{SOURCE_NAME}: {exc}") from None
         return bounds
 
-    def _by_time(self, option: str, partitions: list[int], marks: dict, consumer) -> dict[int, int]:
+    def _by_time(
+        self, option: str, partitions: list[int], marks: dict[int, tuple[int, int]], consumer: Consumer
+    ) -> dict[int, int]:
         from confluent_kafka import TopicPartition
 
         raw = self.options.get(option)
@@ -176,7 +188,7 @@ class UsageReader(DataSourceReader):
 
     # -- on the executors --------------------------------------------------------------------------
 
-    def read(self, partition: OffsetSlice) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
         if not isinstance(partition, OffsetSlice):
             return  # nothing to read: Spark gives one empty partition when partitions() planned none
         yield from read_slice(partition.offsets, self.config, self.timeout_s, self.skip_bad)
@@ -184,7 +196,7 @@ class UsageReader(DataSourceReader):
 
 def read_slice(
     offsets: OffsetRange, config: Mapping[str, str], timeout_s: float, skip_bad: bool = False
-) -> Iterator[tuple]:
+) -> Iterator[tuple[object, ...]]:
     """Every record of `offsets`, once, as usage-table rows; stops at the slice's end."""
     from confluent_kafka import KafkaError, TopicPartition
 
@@ -210,15 +222,16 @@ def read_slice(
             idle_polls = 0
             for message in messages:
                 error = message.error()
+                offset = message.offset()  # None only for an error that is not about a partition
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         # The log ends at or before the slice's end (e.g. control records close it).
-                        if message.offset() >= end:
+                        if offset is not None and offset >= end:
                             done = True
                             break
                         continue
                     raise UsageSourceError(f"{SOURCE_NAME}: {topic}[{partition}]: {error.str()}")
-                offset = message.offset()
+                assert offset is not None  # a record has one
                 if offset >= end:
                     done = True
                     break
@@ -254,5 +267,5 @@ class UsageSource(DataSource):
         return UsageReader(self.options)
 
 
-def register(spark) -> None:  # spark: SparkSession
+def register(spark: SparkSession) -> None:
     spark.dataSource.register(UsageSource)

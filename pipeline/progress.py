@@ -11,11 +11,20 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class Progress:
-    def __init__(self, spark=None, quiet: bool = False, every_s: float = 10.0, out: TextIO | None = None):
+    def __init__(
+        self,
+        spark: SparkSession | None = None,
+        quiet: bool = False,
+        every_s: float = 10.0,
+        out: TextIO | None = None,
+    ) -> None:
         self._spark = spark
         self._quiet = quiet
         self._every_s = every_s
@@ -35,7 +44,7 @@ class Progress:
         stop = threading.Event()
         watcher = None
         if self._spark is not None and not self._quiet:
-            watcher = threading.Thread(target=self._watch, args=(name, stop), daemon=True)
+            watcher = threading.Thread(target=self._watch, args=(self._spark, name, stop), daemon=True)
             watcher.start()
         try:
             yield
@@ -45,8 +54,8 @@ class Progress:
                 watcher.join()
         self.say(f"{name}: done in {time.monotonic() - began:.1f} s")
 
-    def _watch(self, name: str, stop: threading.Event) -> None:
-        tracker = self._spark.sparkContext.statusTracker()
+    def _watch(self, spark: SparkSession, name: str, stop: threading.Event) -> None:
+        tracker = spark.sparkContext.statusTracker()
         while not stop.wait(self._every_s):
             try:
                 stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]

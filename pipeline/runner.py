@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from .inputs import read_usage, write_usage_parquet
 from .output.html_report import render_report
 from .progress import Progress
 from .session import spark_session
+
+if TYPE_CHECKING:  # PySpark is imported when a job starts: `sluice pipeline --help` needs no JVM
+    from pyspark.sql import DataFrame, SparkSession
 
 # What `sluice pipeline demo` replays against its records: a default client-id quota every client gets,
 # and a tighter one on the busiest producer.
@@ -33,7 +37,7 @@ quota:
 SPARK_LOG = "spark.log"
 
 
-def _session(args: argparse.Namespace):
+def _session(args: argparse.Namespace) -> SparkSession:
     return spark_session(
         master=args.master,
         driver_memory=args.driver_memory,
@@ -80,7 +84,9 @@ def run_job(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_one(spark, job: str, usage, args: argparse.Namespace, progress: Progress) -> None:
+def _run_one(
+    spark: SparkSession, job: str, usage: DataFrame, args: argparse.Namespace, progress: Progress
+) -> None:
     if job == "report":
         from .jobs.report import run_report
 
@@ -96,7 +102,7 @@ def _run_one(spark, job: str, usage, args: argparse.Namespace, progress: Progres
     elif job == "propose":
         from .jobs.propose import ProposeOptions, run_propose
 
-        options = ProposeOptions(
+        proposing = ProposeOptions(
             percentile=args.percentile,
             headroom=args.headroom,
             produce_capacity=args.produce_capacity,
@@ -104,12 +110,14 @@ def _run_one(spark, job: str, usage, args: argparse.Namespace, progress: Progres
             by=args.by,
             bootstrap=args.bootstrap,
         )
-        run_propose(spark, usage, args.out, options, progress=progress)
+        run_propose(spark, usage, args.out, proposing, progress=progress)
     elif job == "forecast":
         from .jobs.forecast import ForecastOptions, run_forecast
 
-        options = ForecastOptions(capacity=args.capacity, metric=args.metric, horizon_days=args.horizon_days)
-        run_forecast(spark, usage, args.out, options, progress=progress)
+        forecasting = ForecastOptions(
+            capacity=args.capacity, metric=args.metric, horizon_days=args.horizon_days
+        )
+        run_forecast(spark, usage, args.out, forecasting, progress=progress)
 
 
 def _synth(args: argparse.Namespace) -> int:

@@ -12,8 +12,12 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from .java_check import require_java
+
+if TYPE_CHECKING:  # PySpark is imported when a session starts: `sluice pipeline --help` needs no JVM
+    from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
 
@@ -31,7 +35,7 @@ def spark_session(
     ui: bool = False,
     extra: dict[str, str] | None = None,
     log_path: str | None = None,
-):
+) -> SparkSession:
     """A SparkSession with the `sluice-usage` data source registered. Raises JavaError before Spark starts.
 
     With `log_path`, the JVM Spark starts writes its own output there instead of the terminal: the Java

@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from sluice.quota.usage_records import UsageBatch, UsageRow, encode_batch
 
 from .inputs import write_usage_parquet
 from .kafka_source import SOURCE_NAME, UsageReader
 
+if TYPE_CHECKING:
+    from pyspark import RDD
+    from pyspark.sql import DataFrame, Row, SparkSession
+
 OFFSETS_DIR = "_sluice_export_offsets"
 
 
-def _batch_line(key: tuple, rows: Iterable) -> tuple[int, str]:
+def _batch_line(key: tuple[str, int, int, int | None, int | None], rows: Iterable[Row]) -> tuple[int, str]:
     instance, start_ms, interval_ms = key[0], key[1], key[2]
     ordered = sorted(
         rows,
@@ -55,7 +60,7 @@ def _batch_line(key: tuple, rows: Iterable) -> tuple[int, str]:
     return start_ms, encode_batch(UsageBatch(instance, start_ms, interval_ms, usage_rows)).decode()
 
 
-def usage_lines(usage):  # -> RDD[str]
+def usage_lines(usage: DataFrame) -> RDD[str]:
     """The usage table as JSON lines: one line per original message (Kafka) or per instance and interval."""
     keyed = usage.rdd.keyBy(
         lambda r: (r.instance, r.interval_start_ms, r.interval_ms, r.kafka_partition, r.kafka_offset)
@@ -63,12 +68,12 @@ def usage_lines(usage):  # -> RDD[str]
     return keyed.groupByKey().map(lambda kv: _batch_line(kv[0], kv[1])).sortByKey().values()
 
 
-def write_usage_jsonl(spark, usage, path: str, mode: str = "overwrite") -> None:
+def write_usage_jsonl(spark: SparkSession, usage: DataFrame, path: str, mode: str = "overwrite") -> None:
     lines = usage_lines(usage)
     spark.createDataFrame(lines.map(lambda line: (line,)), "value string").write.mode(mode).text(path)
 
 
-def last_offsets(spark, out: str) -> str | None:
+def last_offsets(spark: SparkSession, out: str) -> str | None:
     """The end offsets the previous export to `out` recorded, as the data source's JSON; None if none."""
     from pyspark.errors import AnalysisException
 
@@ -80,8 +85,8 @@ def last_offsets(spark, out: str) -> str | None:
 
 
 def export_usage(
-    spark, options: dict[str, str], out: str, fmt: str = "parquet", resume: bool = False
-) -> dict:
+    spark: SparkSession, options: dict[str, str], out: str, fmt: str = "parquet", resume: bool = False
+) -> dict[str, object]:
     """Read the topic as `options` say (the data source's), write it to `out`; returns what was read."""
     options = dict(options)
     if resume:

@@ -69,7 +69,7 @@ def _counts(values: Mapping[str, float], name: str) -> dict[str, int]:
 
 def batch_rows(
     batch: UsageBatch, kafka_partition: int | None = None, kafka_offset: int | None = None
-) -> Iterator[tuple]:
+) -> Iterator[tuple[object, ...]]:
     """One tuple per row of `batch`, in USAGE_COLUMNS order."""
     start = interval_start(batch.interval_start_ms)
     for row in batch.rows:
@@ -96,7 +96,7 @@ def batch_rows(
         )
 
 
-def message_rows(value: bytes | None, where: str, **kafka: int | None) -> Iterator[tuple]:
+def message_rows(value: bytes | None, where: str, **kafka: int | None) -> Iterator[tuple[object, ...]]:
     """Decode one message of the usage topic (or one JSON line) into rows; refuse it naming `where`."""
     if value is None:
         raise UsageRecordError(f"{where}: empty message (a tombstone), not a usage record")

@@ -42,7 +42,7 @@ from kafka.protocol.schemas.fields.codecs import Bytes, String
 from kafka.protocol.schemas.fields.struct import StructField
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.primitives import INT32_PACK, encode_uvarint, read_int16
+from sluice.protocol.primitives import INT32_PACK, Buffer, encode_uvarint, read_int16
 
 UNSUPPORTED_VERSION = UnsupportedVersionError.errno
 _CODEC_ERRORS = (
@@ -58,7 +58,7 @@ _CODEC_ERRORS = (
 
 
 def decode_body(
-    message_class: type[ApiMessage], version: int, body: memoryview | bytes, *, allow_trailing: bool = False
+    message_class: type[ApiMessage], version: int, body: Buffer, *, allow_trailing: bool = False
 ) -> Any:
     """Decode a whole response body (after the response header) with kafka-python's codec.
 
@@ -103,11 +103,11 @@ def _null_plan(struct_field: StructField, version: int) -> _NullPlan:
         for field in struct_field.untagged_fields(version):
             nullable = field.nullable_for_version_q(version)
             if field.is_struct_array():
-                entries.append((field.name, nullable, field.array_of, True))  # type: ignore[attr-defined]
+                entries.append((field.name, nullable, field.array_of, True))
             elif field.is_struct():
                 entries.append((field.name, nullable, field, False))
             elif field.is_array():
-                entries.append((field.name, nullable, None, _may_be_null(field.array_of)))  # type: ignore[attr-defined]
+                entries.append((field.name, nullable, None, _may_be_null(field.array_of)))
             elif _may_be_null(field) and not nullable:
                 entries.append((field.name, False, None, False))
         plan = _null_plans[key] = tuple(entries)
@@ -136,7 +136,7 @@ def _reject_nulls(struct_field: StructField, item: Any, version: int, reason: st
             raise ProtocolError(reason, f"v{version}: null entry in {name}")
 
 
-def api_versions_body_version(request_version: int, body: memoryview | bytes) -> int:
+def api_versions_body_version(request_version: int, body: Buffer) -> int:
     """The version an ApiVersions response body is written in (Q5): v0 for UNSUPPORTED_VERSION."""
     try:
         error_code, _ = read_int16(body, 0)
@@ -168,7 +168,7 @@ def _encode_field(field: BaseField, value: Any, version: int, flexible: bool, ou
             out.append(b"\x00" if flexible else INT32_PACK(-1))
             return
         out.append(encode_uvarint(len(value) + 1) if flexible else INT32_PACK(len(value)))
-        element = field.array_of  # type: ignore[attr-defined]
+        element = field.array_of
         for item in value:
             _encode_struct(element, item, version, flexible, out)
     elif field.is_struct():
@@ -177,7 +177,7 @@ def _encode_field(field: BaseField, value: Any, version: int, flexible: bool, ou
                 out.append(b"\xff")
                 return
             out.append(b"\x01")
-        _encode_struct(field, value, version, flexible, out)  # type: ignore[arg-type]
+        _encode_struct(field, value, version, flexible, out)
     else:
         out.append(field.encode(value, version=version, compact=flexible, tagged=flexible))
 

@@ -57,7 +57,7 @@ def fetch_request_limits(api_version: int, body: memoryview | bytes | bytearray)
     at = _min_bytes_at(api_version)
     if at + _LIMITS.size > len(body):
         raise ProtocolError("bad_fetch_request", f"v{api_version}: {len(body)} bytes")
-    return _LIMITS.unpack_from(body, at)  # type: ignore[return-value]
+    return _LIMITS.unpack_from(body, at)
 
 
 def cap_fetch_request(api_version: int, body: bytearray | memoryview, max_bytes_cap: float) -> bool:
@@ -101,7 +101,7 @@ def fetch_response_session(api_version: int, body: memoryview | bytes | bytearra
         return 0, 0
     if _SESSION_AT + _ERROR_AND_SESSION.size > len(body):
         raise ProtocolError("bad_fetch_response", f"v{api_version}: {len(body)} bytes")
-    return _ERROR_AND_SESSION.unpack_from(body, _SESSION_AT)  # type: ignore[return-value]
+    return _ERROR_AND_SESSION.unpack_from(body, _SESSION_AT)
 
 
 def empty_fetch_response(api_version: int, throttle_ms: int, session_id: int) -> bytes:

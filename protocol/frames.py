@@ -12,7 +12,7 @@ no join, no buffer as large as the frame.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, final
 
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import INT32_UNPACK
@@ -68,6 +68,7 @@ class FrameObserver(Protocol):
         ...
 
 
+@final  # never subclassed: `type(frame) is FrameHead` is how the hot path tells it from a whole frame
 class FrameHead:
     """Stands for a frame being passed through: its first bytes (`head`, length prefix included) and its
     whole size, which `len()` gives, as for a complete frame. A filter that wants more than the head may
@@ -293,7 +294,7 @@ class FrameSplitter:
             for i in range(start, len(pending)):
                 piece = pending[i]
                 # A view of bytes may stay (they cannot change); a view of the loaned buffer is copied.
-                if type(piece) is not bytes and type(piece.obj) is not bytes:
+                if type(piece) is memoryview and type(piece.obj) is not bytes:
                     pending[i] = bytes(piece)
 
     def _continue_pending(self, view: memoryview, start: int, frames: list[memoryview], loaned: bool) -> int:

@@ -122,7 +122,8 @@ def read_correlation_id(frame: memoryview | bytes) -> int:
     """The correlation id of a response frame (int32 right after the length prefix)."""
     if len(frame) < _PREFIX + 4:
         raise ProtocolError("bad_response_header", f"frame of {len(frame)} bytes has no correlation id")
-    return INT32_UNPACK(frame, _PREFIX)[0]
+    correlation_id: int = INT32_UNPACK(frame, _PREFIX)[0]
+    return correlation_id
 
 
 def encode_request_header(

@@ -99,7 +99,9 @@ def build_message(message_class: type[ApiMessage], version: int, fields: Mapping
     return message_class(version=version, **_convert_fields(message_class.fields, version, fields))
 
 
-def _convert_fields(schema: Mapping[str, BaseField], version: int, fields: Mapping[str, Any]) -> dict:
+def _convert_fields(
+    schema: Mapping[str, BaseField], version: int, fields: Mapping[str, Any]
+) -> dict[str, Any]:
     converted = {}
     for name, value in fields.items():
         field = schema.get(name)

@@ -19,6 +19,7 @@ from sluice.protocol.primitives import (
     INT16_UNPACK,
     INT32_PACK,
     INT32_UNPACK,
+    Buffer,
     encode_uvarint,
     read_int32,
     read_uvarint,
@@ -71,7 +72,7 @@ def _parse_brokers_unchecked(version: int, body: memoryview | bytes) -> tuple[in
 
 
 def parse_broker_entries(
-    body: memoryview | bytes, pos: int, flexible: bool, has_rack: bool = True
+    body: Buffer, pos: int, flexible: bool, has_rack: bool = True
 ) -> tuple[int, list[BrokerEntry]]:
     """The array of broker entries at `pos` (node_id int32, host string, port int32, rack nullable string,
     tagged fields when flexible; compact encodings when flexible): the offset after it, and its entries.
@@ -145,7 +146,7 @@ def rewrite_metadata_brokers(version: int, body: memoryview | bytes, address_for
 
 
 def rewrite_broker_entries(
-    body: memoryview | bytes, brokers: list[BrokerEntry], address_for: AddressMap, flexible: bool
+    body: Buffer, brokers: list[BrokerEntry], address_for: AddressMap, flexible: bool
 ) -> tuple[bytes, int]:
     """The array (count included) of `brokers` with the addresses `address_for` gives, entries it answers
     None for left out, the rest of each entry copied from `body`; and how many entries changed or left."""

@@ -37,6 +37,7 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
     version = header.api_version
     if 3 <= version < _FIRST_FLEXIBLE and len(frame) >= pos + 4:
         # The common case, read at once: a null transactional_id (length -1), then acks.
+        acks: int
         null, acks = _NULL_ID_THEN_ACKS(frame, pos)
         if null == -1:
             return acks
@@ -70,7 +71,9 @@ def produce_error_body(
     responses = [
         {
             # kafka-python's codec takes a topic id as its text form.
-            "topic_id" if by_id else "name": str(uuid.UUID(bytes=topic)) if by_id else topic,
+            "topic_id" if by_id else "name": str(uuid.UUID(bytes=topic))
+            if isinstance(topic, bytes)
+            else topic,
             "partition_responses": [
                 {"index": index, "error_code": error_code, "base_offset": -1} for index in indexes
             ],

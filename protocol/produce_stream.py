@@ -101,7 +101,7 @@ def _produce(api_version: int, body_offset: int) -> _Walk:
     flexible = api_version >= _FLEXIBLE_FROM
     yield -body_offset  # the length prefix and the request header
     if api_version >= 3:  # transactional_id
-        length = (yield from _uvarint()) - 1 if flexible else _I16((yield 2))[0]
+        length = (yield from _uvarint()) - 1 if flexible else _I16((yield 2))[0]  # type: ignore[arg-type]  # a read is sent bytes
         if length < -1:
             raise ValueError(f"transactional_id length {length}")
         if length > 0:
@@ -110,16 +110,16 @@ def _produce(api_version: int, body_offset: int) -> _Walk:
     found: TopicBytes = []
     for _ in range((yield from _count(flexible))):
         if api_version >= _TOPIC_ID_FROM:
-            topic: str | bytes = bytes((yield _UUID))
+            topic: str | bytes = bytes((yield _UUID))  # type: ignore[arg-type]  # a read is sent bytes
         else:
-            length = (yield from _uvarint()) - 1 if flexible else _I16((yield 2))[0]
+            length = (yield from _uvarint()) - 1 if flexible else _I16((yield 2))[0]  # type: ignore[arg-type]  # a read is sent bytes
             if length < 0:
                 raise ValueError(f"topic name length {length}")
-            topic = bytes((yield length)).decode()
+            topic = bytes((yield length)).decode()  # type: ignore[arg-type]  # a read is sent bytes
         total = 0
         for _ in range((yield from _count(flexible))):
             yield -4  # the partition index
-            size = (yield from _uvarint()) - 1 if flexible else _I32((yield 4))[0]
+            size = (yield from _uvarint()) - 1 if flexible else _I32((yield 4))[0]  # type: ignore[arg-type]  # a read is sent bytes
             if size < -1:
                 raise ValueError(f"records length {size}")
             if size > 0:
@@ -138,7 +138,7 @@ def _produce(api_version: int, body_offset: int) -> _Walk:
 def _uvarint() -> Generator[int, bytes | None, int]:
     result = shift = 0
     while True:
-        byte = (yield 1)[0]  # type: ignore[index]
+        byte = (yield 1)[0]  # type: ignore[index]  # a read is sent bytes, a skip None: one send type
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return result
@@ -148,7 +148,7 @@ def _uvarint() -> Generator[int, bytes | None, int]:
 
 
 def _count(flexible: bool) -> Generator[int, bytes | None, int]:
-    count = (yield from _uvarint()) - 1 if flexible else _I32((yield 4))[0]  # type: ignore[arg-type]
+    count = (yield from _uvarint()) - 1 if flexible else _I32((yield 4))[0]  # type: ignore[arg-type]  # as in _uvarint
     if count < -1:
         raise ValueError(f"array length {count}")
     return max(count, 0)

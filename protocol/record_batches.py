@@ -12,10 +12,11 @@ Every malformed input is a ProtocolError('bad_record_batch'); no detail quotes r
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from kafka.errors import CorruptRecordError
+from kafka.record.abc import ABCRecordBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
@@ -119,7 +120,7 @@ def decode_records(data: bytes | memoryview | None, start_offset: int) -> Decode
     return DecodedRecords(out, next_offset)
 
 
-def _batches(data: bytes | memoryview) -> Iterable[object]:
+def _batches(data: bytes | memoryview) -> Iterator[ABCRecordBatch]:
     records = MemoryRecords(bytes(data))
     while records.has_next():
         batch = records.next_batch()
@@ -130,20 +131,20 @@ def _batches(data: bytes | memoryview) -> Iterable[object]:
         yield batch
 
 
-def _batch_next_offset(batch: object) -> int:
+def _batch_next_offset(batch: ABCRecordBatch) -> int:
     next_offset = getattr(batch, "next_offset", None)
     if next_offset is not None:
         return int(next_offset)
     # A legacy (magic 0/1) wrapper: its last inner offset, found by walking it.
     last = -1
-    for record in batch:  # type: ignore[attr-defined]
+    for record in batch:
         last = record.offset
     return last + 1
 
 
-def _batch_records(batch: object, start_offset: int) -> list[FetchedRecord]:
+def _batch_records(batch: ABCRecordBatch, start_offset: int) -> list[FetchedRecord]:
     out = []
-    for record in batch:  # type: ignore[attr-defined]
+    for record in batch:
         if record.offset < start_offset:
             continue
         headers = tuple((name, value) for name, value in getattr(record, "headers", ()) or ())

@@ -33,6 +33,7 @@ returned as names, or (v13+, which name topics by id) as the 16-byte topic id.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from sluice.protocol.apis import API_SPECS
 from sluice.protocol.errors import ProtocolError
@@ -133,7 +134,7 @@ def _records(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]
     return length, pos
 
 
-def _finish(reason: str, walk, buf: Buffer) -> TopicBytes:
+def _finish(reason: str, walk: Callable[[Buffer, int], tuple[TopicBytes, int]], buf: Buffer) -> TopicBytes:
     end = len(buf)
     try:
         found, pos = walk(buf, end)

@@ -66,7 +66,8 @@ class SaslAuthenticateResult(NamedTuple):
 
 def decode_handshake_request(version: int, body: _BytesLike) -> str:
     """The mechanism the client chose."""
-    return decode_body(SaslHandshakeRequest, version, body).mechanism
+    mechanism: str = decode_body(SaslHandshakeRequest, version, body).mechanism
+    return mechanism
 
 
 def decode_handshake_response(version: int, body: _BytesLike) -> SaslHandshakeResult:

@@ -39,14 +39,14 @@ def _limits_at(api_version: int, body: memoryview | bytes | bytearray) -> int:
 
 def share_fetch_request_limits(api_version: int, body: memoryview | bytes | bytearray) -> tuple[int, int]:
     """(min_bytes, max_bytes) of a ShareFetch request body."""
-    return _LIMITS.unpack_from(body, _limits_at(api_version, body))  # type: ignore[return-value]
+    return _LIMITS.unpack_from(body, _limits_at(api_version, body))
 
 
 def cap_share_fetch_request(api_version: int, body: bytearray | memoryview, max_bytes_cap: float) -> bool:
     """Kafka's cap (`capped_limits`, as for a Fetch), in place (`body` must be writable). Returns False
     when nothing changed."""
     at = _limits_at(api_version, body)
-    limits: tuple[int, int] = _LIMITS.unpack_from(body, at)  # type: ignore[assignment]
+    limits: tuple[int, int] = _LIMITS.unpack_from(body, at)
     capped = capped_limits(limits, max_bytes_cap)
     if capped == limits:
         return False

@@ -128,7 +128,8 @@ def read_throttle_ms(api_key: int, api_version: int, body: memoryview | bytes | 
     offset = throttle_field_offset(api_key, api_version, body)
     if offset is None:
         return None
-    return _UNPACK_INT32(body, offset)[0]
+    throttle_ms: int = _UNPACK_INT32(body, offset)[0]
+    return throttle_ms
 
 
 def patch_throttle_ms(api_key: int, api_version: int, body: bytearray | memoryview, throttle_ms: int) -> bool:
@@ -159,7 +160,7 @@ def raise_throttle_ms(
     offset = throttle_field_offset(api_key, api_version, body)
     if offset is None:
         return None
-    current = _UNPACK_INT32(body, offset)[0]
+    current: int = _UNPACK_INT32(body, offset)[0]
     wanted = _as_int32(throttle_ms)
     if wanted <= current:
         return current

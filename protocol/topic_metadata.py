@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
@@ -61,7 +61,7 @@ def encode_topic_metadata_request(
     """
     if not 0 <= version <= MetadataRequest.max_version:
         raise ValueError(f"Metadata has no version {version}")
-    entries: list | None
+    entries: list[Any] | None  # kafka-python's MetadataRequestTopic
     if topics is None:
         if topic_ids:
             raise ValueError("topic ids cannot be combined with a request for every topic")

@@ -48,7 +48,7 @@ class TopicMutation(NamedTuple):
     # which the broker answers INVALID_REQUEST).
     name: str | None
     topic_id: bytes | None  # 16 bytes (DeleteTopics v6 entries given by id), else None
-    count: int  # CreateTopics: num_partitions (-1 = broker default); CreatePartitions: new total; else 0
+    partitions: int  # CreateTopics: num_partitions (-1 = broker default); CreatePartitions: new total; else 0
     assignments: int | None  # CreateTopics: len(assignments) if any; CreatePartitions: len or None if null
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from sluice.config.distribution import DISTRIBUTION, install_hint
 
@@ -116,8 +116,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 class _CommandParser(argparse.ArgumentParser):
     """A subcommand's parser: a usage error names the subcommand and may carry the module's hint."""
 
-    def __init__(self, *args: object, hint: object = None, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, hint: object = None, **kwargs: Any) -> None:  # argparse's, passed on
+        super().__init__(*args, **kwargs)
         self._hint = hint
 
     def error(self, message: str) -> NoReturn:

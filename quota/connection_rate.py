@@ -26,7 +26,7 @@ from sluice.quota.quota_config import QuotaWindow
 from sluice.quota.sensor import WindowQuotaSensor
 
 
-def canonical_ip(address: str) -> str:
+def canonical_ip(address: object) -> str:
     """``address`` in canonical text form; QuotaConfigError if it is not an IP address literal."""
     if not isinstance(address, str):
         raise QuotaConfigError("ip", address, "an IPv4 or IPv6 address as a string")
@@ -68,10 +68,10 @@ class ConnectionRateQuotas:
         Existing sensors keep their samples and take their new bound at once.
         """
         value = None if rate is None else require_bound("connection_creation_rate", rate)
-        if ip is DEFAULT:
+        if isinstance(ip, DefaultEntity):
             self._default = value
         else:
-            key = canonical_ip(ip)  # type: ignore[arg-type]
+            key = canonical_ip(ip)
             if value is None:
                 self._overrides.pop(key, None)
             else:

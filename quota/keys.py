@@ -49,16 +49,20 @@ class SensorKind(StrEnum):
 
 def parse_sensor_kind(kind: object) -> SensorKind:
     """``kind`` as a :class:`SensorKind` (its value, e.g. ``"token_bucket"``, is accepted too)."""
-    try:
-        return SensorKind(kind)
-    except ValueError:
-        raise QuotaConfigError("sensor_kind", kind, "'window' or 'token_bucket'") from None
+    if isinstance(kind, str):  # a SensorKind is a str too
+        try:
+            return SensorKind(kind)
+        except ValueError:
+            pass
+    raise QuotaConfigError("sensor_kind", kind, "'window' or 'token_bucket'")
 
 
 def parse_quota_key(key: object) -> QuotaKey:
     """``key`` as a :class:`QuotaKey` (its value, e.g. ``"producer_byte_rate"``, is accepted too)."""
-    try:
-        return QuotaKey(key)
-    except ValueError:
-        expected = "one of " + ", ".join(k.value for k in QuotaKey)
-        raise QuotaConfigError("quota key", key, expected) from None
+    if isinstance(key, str):  # a QuotaKey is a str too
+        try:
+            return QuotaKey(key)
+        except ValueError:
+            pass
+    expected = "one of " + ", ".join(k.value for k in QuotaKey)
+    raise QuotaConfigError("quota key", key, expected)

@@ -398,28 +398,32 @@ class QuotaManagers:
         self.config = QuotaConfig() if config is None else config
         cfg = self.config
         legacy = cfg.legacy_windows
-        caps = {"max_entities": cfg.max_entities, "on_overflow": on_overflow}
         self.produce = ClientQuotaManager(
             QuotaKey.PRODUCER_BYTE_RATE,
             cfg.client_window,
             cfg.sensor_kind(QuotaKey.PRODUCER_BYTE_RATE),
             legacy_windows=legacy,
-            **caps,  # type: ignore[arg-type]
+            max_entities=cfg.max_entities,
+            on_overflow=on_overflow,
         )
         self.fetch = ClientQuotaManager(
             QuotaKey.CONSUMER_BYTE_RATE,
             cfg.client_window,
             cfg.sensor_kind(QuotaKey.CONSUMER_BYTE_RATE),
             legacy_windows=legacy,
-            **caps,  # type: ignore[arg-type]
+            max_entities=cfg.max_entities,
+            on_overflow=on_overflow,
         )
         self.request = RequestQuotaManager(
             cfg.client_window,
             cfg.sensor_kind(QuotaKey.REQUEST_PERCENTAGE),
             legacy_windows=legacy,
-            **caps,  # type: ignore[arg-type]
+            max_entities=cfg.max_entities,
+            on_overflow=on_overflow,
         )
-        self.controller_mutation = ControllerMutationQuotaManager(cfg.controller_window, **caps)  # type: ignore[arg-type]
+        self.controller_mutation = ControllerMutationQuotaManager(
+            cfg.controller_window, max_entities=cfg.max_entities, on_overflow=on_overflow
+        )
 
     def manager(self, key: QuotaKey) -> ClientQuotaManager:
         key = parse_quota_key(key)

@@ -49,6 +49,10 @@ class QuotaSensor:
     @bound.setter
     def bound(self, bound: float) -> None:
         self._bound = require_bound("bound", bound)
+        self._bound_changed()
+
+    def _bound_changed(self) -> None:
+        """A stat built from the bound (a token bucket's rate) follows it here; a window's needs nothing."""
 
     def is_expired(self, now_ms: int) -> bool:
         """Kafka's ``Sensor.hasExpired``: more than one hour since the last record."""
@@ -173,9 +177,7 @@ class TokenBucketQuotaSensor(QuotaSensor):
     def bucket(self) -> TokenBucket:
         return self._bucket
 
-    @QuotaSensor.bound.setter
-    def bound(self, bound: float) -> None:
-        self._bound = require_bound("bound", bound)
+    def _bound_changed(self) -> None:
         self._bucket.rate = self._bound
 
     def record(self, value: float, now_ms: int, check: bool = True) -> int:

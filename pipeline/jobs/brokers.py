@@ -23,7 +23,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ..output.tables import write_csv_df
-from .intervals import bucket_start
+from .intervals import bucket_start, single_row
 
 KINDS = ("produce", "fetch")
 
@@ -76,7 +76,7 @@ def write_broker_tables(
         over_time.orderBy("broker", "time"), directory, "broker_over_time"
     )
 
-    totals = grouped.where(whole).agg(*[F.sum(f"{kind}_bytes") for kind in KINDS]).first()
+    totals = single_row(grouped.where(whole).agg(*[F.sum(f"{kind}_bytes") for kind in KINDS]))
     produce_total, fetch_total = (float(v or 0) for v in totals)
     peaks = over_time.groupBy("broker").agg(*[F.max(f"{kind}_rate").alias(f"{kind}_peak") for kind in KINDS])
     summary = (

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..output.tables import job_dir, write_csv_rows
@@ -123,7 +123,7 @@ def daily_peaks(usage: DataFrame, metric: str) -> list[tuple[datetime.date, floa
 
 
 def run_forecast(
-    spark,
+    spark: SparkSession,
     usage: DataFrame,
     out: str,
     options: ForecastOptions | None = None,
@@ -134,10 +134,10 @@ def run_forecast(
     directory = job_dir(out, "forecast")
     with progress.step("forecast: daily peaks"):
         peaks = daily_peaks(usage, options.metric)
-    first = peaks[0][0] if peaks else None
-    xs = [float((day - first).days) for day, _ in peaks]
+    xs = [float((day - peaks[0][0]).days) for day, _ in peaks]
     ys = [peak for _, peak in peaks]
-    trend = fit_trend(xs, ys)
+    trend = fit_trend(xs, ys)  # refuses fewer than MIN_DAYS days
+    first = peaks[0][0]
     t = t_quantile(0.5 + options.confidence / 2, trend.n - 2)
     rows = [
         {
@@ -187,7 +187,7 @@ def run_forecast(
     return written
 
 
-def _status(trend: Trend, options: ForecastOptions, found: dict, last_x: float) -> str:
+def _status(trend: Trend, options: ForecastOptions, found: dict[str, float | None], last_x: float) -> str:
     if not options.capacity:
         return "no capacity given: trend only"
     if trend.at(last_x) >= options.capacity:

@@ -8,7 +8,7 @@ its length, in bytes per second.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 ENTITY = ("user", "client_id")
@@ -19,9 +19,17 @@ class EmptyInput(ValueError):
     """The input holds no usage rows: nothing to report on."""
 
 
+def single_row(aggregate: DataFrame) -> Row:
+    """The row of an aggregate over a whole table (`df.agg(...)`), which Spark gives even for no rows."""
+    row = aggregate.first()
+    if row is None:
+        raise ValueError("an aggregate over a whole table has one row")
+    return row
+
+
 def bucket_ms(usage: DataFrame) -> int:
     """The bucket length: the longest interval in the input, rounded up to whole seconds."""
-    longest = usage.agg(F.max("interval_ms")).first()[0]
+    longest = single_row(usage.agg(F.max("interval_ms")))[0]
     if longest is None:
         raise EmptyInput("the input holds no usage records")
     return max(1000, -(-int(longest) // 1000) * 1000)
@@ -48,7 +56,7 @@ def entity_intervals(usage: DataFrame, bucket: int) -> DataFrame:
             F.max(F.col("quotas")["producer_byte_rate"]).alias("recorded_producer_byte_rate"),
             F.max(F.col("quotas")["consumer_byte_rate"]).alias("recorded_consumer_byte_rate"),
         )
-        .withColumn("throttle_ms", sum(F.col(f"{k.lower()}_throttle_ms") for k in QUOTA_TYPES))
+        .withColumn("throttle_ms", sum((F.col(f"{k.lower()}_throttle_ms") for k in QUOTA_TYPES), F.lit(0)))
         .withColumn("produce_rate", F.col("produce_bytes") * 1000.0 / bucket)
         .withColumn("fetch_rate", F.col("fetch_bytes") * 1000.0 / bucket)
         .withColumn("ts", F.timestamp_millis("bucket_ms"))

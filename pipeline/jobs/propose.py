@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypedDict
 
 import yaml
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from sluice.config.quota_section import parse_quota_section
@@ -68,7 +70,7 @@ def round_up(value: float, digits: int = 2) -> int:
     return int(math.ceil(value / magnitude) * magnitude)
 
 
-def _shape(by: str):
+def _shape(by: str) -> tuple[Column, Column]:
     anonymous = F.col("user") == F.lit(ANONYMOUS)
     if by == "user":
         return F.col("user"), F.lit(None).cast("string")
@@ -82,7 +84,11 @@ def _shape(by: str):
 
 
 def run_propose(
-    spark, usage: DataFrame, out: str, options: ProposeOptions | None = None, progress: Progress | None = None
+    spark: SparkSession,
+    usage: DataFrame,
+    out: str,
+    options: ProposeOptions | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, str]:
     options = options or ProposeOptions()
     progress = progress or Progress(quiet=True)
@@ -124,8 +130,24 @@ def run_propose(
     return written
 
 
-def propose_rows(observed, options: ProposeOptions) -> list[dict[str, object]]:
-    rows = []
+class Proposal(TypedDict):
+    """One entity's proposal: a row of proposals.csv (COLUMNS)."""
+
+    user: str | None
+    client_id: str | None
+    produce_observed: float
+    fetch_observed: float
+    produce_unscaled: int
+    fetch_unscaled: int
+    producer_byte_rate: int  # the unscaled rate, scaled down to the capacity if one is given
+    consumer_byte_rate: int
+    understated: bool
+    intervals: int
+    scaled: str
+
+
+def propose_rows(observed: Iterable[Row], options: ProposeOptions) -> list[Proposal]:
+    rows: list[Proposal] = []
     for item in observed:
         produce = float(item["produce"] or 0) * options.headroom
         fetch = float(item["fetch"] or 0) * options.headroom
@@ -137,25 +159,50 @@ def propose_rows(observed, options: ProposeOptions) -> list[dict[str, object]]:
                 "fetch_observed": float(item["fetch"] or 0),
                 "produce_unscaled": max(options.minimum, round_up(produce)) if produce else 0,
                 "fetch_unscaled": max(options.minimum, round_up(fetch)) if fetch else 0,
+                "producer_byte_rate": 0,
+                "consumer_byte_rate": 0,
                 "understated": bool(item["throttle_ms"]),
                 "intervals": item["intervals"],
                 "scaled": "",
             }
         )
-    for kind, capacity in (("produce", options.produce_capacity), ("fetch", options.fetch_capacity)):
-        wanted = sum(r[f"{kind}_unscaled"] for r in rows)
-        factor = capacity / wanted if capacity and wanted > capacity else 1.0
-        key = "producer_byte_rate" if kind == "produce" else "consumer_byte_rate"
-        for row in rows:
-            value = row[f"{kind}_unscaled"]
-            # Rounded down after scaling, so the total stays within the budget.
-            row[key] = max(1, math.floor(value * factor)) if value else 0
-            if factor < 1.0 and value:
-                row["scaled"] = (row["scaled"] + f" {kind} x{factor:.3f}").strip()
+    produce_factor = _scale(options.produce_capacity, [row["produce_unscaled"] for row in rows])
+    fetch_factor = _scale(options.fetch_capacity, [row["fetch_unscaled"] for row in rows])
+    for row in rows:
+        # Rounded down after scaling, so the total stays within the budget.
+        row["producer_byte_rate"] = _scaled(row["produce_unscaled"], produce_factor)
+        row["consumer_byte_rate"] = _scaled(row["fetch_unscaled"], fetch_factor)
+        notes = [
+            f"{kind} x{factor:.3f}"
+            for kind, factor, value in (
+                ("produce", produce_factor, row["produce_unscaled"]),
+                ("fetch", fetch_factor, row["fetch_unscaled"]),
+            )
+            if factor < 1.0 and value
+        ]
+        row["scaled"] = " ".join(notes)
     return rows
 
 
-def quotas_yaml(rows: list[dict[str, object]]) -> str:
+def _scale(capacity: float | None, wanted: list[int]) -> float:
+    """The factor that brings the sum of `wanted` within `capacity` (1.0: within it, or no capacity)."""
+    total = sum(wanted)
+    return capacity / total if capacity and total > capacity else 1.0
+
+
+def _scaled(value: int, factor: float) -> int:
+    return max(1, math.floor(value * factor)) if value else 0
+
+
+def _rates(row: Proposal) -> tuple[tuple[str, int], ...]:
+    """(quota key, proposed rate) of the row, as the quota section and kafka-configs.sh name them."""
+    return (
+        ("producer_byte_rate", row["producer_byte_rate"]),
+        ("consumer_byte_rate", row["consumer_byte_rate"]),
+    )
+
+
+def quotas_yaml(rows: list[Proposal]) -> str:
     entities = []
     for row in rows:
         entry: dict[str, object] = {}
@@ -163,16 +210,16 @@ def quotas_yaml(rows: list[dict[str, object]]) -> str:
             entry["user"] = row["user"]
         if row["client_id"] is not None:
             entry["client_id"] = row["client_id"]
-        for key in ("producer_byte_rate", "consumer_byte_rate"):
-            if row[key]:
-                entry[key] = int(row[key])
+        for key, rate in _rates(row):
+            if rate:
+                entry[key] = rate
         if len(entry) > sum(k in entry for k in ("user", "client_id")):
             entities.append(entry)
     header = "# Proposed by `sluice pipeline propose`: percentile x headroom of the recorded rates.\n"
     return header + yaml.safe_dump({"quota": {"entities": entities}}, sort_keys=False, allow_unicode=True)
 
 
-def kafka_configs(rows: list[dict[str, object]], bootstrap: str) -> str:
+def kafka_configs(rows: list[Proposal], bootstrap: str) -> str:
     lines = [
         "#!/bin/sh",
         "# Proposed by `sluice pipeline propose`. Sluice answers AlterClientQuotas (Quotas managed the",
@@ -180,9 +227,7 @@ def kafka_configs(rows: list[dict[str, object]], bootstrap: str) -> str:
         f'BOOTSTRAP="${{BOOTSTRAP:-{bootstrap}}}"',
     ]
     for row in rows:
-        configs = ",".join(
-            f"{key}={int(row[key])}" for key in ("producer_byte_rate", "consumer_byte_rate") if row[key]
-        )
+        configs = ",".join(f"{key}={rate}" for key, rate in _rates(row) if rate)
         if not configs:
             continue
         entity = []

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sluice.config.quota_settings import FetchThrottle, QuotaSettings, ThrottleMode
-from sluice.quota import SensorKind
+from sluice.quota import ClientQuotaManager, QuotaTags, SensorKind
 from sluice.quota.throttle import saturating_int32
 
 from .replay_connection import (
@@ -64,6 +64,20 @@ __all__ = [
 ]
 
 PRODUCE, FETCH = "produce", "fetch"
+
+
+@dataclass(slots=True)
+class _Sensor:
+    """A sensor the group's entities share: its manager, its bound, and the sum of their demands."""
+
+    manager: ClientQuotaManager
+    bound: float
+    demand: np.ndarray | int = 0  # 0 until an entity adds its per-second demand
+
+
+# (direction, the sensor's tags) -> the sensor
+_Sensors = dict[tuple[str, QuotaTags], _Sensor]
+
 DEFAULT_REQUEST_BYTES = 1_048_576  # the Java producer's max.request.size
 DEFAULT_FETCH_MAX_BYTES = 52_428_800  # the Java consumer's fetch.max.bytes
 
@@ -100,7 +114,7 @@ def replay_group(
     n = len(produce[0]) if produce else 0
     results: list[dict[str, DirectionResult]] = []
     conns: list[Connection] = []
-    sensors: dict[tuple[str, tuple], list] = {}  # (direction, tags) -> [manager, bound, demand sum]
+    sensors: _Sensors = {}
     for j, (user, client_id) in enumerate(entities):
         per_entity = {}
         for direction, manager, demand in (
@@ -125,8 +139,8 @@ def replay_group(
             else:
                 cap, retry = options.request_bytes, False
             conns.append(Connection(manager, user, client_id, demand, start_s, cap, retry, result))
-            entry = sensors.setdefault((direction, resolution.tags), [manager, resolution.bound, 0])
-            entry[2] = entry[2] + demand
+            entry = sensors.setdefault((direction, resolution.tags), _Sensor(manager, resolution.bound))
+            entry.demand = entry.demand + demand
         results.append(per_entity)
     stats = GroupStats(seconds=n)
     if conns:
@@ -157,12 +171,13 @@ def _credit_all(result: DirectionResult) -> None:
         hour_counters(result.hours, hour)[ADMITTED] += total
 
 
-def _skip_plan(sensors, n: int) -> tuple[np.ndarray, np.ndarray, int, int, int] | None:
+def _skip_plan(sensors: _Sensors, n: int) -> tuple[np.ndarray, np.ndarray, int, int, int] | None:
     """Safe-run lengths, latest valid tail starts, and the lead-in, tail and gap lengths (None: no skips)."""
     safe = np.ones(n, dtype=bool)
     dense = np.ones(n, dtype=bool)
     lead, tail, gap = 1, 2, 2
-    for manager, bound, demand in sensors.values():
+    for sensor in sensors.values():
+        manager, bound, demand = sensor.manager, sensor.bound, sensor.demand
         window = manager.window
         size_s, samples = window.size_s, window.num_samples
         bound_safe = safe_bound(bound, samples, size_s)
@@ -186,7 +201,14 @@ def _skip_plan(sensors, n: int) -> tuple[np.ndarray, np.ndarray, int, int, int] 
     return runs, tails, lead, tail, gap
 
 
-def _run(conns, sensors, start_s: int, n: int, options: ReplayOptions, stats: GroupStats) -> None:
+def _run(
+    conns: list[Connection],
+    sensors: _Sensors,
+    start_s: int,
+    n: int,
+    options: ReplayOptions,
+    stats: GroupStats,
+) -> None:
     keep = options.keep_events
     plan = _skip_plan(sensors, n) if options.fast_forward else None
     any_demand = np.zeros(n, dtype=bool)

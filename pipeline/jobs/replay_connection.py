@@ -63,7 +63,17 @@ class Connection:
         "user",
     )
 
-    def __init__(self, manager, user, client_id, demand, start_s, cap, retry_throttled, result) -> None:
+    def __init__(
+        self,
+        manager: ClientQuotaManager,
+        user: str,
+        client_id: str | None,
+        demand: np.ndarray,
+        start_s: int,
+        cap: int,
+        retry_throttled: bool,
+        result: DirectionResult,
+    ) -> None:
         self.manager: ClientQuotaManager = manager
         self.user = user
         self.client_id = client_id

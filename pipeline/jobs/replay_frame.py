@@ -7,7 +7,8 @@ Sluice's own parser (the parsed settings hold read-only mappings, which do not p
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from sluice.config.quota_settings import QuotaSettings
 
 from .replay import ADMITTED, DELAYED, THROTTLE_COUNT, THROTTLE_MS, THROTTLED_S, ReplayOptions, replay_group
 from .replay_series import spread_per_second
+
+if TYPE_CHECKING:  # pandas is imported on Spark's Python workers, where the replay runs
+    import pandas as pd
 
 REPLAY_SCHEMA = (
     "group string, user string, client_id string, direction string, kind string, at_ms bigint, "
@@ -28,7 +32,7 @@ COLUMNS = [part.split()[0] for part in REPLAY_SCHEMA.split(", ")]
 _settings_cache: dict[str, QuotaSettings] = {}
 
 
-def _settings(raw: dict) -> QuotaSettings:
+def _settings(raw: Mapping[object, object]) -> QuotaSettings:
     key = json.dumps(raw, sort_keys=True, default=str)
     if key not in _settings_cache:
         _settings_cache[key] = parse_quota_section(raw, "quota")
@@ -36,8 +40,8 @@ def _settings(raw: dict) -> QuotaSettings:
 
 
 def replay_function(
-    raw_quotas: dict, bucket_ms: int, options: ReplayOptions, span_ms: tuple[int, int]
-) -> Callable:
+    raw_quotas: Mapping[object, object], bucket_ms: int, options: ReplayOptions, span_ms: tuple[int, int]
+) -> Callable[[pd.DataFrame], pd.DataFrame]:
     """The function for `applyInPandas`. Every group is replayed over the whole input's span
     [first bucket, last bucket end), so a throttle given near a group's last record still runs its course
     until the data ends, as it would for any other group."""
@@ -45,7 +49,7 @@ def replay_function(
     start_s = span_ms[0] // 1000
     length = (span_ms[1] - span_ms[0]) // 1000
 
-    def replay(frame):  # pandas.DataFrame -> pandas.DataFrame
+    def replay(frame: pd.DataFrame) -> pd.DataFrame:
         import pandas as pd
 
         settings = _settings(raw_quotas)

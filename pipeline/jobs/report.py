@@ -18,13 +18,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..output.tables import job_dir, write_csv_df, write_csv_rows, write_parquet
 from ..progress import Progress
 from .brokers import write_broker_tables
-from .intervals import ENTITY, QUOTA_TYPES, bucket_ms, cluster_intervals, entity_intervals, topic_intervals
+from .intervals import (
+    ENTITY,
+    QUOTA_TYPES,
+    bucket_ms,
+    cluster_intervals,
+    entity_intervals,
+    single_row,
+    topic_intervals,
+)
 
 # The charts' time resolution: the finest unit, no finer than the records' interval, that draws the span in
 # at most MAX_POINTS points (seconds for up to an hour of records, minutes up to 2.5 days, hours up to five
@@ -83,7 +91,11 @@ def chart_resolution(span_s: float, interval_s: float) -> tuple[str, int]:
 
 
 def run_report(
-    spark, usage: DataFrame, out: str, options: ReportOptions | None = None, progress: Progress | None = None
+    spark: SparkSession,
+    usage: DataFrame,
+    out: str,
+    options: ReportOptions | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, str]:
     """Write the report's tables under `<out>/report/`; returns table name -> path."""
     options = options or ReportOptions()
@@ -98,25 +110,26 @@ def run_report(
     cluster = cluster_intervals(entities, bucket).persist()
     hour = F.date_trunc("hour", "ts").alias("hour")
     day = F.to_date("ts").alias("day")
-    first, last, first_ms, last_ms = cluster.agg(
-        F.min("ts"), F.max("ts"), F.min("bucket_ms"), F.max("bucket_ms")
-    ).first()
+    first, last, first_ms, last_ms = single_row(
+        cluster.agg(F.min("ts"), F.max("ts"), F.min("bucket_ms"), F.max("bucket_ms"))
+    )
     span_s = (last - first).total_seconds() + bucket / 1000 if first is not None else 0.0
     unit, unit_s = chart_resolution(span_s, bucket / 1000)
     when = F.date_trunc(unit, "ts").alias("time")
 
     with progress.step("report: per entity and topic, by hour and day"):
-        for name, frame, keys, throttles in (
+        tables: list[tuple[str, DataFrame, list[str | Column], bool]] = [
             ("entity_hourly", entities, [*ENTITY, hour], True),
             ("entity_daily", entities, [*ENTITY, day], True),
             ("topic_hourly", topics, ["topic", hour], False),
             ("topic_daily", topics, ["topic", day], False),
-        ):
+        ]
+        for name, frame, keys, throttles in tables:
             table = frame.groupBy(*keys).agg(*_usage_stats(bucket, throttles))
             written[name] = write_parquet(table, directory, name)
 
     with progress.step("report: summaries, top talkers, cluster totals"):
-        totals = entities.agg(F.sum("produce_bytes"), F.sum("fetch_bytes")).first()
+        totals = single_row(entities.agg(F.sum("produce_bytes"), F.sum("fetch_bytes")))
         produce_total, fetch_total = (float(v or 0) for v in totals)
         summary = (
             entities.groupBy(*ENTITY)

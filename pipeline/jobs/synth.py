@@ -21,9 +21,14 @@ from __future__ import annotations
 
 import datetime
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sluice.quota.usage_records import VERSION
+
+if TYPE_CHECKING:  # PySpark is imported when the table is made
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 # A Monday, so days of the week line up with the dates.
 DEFAULT_START_MS = int(datetime.datetime(2026, 3, 2, tzinfo=datetime.UTC).timestamp() * 1000)
@@ -87,7 +92,7 @@ class SynthSpec:
         return busy * (1.0 + self.growth_pct_per_day / 100.0 * day) * noise
 
 
-def synth_usage(spark, spec: SynthSpec, partitions: int | None = None):
+def synth_usage(spark: SparkSession, spec: SynthSpec, partitions: int | None = None) -> DataFrame:
     """The generated usage table (usage_table layout): per interval, an entity row and its topic rows."""
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
@@ -148,7 +153,7 @@ def synth_usage(spark, spec: SynthSpec, partitions: int | None = None):
         lambda _, v: v != 0,
     )
     empty_counts = F.create_map().cast("map<string,bigint>")
-    common = [
+    common: list[str | Column] = [
         F.lit(VERSION).alias("schema_version"),
         "instance",
         F.timestamp_millis("interval_start_ms").alias("interval_start"),
@@ -174,6 +179,7 @@ def synth_usage(spark, spec: SynthSpec, partitions: int | None = None):
     )
     topic = F.col("k") % spec.topics
     # (broker, share of the topic row's bytes): the hot broker takes the odd byte.
+    through: list[tuple[Column, Callable[[str], Column]]]
     if spec.brokers == 1:
         through = [(F.lit(HOT_BROKER), lambda c: F.col(c))]
     else:

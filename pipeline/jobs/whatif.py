@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sluice.config.errors import ConfigError
@@ -34,7 +34,7 @@ from sluice.quota import QuotaKey
 
 from ..output.tables import job_dir, write_csv_df, write_csv_rows, write_parquet
 from ..progress import Progress
-from .intervals import ENTITY, bucket_ms, entity_intervals, join_on_entity
+from .intervals import ENTITY, bucket_ms, entity_intervals, join_on_entity, single_row
 from .replay import ReplayOptions
 from .replay_frame import REPLAY_SCHEMA, replay_function
 from .sensor_groups import sensor_groups
@@ -48,12 +48,12 @@ class WhatifOptions:
     chart_entities: int = 6
 
 
-def load_candidate_quotas(path: str) -> tuple[dict, QuotaSettings]:
+def load_candidate_quotas(path: str) -> tuple[dict[object, object], QuotaSettings]:
     """The raw `quota:` mapping (what executors re-parse) and its validated settings; ConfigError if bad."""
     tree = read_yaml_file(path)
     raw = tree.get("quota", tree)
     settings = parse_quota_section(raw, "quota")
-    if not settings.rules:
+    if not settings.rules or not isinstance(raw, dict):  # rules come only from a mapping
         raise ConfigError(
             "quota.entities",
             raw.get("entities") if isinstance(raw, dict) else raw,
@@ -73,7 +73,7 @@ def not_replayed(settings: QuotaSettings) -> list[str]:
 
 
 def run_whatif(
-    spark,
+    spark: SparkSession,
     usage: DataFrame,
     quotas_path: str,
     out: str,
@@ -101,7 +101,7 @@ def run_whatif(
         )
         keys = [(row.user, row.client_id) for row in entities.select(*ENTITY).distinct().collect()]
         groups = sensor_groups(keys, settings)
-        first, last = entities.agg(F.min("bucket_ms"), F.max("bucket_ms")).first()
+        first, last = single_row(entities.agg(F.min("bucket_ms"), F.max("bucket_ms")))
         span = (int(first), int(last) + bucket)
         group_table = spark.createDataFrame(
             [(user, client, group) for (user, client), group in groups.items()],
@@ -123,7 +123,16 @@ def run_whatif(
     return written
 
 
-def _tables(spark, replay, entities, directory, options, settings, bucket, group_count) -> dict[str, str]:
+def _tables(
+    spark: SparkSession,
+    replay: DataFrame,
+    entities: DataFrame,
+    directory: str,
+    options: WhatifOptions,
+    settings: QuotaSettings,
+    bucket: int,
+    group_count: int,
+) -> dict[str, str]:
     written: dict[str, str] = {}
     hours = replay.where(F.col("kind") == "hour")
     hourly = hours.select(
@@ -210,8 +219,8 @@ def _tables(spark, replay, entities, directory, options, settings, bucket, group
     per_group = hours.groupBy("group").agg(
         F.first("group_seconds").alias("seconds"), F.first("group_skipped").alias("skipped")
     )
-    seconds, skipped = per_group.agg(F.sum("seconds"), F.sum("skipped")).first()
-    stats = [
+    seconds, skipped = single_row(per_group.agg(F.sum("seconds"), F.sum("skipped")))
+    stats: list[dict[str, object]] = [
         # Every group replayed, also one whose members moved nothing (it has no hourly rows).
         {"name": "sensor_groups", "value": group_count},
         {"name": "seconds_stepped", "value": int((seconds or 0) - (skipped or 0))},

@@ -12,8 +12,12 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from html import escape
+from typing import TYPE_CHECKING
 
 from .svg import LineChart
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 _AXIS_TITLES = {"rate": "bytes/s", "bytes": "bytes", "plain": ""}
 _PALETTE = (
@@ -37,14 +41,15 @@ def plotly_script() -> str:
     from plotly.offline import get_plotlyjs
 
     # A literal "</script>" inside the library would end the element early.
-    return get_plotlyjs().replace("</script>", "<\\/script>")
+    script: str = get_plotlyjs()
+    return script.replace("</script>", "<\\/script>")
 
 
 def _time(xs: Sequence[float]) -> list[str]:
     return [datetime.datetime.fromtimestamp(x, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S") for x in xs]
 
 
-def _figure_html(figure, height: int) -> str:
+def _figure_html(figure: go.Figure, height: int) -> str:
     figure.update_layout(
         height=height,
         margin={"l": 60, "r": 20, "t": 10, "b": 40},
@@ -53,7 +58,8 @@ def _figure_html(figure, height: int) -> str:
         hovermode="x unified",
         template="plotly_white",
     )
-    return figure.to_html(full_html=False, include_plotlyjs=False, config=_CONFIG)
+    html: str = figure.to_html(full_html=False, include_plotlyjs=False, config=_CONFIG)
+    return html
 
 
 def line_chart(chart: LineChart, x_title: str = "") -> str:

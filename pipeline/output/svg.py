@@ -49,7 +49,7 @@ def time_ticks(low: float, high: float) -> list[tuple[float, str]]:
     else:
         step, fmt = 30 * 86400, "%b %Y"
     first = math.ceil(low / step) * step
-    ticks = []
+    ticks: list[tuple[float, str]] = []
     t = first
     while t <= high:
         label = datetime.datetime.fromtimestamp(t, datetime.UTC).strftime(fmt)
@@ -236,7 +236,7 @@ def _open(title: str, w: int, h: int) -> str:
 
 def _legend(labels: list[str], colors: list[str], w: int, h: int) -> str:
     parts = []
-    x = LEFT
+    x: float = LEFT
     for index, label in enumerate(labels):
         color = colors[index] or PALETTE[index % len(PALETTE)]
         text = escape(label[:40])

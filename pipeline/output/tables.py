@@ -11,6 +11,10 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def job_dir(out: str, job: str) -> str:
@@ -19,13 +23,13 @@ def job_dir(out: str, job: str) -> str:
     return path
 
 
-def write_parquet(df, directory: str, name: str) -> str:
+def write_parquet(df: DataFrame, directory: str, name: str) -> str:
     path = os.path.join(directory, f"{name}.parquet")
     df.write.mode("overwrite").parquet(path)
     return path
 
 
-def write_csv_df(df, directory: str, name: str, limit: int = 1_000_000) -> str:
+def write_csv_df(df: DataFrame, directory: str, name: str, limit: int = 1_000_000) -> str:
     """A small Spark table as one CSV file (collected to the driver; refuses more than `limit` rows)."""
     rows = df.limit(limit + 1).collect()
     if len(rows) > limit:

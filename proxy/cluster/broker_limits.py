@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..kafka_client import KafkaClient, KafkaClientError
 from ..observability.log import get_logger
@@ -46,7 +46,7 @@ class BrokerLimits:
     def __init__(
         self,
         client: KafkaClient,
-        brokers: Callable[[], list[int]],
+        brokers: Callable[[], Iterable[int]],
         on_request_max: Callable[[int], None],
         on_queued_max: Callable[[int], None],
     ) -> None:
@@ -88,8 +88,9 @@ class BrokerLimits:
             return
         learned: dict[str, int] = {}
         for name, value in values.items():
-            with contextlib.suppress(TypeError, ValueError):  # absent (None) or not a number
-                learned[name] = int(value)  # type: ignore[arg-type]
+            if value is not None:  # absent
+                with contextlib.suppress(ValueError):  # not a number
+                    learned[name] = int(value)
         request_max = learned.get(REQUEST_MAX)
         if request_max is not None and request_max > 0:
             self.request_max[node] = request_max

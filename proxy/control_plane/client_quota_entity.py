@@ -52,11 +52,11 @@ class ClientQuotaEntity:
         parts: list[WirePart] = []
         user, client_id, ip = self.user, self.client_id, self.ip
         if user is not None:
-            parts.append((USER, None if user is DEFAULT else user))  # type: ignore[arg-type]
+            parts.append((USER, None if isinstance(user, DefaultEntity) else user))
         if client_id is not None:
-            parts.append((CLIENT_ID, None if client_id is DEFAULT else client_id))  # type: ignore[arg-type]
+            parts.append((CLIENT_ID, None if isinstance(client_id, DefaultEntity) else client_id))
         if ip is not None:
-            parts.append((IP, None if ip is DEFAULT else ip))  # type: ignore[arg-type]
+            parts.append((IP, None if isinstance(ip, DefaultEntity) else ip))
         return tuple(parts)
 
     def engine_entity(self) -> QuotaEntity:
@@ -75,7 +75,7 @@ class ClientQuotaEntity:
         values: dict[str, EntityName] = {
             kind: DEFAULT if name is None else name for kind, name in parts.items()
         }
-        return cls(user=values.get(USER), client_id=values.get(CLIENT_ID), ip=values.get(IP))  # type: ignore[arg-type]
+        return cls(user=values.get(USER), client_id=values.get(CLIENT_ID), ip=values.get(IP))
 
     def __str__(self) -> str:
         """Kafka's `ClientQuotaEntity.toString`, which its error messages embed."""

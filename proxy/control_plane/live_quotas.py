@@ -147,9 +147,9 @@ class LiveQuotas:
         return self.managers.expire_idle_sensors(now_ms) + self.connections.expire_idle_sensors(now_ms)
 
     def _set(self, entity: ClientQuotaEntity, key: str, value: float | None) -> None:
-        if entity.is_ip:
+        if entity.ip is not None:  # an ip entity has nothing else
             if key == CONNECTION_CREATION_RATE:
-                self.connections.set_quota(entity.ip, value)  # type: ignore[arg-type]
+                self.connections.set_quota(entity.ip, value)
             return
         try:
             quota_key = QuotaKey(key)

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from sluice.protocol.client_quota_codec import (
     AlterResult,
     DescribedEntity,
+    Entity,
     decode_alter_request,
     decode_describe_request,
     encode_alter_response,
@@ -107,7 +108,11 @@ class QuotaAdministration:
             state.store.snapshot(),
             state.file_sources(),
         )
-        changed = [plan for plan in plans if plan.error.ok and plan.changes and plan.entity is not None]
+        changed = [
+            (plan.entity, plan.changes)
+            for plan in plans
+            if plan.error.ok and plan.changes and plan.entity is not None
+        ]
         wire = [entry.entity for entry in request.entries]
         if request.validate_only or not changed:
             return _answered(encode_alter_response(version, _results(plans, wire, None)))
@@ -115,8 +120,8 @@ class QuotaAdministration:
 
         def refresh() -> tuple[StoreRecord, ...]:
             writes.clear()
-            for plan in changed:
-                writes[plan.entity] = apply_changes(state.store.get(plan.entity), plan.changes)  # type: ignore[index]
+            for entity, changes in changed:
+                writes[entity] = apply_changes(state.store.get(entity), changes)
             return tuple(StoreRecord(encode_key(e), encode_value(q)) for e, q in writes.items())
 
         def finish(failure: ApiError | None, offset: int | None = None) -> bytes:
@@ -133,7 +138,7 @@ def _answered(answer: bytes) -> AlterCall:
 
 def _results(
     plans: list[EntryPlan],
-    wire_entities: list,
+    wire_entities: list[Entity],
     failure: ApiError | None,
     written: dict[ClientQuotaEntity, dict[str, float]] | None = None,
 ) -> list[AlterResult]:

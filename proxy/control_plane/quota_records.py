@@ -87,7 +87,7 @@ def _dump(document: object) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _load(data: bytes | None, part: str) -> dict:
+def _load(data: bytes | None, part: str) -> dict[str, object]:
     if data is None:
         raise QuotaRecordError(f"record has no {part}")
     try:

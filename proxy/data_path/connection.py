@@ -233,7 +233,7 @@ class ClientSide(asyncio.BufferedProtocol):
                     self._pauses.frame_ended()
             ready = pipeline.client_frames(frames)
             if ready is not None:
-                self._wait_for(ready)
+                self._wait_for(ready)  # type: ignore[arg-type]  # effect union pending: Deferred.ready is object
             else:
                 self._stream_tail(requests, pipeline)
         except ProtocolError as exc:
@@ -293,7 +293,7 @@ class ClientSide(asyncio.BufferedProtocol):
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def _run(self, step: Callable, *args: object) -> None:
+    def _run(self, step: Callable[..., object], *args: object) -> None:
         """Run a pipeline step; write what it produced (one writelines each way), close on a bad frame or
         a filter's failure (which must cost one connection, never the process). Its CPU time is counted as a
         read's is: an unmute or a resume runs the filters on held requests outside any read."""
@@ -301,7 +301,7 @@ class ClientSide(asyncio.BufferedProtocol):
         try:
             ready = step(*args)
             if ready is not None:
-                self._wait_for(ready)
+                self._wait_for(ready)  # type: ignore[arg-type]  # effect union pending: Deferred.ready is object
             elif self._pipeline is not None:
                 # A large request read while it had to wait (connecting, muted) may go on now.
                 self._stream_tail(self._requests, self._pipeline)

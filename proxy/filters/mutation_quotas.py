@@ -160,7 +160,7 @@ class MutationQuotas(Filter):
             request.api_key == ApiKey.CREATE_TOPICS
             and topics.num_partitions is None
             and not asked.num_partitions
-            and any(t.count == -1 and not t.assignments for t in request.topics)
+            and any(t.partitions == -1 and not t.assignments for t in request.topics)
         )
         names: list[str] = []
         ids: list[bytes] = []
@@ -185,13 +185,13 @@ class MutationQuotas(Filter):
         if api_key == ApiKey.CREATE_TOPICS:
             if topic.assignments:
                 return topic.assignments
-            if topic.count == -1:
+            if topic.partitions == -1:
                 return topics.num_partitions or KAFKA_DEFAULT_NUM_PARTITIONS
-            return max(topic.count, 0)
+            return max(topic.partitions, 0)
         name = topic.name if topic.name is not None else topics.name_of(topic.topic_id or b"")
         current = (topics.partitions(name) if name is not None else None) or 0
         if api_key == ApiKey.CREATE_PARTITIONS:
-            return max(topic.count - current, 0)
+            return max(topic.partitions - current, 0)
         return current  # DeleteTopics
 
     def _answer_alone(self, header: RequestHeader, plan: _Plan) -> Answer:
@@ -235,9 +235,9 @@ class MutationQuotas(Filter):
             return frame
         patched = bytearray(frame)
         raise_frame_throttle_ms(key, version, patched, header_size, throttle)  # no field before v2: mute only
-        return Respond(patched, mute_ms=throttle)
+        return Respond(memoryview(patched), mute_ms=throttle)
 
-    def _settle(self, header: RequestHeader, plan: _Plan, errors: dict) -> bool:
+    def _settle(self, header: RequestHeader, plan: _Plan, errors: dict[str | bytes, int]) -> bool:
         """Refund topics the broker refused, keep the topic cache current and count what was mutated.
         True if anything was refunded."""
         conn = self.conn
@@ -248,7 +248,8 @@ class MutationQuotas(Filter):
         for index in plan.forwarded:
             topic = request.topics[index]
             permits = plan.permits[index]
-            if errors.get(topic.name if topic.name is not None else topic.topic_id, -1) != 0:
+            key = topic.name if topic.name is not None else topic.topic_id
+            if key is None or errors.get(key, -1) != 0:  # an entry with neither was refused
                 if permits:
                     self._manager.unrecord(conn.user, header.client_id, permits, now)
                     refunded = True
@@ -260,9 +261,11 @@ class MutationQuotas(Filter):
             if request.api_key == ApiKey.DELETE_TOPICS:
                 topics.topic_deleted(name)
             elif request.api_key == ApiKey.CREATE_PARTITIONS:
-                topics.topic_created(name, topic.count, now)
+                topics.topic_created(name, topic.partitions, now)
             else:
-                created = topic.assignments or (topic.count if topic.count > 0 else topics.num_partitions)
+                created = topic.assignments or (
+                    topic.partitions if topic.partitions > 0 else topics.num_partitions
+                )
                 if created:
                     topics.topic_created(name, created, now)
         if plan.quota is not UNBOUNDED_CONTROLLER_MUTATION_QUOTA:

@@ -32,7 +32,7 @@ from .frames import with_body
 
 _log = get_logger("sluice.quota_admin")
 _DESCRIBE, _ALTER = ApiKey.DESCRIBE_CLIENT_QUOTAS, ApiKey.ALTER_CLIENT_QUOTAS
-ADVERTISED = {_DESCRIBE: (0, MAX_VERSION), _ALTER: (0, MAX_VERSION)}
+ADVERTISED: dict[int, tuple[int, int]] = {_DESCRIBE: (0, MAX_VERSION), _ALTER: (0, MAX_VERSION)}
 # ApiVersions answers always use response header v0: just the correlation id.
 _API_VERSIONS_HEADER = 4
 
@@ -71,7 +71,7 @@ class QuotaAdmin(Filter):
             if call.answer is None:
                 future = asyncio.ensure_future(self._shared.store(call, self.conn.peer, user))
                 self._pending[correlation_id] = future
-                return Defer(future)
+                return Defer(future)  # type: ignore[arg-type]  # effect union pending: Defer takes Future[object]
             answer = call.answer
         return Answer(encode_response(header.api_key, version, correlation_id, answer))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -24,6 +24,7 @@ _MAX_ENTITIES = 10_000
 # Sensors measured between two returns to the event loop during a scrape (~0.5 ms of work).
 SCRAPE_CHUNK = 256
 _KINDS = ("Produce", "Fetch", "Request", "ControllerMutation")
+_Key = TypeVar("_Key")  # what a throttle count is kept by
 _log = get_logger("sluice.throttle")
 
 
@@ -114,7 +115,7 @@ class MutationRates:
         rate.record(permits, now_ms)
 
 
-def _add(stats: dict, key: object, throttle_ms: int) -> None:
+def _add(stats: dict[_Key, list[int]], key: _Key, throttle_ms: int) -> None:
     entry = stats.get(key)
     if entry is None:
         stats[key] = [1, throttle_ms, throttle_ms]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import TypeVar
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.broker_addresses import decode_brokers
@@ -44,6 +45,7 @@ KAFKA_DEFAULT_NUM_PARTITIONS = 1
 TOPIC_TTL_MS = 30_000
 ALL_TOPICS_INTERVAL_MS = 5_000
 _log = get_logger("sluice.topics")
+_Key = TypeVar("_Key")  # a name (str) or an id (bytes)
 
 
 class TopicCache:
@@ -185,9 +187,8 @@ class TopicCache:
     def _forget_old(self, now_ms: int) -> None:
         """Drop what the cluster said does not exist once it is older than TOPIC_TTL_MS, so made-up names
         and ids a client sends do not pile up."""
-        for unknown in (self._unknown_names, self._unknown_ids):
-            for key in [k for k, when in unknown.items() if now_ms - when > TOPIC_TTL_MS]:
-                del unknown[key]
+        _forget_before(self._unknown_names, now_ms - TOPIC_TTL_MS)
+        _forget_before(self._unknown_ids, now_ms - TOPIC_TTL_MS)
 
     async def _learn_num_partitions(self, conn: ConnectionInfo, brokers: list[tuple[int, str, int]]) -> None:
         # A broker describes only its own static configs, so ask the one this connection reaches.
@@ -221,3 +222,8 @@ def _node_id(conn: ConnectionInfo, brokers: list[tuple[int, str, int]]) -> int |
         if f"{host}:{port}" == conn.upstream_peer:
             return node_id
     return None
+
+
+def _forget_before(unknown: dict[_Key, int], oldest_ms: int) -> None:
+    for key in [k for k, when in unknown.items() if when < oldest_ms]:
+        del unknown[key]

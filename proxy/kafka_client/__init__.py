@@ -7,7 +7,7 @@ compacted topic every instance follows) and the usage stream. See `client.KafkaC
 from sluice.protocol.record_batches import FetchedRecord, Record
 
 from .backoff import RetryPolicy
-from .client import FetchResult, KafkaClient, TopicCreation
+from .client import FetchResult, KafkaClient
 from .errors import (
     AuthenticationFailed,
     BrokerUnavailable,
@@ -18,6 +18,7 @@ from .errors import (
     OffsetOutOfRange,
     UnsupportedByBroker,
 )
+from .topics import TopicCreation
 
 __all__ = [
     "AuthenticationFailed",

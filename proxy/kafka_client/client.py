@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from sluice.config.client_settings import ClientSasl
@@ -288,7 +289,9 @@ class KafkaClient:
                         connection,
                         LIST_OFFSETS,
                         "ListOffsets",
-                        lambda v, group=group: encode_list_offsets_request(v, topic, group, timestamp),
+                        partial(
+                            encode_list_offsets_request, topic=topic, partitions=group, timestamp=timestamp
+                        ),
                         lambda v, body: decode_list_offsets(v, body, topic),
                     )
                     for connection, group in by_leader.items()

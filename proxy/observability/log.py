@@ -28,4 +28,5 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
 
 
 def get_logger(name: str = "sluice") -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger(name)
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)  # the configured wrapper class
+    return logger

@@ -48,7 +48,7 @@ async def scrape(collectors: Sequence[Collector]) -> bytes:
     return await asyncio.to_thread(_render, families)
 
 
-async def serve_metrics(collectors: Sequence[Collector], host: str, port: int) -> asyncio.AbstractServer:
+async def serve_metrics(collectors: Sequence[Collector], host: str, port: int) -> asyncio.Server:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request_line = await asyncio.wait_for(reader.readline(), _READ_TIMEOUT_S)
@@ -86,7 +86,7 @@ class MetricsEndpoint:
         self._collectors = list(collectors)
         self.host = host
         self.port = port
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
         self._server = await serve_metrics(self._collectors, self.host, self.port)

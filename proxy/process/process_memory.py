@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the type of a C function, known to the checker's stubs only
+    from ctypes import _NamedFuncPointer
 
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 MMAP_THRESHOLD_BYTES = 128 * 1024
 
 
-def _libc_function(name: str) -> Callable[..., int] | None:
+def _libc_function(name: str) -> _NamedFuncPointer | None:
     library = ctypes.util.find_library("c")
     if library is None:
         return None
     try:
-        return getattr(ctypes.CDLL(library), name)
+        return ctypes.CDLL(library)[name]
     except (OSError, AttributeError):  # not glibc
         return None
 
@@ -33,9 +36,10 @@ def return_large_buffers_to_os() -> bool:
     mallopt = _libc_function("mallopt")
     if mallopt is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]  # type: ignore[attr-defined]
-    mallopt.restype = ctypes.c_int  # type: ignore[attr-defined]
-    return mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    done: int = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)  # restype c_int
+    return done == 1
 
 
 def trim_heap() -> bool:
@@ -45,6 +49,7 @@ def trim_heap() -> bool:
     malloc_trim = _libc_function("malloc_trim")
     if malloc_trim is None:
         return False
-    malloc_trim.argtypes = [ctypes.c_size_t]  # type: ignore[attr-defined]
-    malloc_trim.restype = ctypes.c_int  # type: ignore[attr-defined]
-    return malloc_trim(0) == 1
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    malloc_trim.restype = ctypes.c_int
+    returned: int = malloc_trim(0)  # restype c_int
+    return returned == 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sluice.config.errors import ConfigError
@@ -32,7 +32,7 @@ from ..cluster.broker_nodes import BrokerNodes, listener_name
 from ..cluster.brokers import Address, BrokerDirectory, ListenerUnavailable
 from ..cluster.discovery import BrokerDiscovery
 from ..control_plane.broker_shield_ticks import ShieldTicker
-from ..control_plane.quota_admin import QuotaAdministration
+from ..control_plane.quota_admin import QuotaAdministration, StoreRecord
 from ..control_plane.quota_reload import QuotaReloader
 from ..control_plane.quota_store_service import QuotaStoreService
 from ..control_plane.sensor_sweep import SensorSweep
@@ -270,7 +270,7 @@ class SluiceServer:
         if self.settings.broker_loads is not None:
             self.settings.broker_loads.learned(size)
 
-    async def _write_quota_store(self, records) -> int:
+    async def _write_quota_store(self, records: Sequence[StoreRecord]) -> int:
         assert self.quota_store is not None
         return await self.quota_store.write(records)
 
@@ -302,7 +302,7 @@ class SluiceServer:
         address = self.directory.upstream_address(node_id)
         return [address] if address is not None else []
 
-    async def _serve(self, name: str, sock: socket.socket, candidates) -> None:
+    async def _serve(self, name: str, sock: socket.socket, candidates: Callable[[], list[Address]]) -> None:
         def connection() -> ClientSide:
             return ClientSide(self.settings, name, candidates)
 

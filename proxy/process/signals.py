@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable
+from functools import partial
 
 from ..observability.log import get_logger
 
@@ -65,7 +66,7 @@ def install_signal_handlers(
     for sig in _signals((STATUS_SIGNAL,)):
         add(sig, lambda: _log.info("status", signal=STATUS_SIGNAL, **status()))
     for sig in _signals(IGNORED_SIGNALS):
-        add(sig, lambda name=sig.name: _log.warning("signal_ignored", signal=name))
+        add(sig, partial(_log.warning, "signal_ignored", signal=sig.name))
 
     def remove() -> None:
         for sig in installed:

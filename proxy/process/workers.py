@@ -92,9 +92,9 @@ def run_workers(config: ProxyConfig, workers: int, serve: Callable[[ProxyConfig]
             pid, status = os.wait()
         except ChildProcessError:
             break
-        index = children.pop(pid, None)
-        if index is None:
+        if pid not in children:  # not one of the workers
             continue
+        index = children.pop(pid)
         code = os.waitstatus_to_exitcode(status)
         worst = max(worst, code if code >= 0 else 1)
         if stopping:

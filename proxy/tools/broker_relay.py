@@ -18,6 +18,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 
 _CHUNK = 65536
 _HOST = "127.0.0.1"
@@ -83,9 +84,7 @@ class BrokerRelays:
         asyncio.set_event_loop(self._loop)
         servers = [
             self._loop.run_until_complete(
-                asyncio.start_server(
-                    lambda r, w, port=self._targets[broker_id]: self._relay(r, w, port), sock=sock
-                )
+                asyncio.start_server(partial(self._relay, port=self._targets[broker_id]), sock=sock)
             )
             for broker_id, sock in self._listeners.items()
         ]

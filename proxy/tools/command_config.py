@@ -73,7 +73,9 @@ def read_properties(path: Path) -> dict[str, str]:
     for line in text.splitlines():
         line = line.strip()
         if line and line[0] not in "#!":
-            key, value = _PROPERTY.match(line).groups()  # type: ignore[union-attr]  # matches any line
+            found = _PROPERTY.match(line)
+            assert found is not None  # the pattern matches any line
+            key, value = found.groups()
             properties[key] = value.strip()
     return properties
 

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,7 @@ def _off_scale_notes(
 
 
 def draw_chart(
-    panels: dict[str, Sequence[CountingClient]],
+    panels: Mapping[str, Sequence[CountingClient]],
     seconds: int,
     warm_up_s: int,
     brokers: int,
@@ -120,7 +120,7 @@ def draw_chart(
 
 
 def chart_figure(
-    panels: dict[str, Sequence[CountingClient]],
+    panels: Mapping[str, Sequence[CountingClient]],
     seconds: int,
     warm_up_s: int,
     brokers: int,

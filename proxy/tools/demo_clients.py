@@ -74,6 +74,10 @@ class CountingClient(threading.Thread):
     def stop(self) -> None:
         self._stop_flag.set()
 
+    def finish(self) -> None:
+        """After `stop`: wait for the thread, then flush and close the client it ran."""
+        raise NotImplementedError
+
     def rate(self, second: int) -> float:
         return float(self.bytes_by_second.get(second, 0))
 
@@ -218,8 +222,9 @@ def read_back(bootstrap: str, expected: dict[str, int], timeout_s: float = 90.0)
     started = time.monotonic()
     while any(len(hashes[t]) < n for t, n in expected.items()) and time.monotonic() < deadline:
         for msg in consumer.consume(1000, timeout=1.0):
-            if msg.error() is None:
-                hashes[msg.topic()].append(hashlib.sha256(msg.value()).digest())
+            topic, value = msg.topic(), msg.value()
+            if msg.error() is None and topic is not None and value is not None:
+                hashes[topic].append(hashlib.sha256(value).digest())
     consumer.close()
     got = sum(len(v) for v in hashes.values())
     print(f"  checker read {got:,} records in {time.monotonic() - started:.1f}s")

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sluice.quota.usage_records import decode_batch
+
+if TYPE_CHECKING:  # confluent-kafka is imported when the demo runs
+    from confluent_kafka import Consumer
 
 USAGE_TOPIC = "_sluice_usage"
 _READ_TIMEOUT_S = 15.0
@@ -54,7 +57,7 @@ def save_usage_topic(bootstrap: str, path: Path, topic: str = USAGE_TOPIC) -> Sa
     return SavedUsage(len(values), rows, produce_bytes)
 
 
-def _read_until(consumer, ends: dict[int, int]) -> list[bytes]:  # type: ignore[no-untyped-def]
+def _read_until(consumer: Consumer, ends: dict[int, int]) -> list[bytes]:
     values: list[bytes] = []
     positions = {p: 0 for p in ends}
     deadline = time.monotonic() + _READ_TIMEOUT_S
@@ -62,6 +65,9 @@ def _read_until(consumer, ends: dict[int, int]) -> list[bytes]:  # type: ignore[
         message = consumer.poll(0.5)
         if message is None or message.error():
             continue
-        values.append(message.value())
-        positions[message.partition()] = message.offset() + 1
+        value, partition, offset = message.value(), message.partition(), message.offset()
+        if value is None or partition is None or offset is None:  # not a record
+            continue
+        values.append(value)
+        positions[partition] = offset + 1
     return values

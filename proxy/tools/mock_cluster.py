@@ -203,7 +203,8 @@ class _Librdkafka:
         function.argtypes = argtypes
 
     def error_text(self, code: int) -> str:
-        return self.lib.rd_kafka_err2str(code).decode("utf-8", "replace")
+        text: bytes = self.lib.rd_kafka_err2str(code)
+        return text.decode("utf-8", "replace")
 
 
 class LibrdkafkaMockCluster:
@@ -215,7 +216,7 @@ class LibrdkafkaMockCluster:
         self._rd = _Librdkafka(library or find_librdkafka())
         self.brokers = brokers
         self.version = self._rd.lib.rd_kafka_version_str().decode()
-        self._rk = self._new_handle(brokers)
+        self._rk: int | None = self._new_handle(brokers)
         self._cluster = self._rd.lib.rd_kafka_handle_mock_cluster(self._rk)
         if not self._cluster:
             self._rd.lib.rd_kafka_destroy(self._rk)
@@ -241,7 +242,8 @@ class LibrdkafkaMockCluster:
         if not rk:
             lib.rd_kafka_conf_destroy(conf)  # rd_kafka_new only takes ownership on success
             raise MockClusterError(f"rd_kafka_new failed: {errstr.value.decode()}")
-        return rk
+        handle: int = rk  # rd_kafka_t *, as an address
+        return handle
 
     @property
     def addresses(self) -> list[tuple[str, int]]:

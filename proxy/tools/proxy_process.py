@@ -40,7 +40,7 @@ class ProxyProcess:
     def __init__(
         self,
         upstream: str,
-        extra_config: dict | None = None,
+        extra_config: dict[str, object] | None = None,
         metrics: bool = True,
         log_level: str = "info",
         wait_for_brokers: bool = True,
@@ -71,7 +71,7 @@ class ProxyProcess:
         self,
         block: int,
         upstream: str,
-        extra_config: dict | None,
+        extra_config: dict[str, object] | None,
         metrics: bool,
         log_level: str,
         command: list[str] | None,
@@ -133,14 +133,16 @@ class ProxyProcess:
     def broker_port(self, node_id: int) -> int:
         return self.broker_port_base + node_id
 
-    def events(self) -> list[dict]:
-        out = []
+    def events(self) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
         for line in self.log_path.read_text().splitlines():
             with contextlib.suppress(json.JSONDecodeError):
                 out.append(json.loads(line))
         return out
 
-    def wait_for_event(self, name: str, timeout_s: float = 10.0, *, since: int = 0, **match: object) -> dict:
+    def wait_for_event(
+        self, name: str, timeout_s: float = 10.0, *, since: int = 0, **match: object
+    ) -> dict[str, object]:
         """The first event `name` with the fields in `match`, among the log's events from index `since` on
         (`len(events())` taken before an action waits for that action's event, not an earlier one's)."""
         deadline = time.monotonic() + timeout_s
@@ -159,7 +161,8 @@ class ProxyProcess:
         import urllib.request
 
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
+            body: bytes = r.read()
+        return body.decode()
 
     def stop(self, timeout_s: float = 15.0) -> int:
         if self.process.poll() is None:

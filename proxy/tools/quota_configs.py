@@ -45,6 +45,7 @@ from sluice.protocol.client_quota_codec import (
 )
 
 from ..kafka_client import KafkaClient, UnsupportedByBroker
+from ..kafka_client.connection import BrokerConnection
 from ..kafka_client.errors import error_name
 
 EXIT_REFUSED = 2
@@ -70,13 +71,16 @@ class EntityArgs:
 def entity_args(parts: Sequence[tuple[str, str | None]], *, alter: bool) -> EntityArgs:
     """Pair `--entity-type`s with `--entity-name`/`--entity-default`s in the order given, as kafka-configs.sh
     does. `parts`: ("type", value), ("name", value), ("default", None)."""
-    types = [value for kind, value in parts if kind == "type"]
+    types: list[str] = []
     names: list[object] = [value for kind, value in parts if kind != "type"]
-    for entity_type in types:
-        if entity_type not in ENTITY_TYPES:
+    for kind, entity_type in parts:
+        if kind != "type":
+            continue
+        if entity_type is None or entity_type not in ENTITY_TYPES:
             raise CommandError(
                 f"Invalid entity type {entity_type}, the entity type must be one of users, clients, ips"
             )
+        types.append(entity_type)
     if len(set(types)) != len(types):
         raise CommandError("An entity type may be given only once")
     if "ips" in types and len(types) > 1:
@@ -152,7 +156,7 @@ class Refused(Exception):
         super().__init__(f"{self.name}: {message}" if message else self.name)
 
 
-async def _api_version(client: KafkaClient, api_key: int, name: str):
+async def _api_version(client: KafkaClient, api_key: int, name: str) -> tuple[BrokerConnection, int]:
     connection = await client.cluster.any_connection()
     theirs = connection.versions.get(api_key)
     if theirs is None or theirs[0] > 1:
@@ -160,7 +164,9 @@ async def _api_version(client: KafkaClient, api_key: int, name: str):
     return connection, min(1, theirs[1])
 
 
-async def describe(client: KafkaClient, components: list[FilterComponent], strict: bool = True):
+async def describe(
+    client: KafkaClient, components: list[FilterComponent], strict: bool = True
+) -> list[tuple[Entity, tuple[tuple[str, float], ...]]]:
     """[(entity, values)] matching the filter; Refused for a top-level error."""
     connection, version = await _api_version(client, DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas")
     request = encode_describe_request(version, components, strict)

@@ -35,6 +35,7 @@ from sluice.protocol.client_quota_codec import (
     ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLIENT_QUOTAS,
     AlterEntry,
+    Entity,
     QuotaOp,
     decode_alter_response,
     decode_describe_response,
@@ -52,6 +53,7 @@ from ..commands.run import EXIT_CONFIG_ERROR, run_event_loop
 from ..control_plane.quota_admin import StoreRecord
 from ..control_plane.quota_store_service import QuotaStoreService, StoreUnavailable
 from ..kafka_client import KafkaClient, KafkaClientError, UnsupportedByBroker
+from ..kafka_client.connection import BrokerConnection
 from ..listeners.tls import UpstreamTlsTarget, upstream_context
 from ..observability.log import configure_logging
 from .quota_admin_cli import add_admin_arguments, run_admin
@@ -185,7 +187,7 @@ async def import_quotas(
             await broker_client.stop()
 
 
-async def _describe_brokers(client: KafkaClient) -> list:
+async def _describe_brokers(client: KafkaClient) -> list[tuple[Entity, tuple[tuple[str, float], ...]]]:
     connection = await client.cluster.any_connection()
     version = _version(connection, DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas")
     body = await connection.request(
@@ -233,7 +235,7 @@ async def _remove_from_brokers(client: KafkaClient, plan: ImportPlan, out: Calla
     out(f"Removed {removed} quota(s) from the brokers.")
 
 
-def _version(connection, api_key: int, name: str) -> int:
+def _version(connection: BrokerConnection, api_key: int, name: str) -> int:
     theirs = connection.versions.get(api_key)
     if theirs is None or theirs[0] > 1:
         raise UnsupportedByBroker(f"{connection.label}: the broker does not offer {name} (API {api_key})")

@@ -18,9 +18,9 @@ again from the log's start.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from sluice.quota.fleet import FleetQuotas
 from sluice.quota.usage_records import UsageBatch, UsageRecordError, decode_batch
@@ -31,6 +31,7 @@ from ..services import cancel_and_wait
 from .usage_publisher import wall_clock_ms
 
 _log = get_logger("sluice.fleet")
+_T = TypeVar("_T")
 DEFAULT_CATCH_UP_RECORDS = 2_000
 FETCH_WAIT_MS = 200
 _RETRY_S = (0.5, 5.0)
@@ -168,7 +169,7 @@ class FleetFollower:
             for name in self._fleet.expire_peers(self._now_ms()):
                 _log.info("fleet_peer_gone", instance=name)
 
-    async def _retry_until(self, attempt):
+    async def _retry_until(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
         wait = _RETRY_S[0]
         while True:
             try:

@@ -396,22 +396,22 @@ class AdminBrokerDouble:
                 outcome = (INVALID_REQUEST, "Duplicate topic in request.")
             elif current is None:
                 outcome = (UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
-            elif topic.count <= current:
+            elif topic.partitions <= current:
                 outcome = (
                     INVALID_PARTITIONS,
                     f"Topic currently has {current} partitions, which is higher than or equal to "
-                    f"the requested {topic.count}.",
+                    f"the requested {topic.partitions}.",
                 )
-            elif topic.assignments is not None and topic.assignments != topic.count - current:
+            elif topic.assignments is not None and topic.assignments != topic.partitions - current:
                 outcome = (
                     INVALID_REPLICA_ASSIGNMENT,
-                    f"Attempted to add {topic.count - current} additional partition(s), but only "
+                    f"Attempted to add {topic.partitions - current} additional partition(s), but only "
                     f"{topic.assignments} assignment(s) were specified.",
                 )
             else:
                 outcome = (NONE, None)
                 if not mutation.validate_only:
-                    self.topics[name] = topic.count  # type: ignore[index]
+                    self.topics[name] = topic.partitions  # type: ignore[index]
             results.append({"name": name, "error_code": outcome[0], "error_message": outcome[1]})
         return results
 
