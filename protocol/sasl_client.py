@@ -72,7 +72,8 @@ class ScramClient:
         self._done = False
 
     def client_first(self) -> bytes:
-        return _run("client-first", self._scramp.get_client_first).encode("utf-8")
+        first: str = _run("client-first", self._scramp.get_client_first)
+        return first.encode("utf-8")
 
     def server_first(self, message: bytes) -> None:
         """Read the server's first message: its nonce, the salt and the iteration count."""
@@ -84,7 +85,8 @@ class ScramClient:
 
     def client_final(self) -> bytes:
         """The proof. Salts the password first (PBKDF2): call it off the event loop."""
-        return _run("client-final", self._scramp.get_client_final).encode("utf-8")
+        final: str = _run("client-final", self._scramp.get_client_final)
+        return final.encode("utf-8")
 
     def server_final(self, message: bytes) -> None:
         """Check the server's signature; raises SaslClientError if it proves nothing."""

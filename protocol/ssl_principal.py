@@ -48,14 +48,14 @@ def rfc2253_name(subject: x509.Name) -> str:
     return ",".join("+".join(_attribute(attribute) for attribute in rdn) for rdn in reversed(subject.rdns))
 
 
-def _attribute(attribute: x509.NameAttribute) -> str:
+def _attribute(attribute: x509.NameAttribute[str | bytes]) -> str:
     keyword = _KEYWORDS.get(attribute.oid)
     if keyword is not None and isinstance(attribute.value, str):
         return f"{keyword}={_escape(attribute.value)}"
     return f"{attribute.oid.dotted_string}=#{_value_der(attribute).hex()}"
 
 
-def _value_der(attribute: x509.NameAttribute) -> bytes:
+def _value_der(attribute: x509.NameAttribute[str | bytes]) -> bytes:
     """The value's DER (tag, length, contents) in the string type the certificate used: `cryptography`
     encodes a one-attribute Name from the parsed attribute, which kept that type."""
     # Name ::= SEQUENCE OF RDN; RDN ::= SET OF AttributeTypeAndValue; ATV ::= SEQUENCE { OID, value }.

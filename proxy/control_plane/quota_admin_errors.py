@@ -20,12 +20,12 @@ from kafka.errors import (
     UnsupportedVersionError,
 )
 
-NONE: Final = NoError.errno
-UNKNOWN_SERVER_ERROR: Final = UnknownError.errno
-REQUEST_TIMED_OUT: Final = RequestTimedOutError.errno
-CLUSTER_AUTHORIZATION_FAILED: Final = ClusterAuthorizationFailedError.errno
-UNSUPPORTED_VERSION: Final = UnsupportedVersionError.errno
-INVALID_REQUEST: Final = InvalidRequestError.errno
+NONE: Final[int] = NoError.errno
+UNKNOWN_SERVER_ERROR: Final[int] = UnknownError.errno
+REQUEST_TIMED_OUT: Final[int] = RequestTimedOutError.errno
+CLUSTER_AUTHORIZATION_FAILED: Final[int] = ClusterAuthorizationFailedError.errno
+UNSUPPORTED_VERSION: Final[int] = UnsupportedVersionError.errno
+INVALID_REQUEST: Final[int] = InvalidRequestError.errno
 
 CLUSTER_AUTHORIZATION_FAILED_MESSAGE: Final = "Cluster authorization failed."
 
