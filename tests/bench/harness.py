@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -148,9 +149,14 @@ class WindowedRun:
     window_user_cpu_s: dict[str, float]  # the user-space part of window_cpu_s
 
 
-def run_windowed(command: list[str], watched: dict[str, int], timeout_s: float = 300) -> WindowedRun:
+def run_windowed(
+    command: list[str],
+    watched: dict[str, int],
+    timeout_s: float = 300,
+    clock: Callable[[int], tuple[float, float]] = user_system_seconds,
+) -> WindowedRun:
     """Run a wire_load.py command; read the CPU clocks of the `watched` pids (name -> pid) when it says
-    its counted window opens and closes."""
+    its counted window opens and closes. `clock`: pid -> (user, system) CPU seconds so far."""
     before_children = children_cpu_seconds()
     start = time.perf_counter()
     opened: dict[str, tuple[float, float]] = {}
@@ -165,10 +171,10 @@ def run_windowed(command: list[str], watched: dict[str, int], timeout_s: float =
             for line in process.stdout:
                 lines.append(line)
                 if '"window_start"' in line:
-                    opened = {name: user_system_seconds(pid) for name, pid in watched.items()}
+                    opened = {name: clock(pid) for name, pid in watched.items()}
                 elif '"window_end"' in line:
                     window = {
-                        name: _minus(user_system_seconds(pid), opened[name]) for name, pid in watched.items()
+                        name: _minus(clock(pid), opened[name]) for name, pid in watched.items()
                     }
             returncode = process.wait()
         finally:

@@ -35,6 +35,7 @@ import bench_produce_throughput
 import bench_quick
 import bench_quota_accuracy
 import bench_quota_overhead
+import bench_real_clients
 import bench_relay_cpu
 import bench_small_requests
 import bench_tls
@@ -96,6 +97,14 @@ def sections() -> list[Section]:
             "<= 1.3 x a bare uvloop relay measured in the same run, with quotas configured and binding on "
             "some entities",
             bench_relay_cpu.run,
+        ),
+        Section(
+            "real_clients",
+            "2b. Proxy CPU per GiB with real clients, beside a bare relay",
+            "proxy CPU per GiB <= 1.2 x a bare uvloop relay's, measured in the same run, with a librdkafka "
+            "producer (16 KiB and 64 KiB batches, acks=1 and acks=all, 6 partitions) and a consumer reading "
+            "the data back, quotas configured and usage records on",
+            bench_real_clients.run,
         ),
         Section(
             "small_requests",
