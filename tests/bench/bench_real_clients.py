@@ -3,8 +3,9 @@
 What real clients send is not the raw generator's 1 MiB requests (section 2): a librdkafka producer
 (confluent-kafka, kafka_client_load.py; 1,000-byte records, `linger.ms=5`, the sticky partitioner over 6
 partitions) with `batch.size` 16 KiB and 64 KiB, acks=1 and acks=all, then a consumer reading each acks=1
-topic back (what the mock cluster kept of it, several times over). The same client program runs through three middles, interleaved round by round
-(the order rotates), each in front of its own 1-broker mock cluster:
+topic back (what the mock cluster kept of it, several times over). The same client program runs through
+three middles, interleaved round by round (the order rotates), each in front of its own 1-broker mock
+cluster:
 
 * **bare relay**: tests/bench/bare_relay.py. The mock cluster *advertises the relay's port* (its
   ``advertise`` command, the one `sluice mock-cluster --port-base` uses), so the client's every
@@ -34,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import PYTHON, BENCH_DIR, BareRelayProcess, QuietProxy, display, run_windowed
+from harness import BENCH_DIR, PYTHON, BareRelayProcess, QuietProxy, display, run_windowed
 from measurements import Record, measurement, median
 from process_stats import precise_user_system_seconds
 
@@ -48,7 +49,11 @@ RECORDS = 120_000  # 114 MiB of payload per run: a tenth of a CPU second of the 
 ROUNDS = 3
 FETCH_PASSES = 3  # the mock keeps ~5 MB per partition: 3 reads of 6 partitions' ~30 MB
 CLIENT_ID = "real-client-bench"  # kafka_client_load.py's
-NEVER = {"producer_byte_rate": 10_000_000_000, "consumer_byte_rate": 10_000_000_000, "request_percentage": 1000.0}
+NEVER = {
+    "producer_byte_rate": 10_000_000_000,
+    "consumer_byte_rate": 10_000_000_000,
+    "request_percentage": 1000.0,
+}
 QUOTA_ENTITIES: list[dict[str, Any]] = [
     {"client_id": CLIENT_ID, **NEVER},
     {"client_id": "pump", "producer_byte_rate": 100_000},
@@ -125,14 +130,31 @@ class Sample:
         return self.cpu_s / self.gib
 
 
-def run_round(round_no: int, middles: Sequence[str], records: int) -> list[Sample]:
+def run_round(
+    round_no: int, middles: Sequence[str], records: int, workloads: Sequence[Workload] = WORKLOADS
+) -> list[Sample]:
+    """Every workload through every middle; a fetch workload's topic is produced first (unmeasured) when
+    its producing workload is not among `workloads`."""
     samples = []
     topics = [w.topic(round_no) for w in WORKLOADS if w.mode == "produce"]
+    names = {w.name for w in workloads}
+    fillers = [
+        w
+        for w in WORKLOADS
+        if w.mode == "produce" and w.name not in names and any(f.source == w.name for f in workloads)
+    ]
     for name in middles:
         with _middle(name, topics) as (bootstrap, pid):
-            for workload in WORKLOADS:
-                run = run_windowed(client_command(bootstrap, workload, workload.topic(round_no), records),
-                                   {"middle": pid}, clock=precise_user_system_seconds)  # fmt: skip
+            for filler in fillers:
+                run_windowed(
+                    client_command(bootstrap, filler, filler.topic(round_no), records), {"middle": pid}
+                )
+            for workload in workloads:
+                run = run_windowed(
+                    client_command(bootstrap, workload, workload.topic(round_no), records),
+                    {"middle": pid},
+                    clock=precise_user_system_seconds,
+                )
                 result = run.result
                 samples.append(
                     Sample(
@@ -168,36 +190,58 @@ def summarize(samples: Sequence[Sample]) -> list[Verdict]:
     verdicts = []
     for workload in dict.fromkeys(s.workload for s in samples):
         mine = [s for s in samples if s.workload == workload]
-        per_middle = {m: median([s.cpu_per_gib for s in mine if s.middle == m]) for m in MIDDLES
-                      if any(s.middle == m for s in mine)}  # fmt: skip
-        rates = {m: median([s.gib * GIB / 1e6 / s.seconds for s in mine if s.middle == m]) for m in per_middle}
+        per_middle = {
+            m: median([s.cpu_per_gib for s in mine if s.middle == m])
+            for m in MIDDLES
+            if any(s.middle == m for s in mine)
+        }
+        rates = {
+            m: median([s.gib * GIB / 1e6 / s.seconds for s in mine if s.middle == m]) for m in per_middle
+        }
         relay, bare = per_middle.get(RELAY, float("nan")), per_middle.get(SLUICE_BARE)
         ratio = per_middle.get(SLUICE, float("nan")) / relay
         verdicts.append(Verdict(workload, per_middle, rates, ratio, None if bare is None else bare / relay))
     return verdicts
 
 
-def measure(rounds: int = ROUNDS, records: int = RECORDS, middles: Sequence[str] = MIDDLES) -> list[Sample]:
+def measure(
+    rounds: int = ROUNDS,
+    records: int = RECORDS,
+    middles: Sequence[str] = MIDDLES,
+    workloads: Sequence[Workload] = WORKLOADS,
+) -> list[Sample]:
     samples: list[Sample] = []
     for round_no in range(1, rounds + 1):
-        samples += run_round(round_no, rotated(middles, round_no), records)
+        samples += run_round(round_no, rotated(middles, round_no), records, workloads)
     return samples
 
 
 def records_from(samples: Sequence[Sample], rounds: int, records: int) -> list[Record]:
     verdicts = summarize(samples)
     rows = [
-        [v.workload, *(f"{v.per_middle.get(m, float('nan')):.3f}" for m in MIDDLES),
-         f"{v.ratio:.2f}", "—" if v.ratio_bare is None else f"{v.ratio_bare:.2f}",
-         " / ".join(f"{v.mb_per_s[m]:.0f}" for m in MIDDLES if m in v.mb_per_s),
-         "pass" if v.ratio <= TARGET_RATIO else "FAIL"]
+        [
+            v.workload,
+            *(f"{v.per_middle.get(m, float('nan')):.3f}" for m in MIDDLES),
+            f"{v.ratio:.2f}",
+            "—" if v.ratio_bare is None else f"{v.ratio_bare:.2f}",
+            " / ".join(f"{v.mb_per_s[m]:.0f}" for m in MIDDLES if m in v.mb_per_s),
+            "pass" if v.ratio <= TARGET_RATIO else "FAIL",
+        ]
         for v in verdicts
-    ]  # fmt: skip
+    ]
     per_round = [
-        [s.round_no, s.middle, s.workload, f"{s.gib:.3f}", f"{s.seconds:.2f}", f"{s.cpu_s:.2f}",
-         f"{s.cpu_per_gib:.3f}", f"{s.user_s / s.gib:.3f}"]
+        [
+            s.round_no,
+            s.middle,
+            s.workload,
+            f"{s.gib:.3f}",
+            f"{s.seconds:.2f}",
+            f"{s.cpu_s:.2f}",
+            f"{s.cpu_per_gib:.3f}",
+            f"{s.user_s / s.gib:.3f}",
+        ]
         for s in samples
-    ]  # fmt: skip
+    ]
     worst = max(verdicts, key=lambda v: v.ratio)
     example = Workload("produce-16k-acks1", "produce", 16384, "1")
     out = [
@@ -209,10 +253,16 @@ def records_from(samples: Sequence[Sample], rounds: int, records: int) -> list[R
             better="lower",
             title="Proxy CPU per GiB with a real client (librdkafka), medians over interleaved rounds",
             table={
-                "columns": ["workload", *(f"{m} CPU s/GiB" for m in MIDDLES), "sluice / relay",
-                            "no quota / relay", "MB/s (" + " / ".join(MIDDLES) + ")", f"<= {TARGET_RATIO}x"],
+                "columns": [
+                    "workload",
+                    *(f"{m} CPU s/GiB" for m in MIDDLES),
+                    "sluice / relay",
+                    "no quota / relay",
+                    "MB/s (" + " / ".join(MIDDLES) + ")",
+                    f"<= {TARGET_RATIO}x",
+                ],
                 "rows": rows,
-            },  # fmt: skip
+            },
             notes=[
                 f"{rounds} rounds; each round runs every middle in a rotated order, each in front of a fresh "
                 f"1-broker mock cluster, with {records:,} records of {RECORD_BYTES:,} B per run "
@@ -237,10 +287,22 @@ def records_from(samples: Sequence[Sample], rounds: int, records: int) -> list[R
         ),
     ]
     for v in verdicts:
-        out.append(measurement(f"real_client_{v.workload}_cpu_vs_bare_relay".replace("-", "_"),
-                               round(v.ratio, 3), "x bare relay", TARGET_RATIO, better="lower"))  # fmt: skip
-        out.append(measurement(f"real_client_{v.workload}_sluice_cpu_per_gib".replace("-", "_"),
-                               round(v.per_middle[SLUICE], 3), "CPU s/GiB"))  # fmt: skip
+        out.append(
+            measurement(
+                f"real_client_{v.workload}_cpu_vs_bare_relay".replace("-", "_"),
+                round(v.ratio, 3),
+                "x bare relay",
+                TARGET_RATIO,
+                better="lower",
+            )
+        )
+        out.append(
+            measurement(
+                f"real_client_{v.workload}_sluice_cpu_per_gib".replace("-", "_"),
+                round(v.per_middle[SLUICE], 3),
+                "CPU s/GiB",
+            )
+        )
     out.append(
         measurement(
             "real_client_runs",
@@ -248,10 +310,18 @@ def records_from(samples: Sequence[Sample], rounds: int, records: int) -> list[R
             "runs",
             title="Every run (real clients)",
             table={
-                "columns": ["round", "middle", "workload", "GiB", "seconds", "middle CPU s",
-                            "middle CPU s/GiB", "of it user space s/GiB"],
+                "columns": [
+                    "round",
+                    "middle",
+                    "workload",
+                    "GiB",
+                    "seconds",
+                    "middle CPU s",
+                    "middle CPU s/GiB",
+                    "of it user space s/GiB",
+                ],
                 "rows": per_round,
-            },  # fmt: skip
+            },
         )
     )
     return out
@@ -268,8 +338,10 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--records", type=int, default=RECORDS)
     parser.add_argument("--middles", default=",".join(MIDDLES), help="comma-separated: " + ", ".join(MIDDLES))
+    parser.add_argument("--workloads", default=",".join(w.name for w in WORKLOADS))
     args = parser.parse_args()
-    samples = measure(args.rounds, args.records, args.middles.split(","))
+    chosen = [w for w in WORKLOADS if w.name in args.workloads.split(",")]
+    samples = measure(args.rounds, args.records, args.middles.split(","), chosen)
     for s in samples:
         print(json.dumps({**s.__dict__, "cpu_per_gib": round(s.cpu_per_gib, 4)}))
     for v in summarize(samples):

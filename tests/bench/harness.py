@@ -31,8 +31,12 @@ PYTHON = sys.executable
 class QuietProxy(ProxyProcess):
     """The real proxy with log level "warning", so no per-connection log line costs CPU."""
 
-    def __init__(self, upstream: str, extra_config: dict | None = None) -> None:
-        super().__init__(upstream, extra_config=extra_config, metrics=True, log_level="warning")
+    def __init__(
+        self, upstream: str, extra_config: dict | None = None, run_args: list[str] | None = None
+    ) -> None:
+        super().__init__(
+            upstream, extra_config=extra_config, metrics=True, log_level="warning", run_args=run_args
+        )
 
     @property
     def pid(self) -> int:
@@ -173,9 +177,7 @@ def run_windowed(
                 if '"window_start"' in line:
                     opened = {name: clock(pid) for name, pid in watched.items()}
                 elif '"window_end"' in line:
-                    window = {
-                        name: _minus(clock(pid), opened[name]) for name, pid in watched.items()
-                    }
+                    window = {name: _minus(clock(pid), opened[name]) for name, pid in watched.items()}
             returncode = process.wait()
         finally:
             timer.cancel()

@@ -39,6 +39,7 @@ import bench_real_clients
 import bench_relay_cpu
 import bench_small_requests
 import bench_tls
+import bench_workers
 from measurements import Record, higher_is_better, meets_target
 from process_stats import machine_busy_cpu_seconds, own_cpu_seconds
 
@@ -76,6 +77,8 @@ class Section:
     missing: bool = False  # the benchmark module does not exist: reported, not an error
     seconds: float = 0.0
     others_cpu_s: float = 0.0  # CPU the rest of the machine used meanwhile: noise in this section's numbers
+    # Written findings printed under the section's numbers (a profile's, which a run does not redo).
+    appendix: Path | None = None
 
     @property
     def number(self) -> str:
@@ -105,6 +108,14 @@ def sections() -> list[Section]:
             "producer (16 KiB and 64 KiB batches, acks=1 and acks=all, 6 partitions) and a consumer reading "
             "the data back, quotas configured and usage records on",
             bench_real_clients.run,
+            appendix=Path(__file__).resolve().parent / "real_clients_profile.md",
+        ),
+        Section(
+            "workers",
+            "2c. `sluice run --workers N` with real clients",
+            "sizing figures, no target: throughput and proxy CPU per GiB at --workers 1 and 2 on this "
+            "2-core machine, several librdkafka producers at once",
+            bench_workers.run,
         ),
         Section(
             "small_requests",
@@ -306,6 +317,8 @@ def _section_lines(section: Section) -> list[str]:
         if record.get("commands"):
             lines += ["", "Command:", "", "```sh", *record["commands"], "```"]
         lines.append("")
+    if section.appendix is not None:
+        lines += [section.appendix.read_text().rstrip(), ""]
     share = section.others_cpu_s / (section.seconds * CORES) if section.seconds else 0.0
     lines += [
         f"_This section took {section.seconds:.0f} s; meanwhile other processes on the machine (not this "
