@@ -12,11 +12,12 @@ cluster:
   connection, after bootstrap too, goes through the relay, as it goes through Sluice;
 * **sluice**: the proxy with quotas configured (the client's client-id covered by bounds it never reaches,
   so every request and response is charged to its sensors; other entities beside it) and usage records on;
-* **sluice (no quota)**: the proxy with neither (what the issue's first measurement ran).
+* **sluice (no quota)**: the proxy with neither quotas nor usage records.
 
-Each round starts fresh processes (the mock keeps every record in memory). The middle's CPU is its own
-utime + stime (/proc/<pid>/stat) between the client's ``window_start`` and ``window_end``: connected and
-with the topic known, until the last record is acknowledged or received. GiB are the records' payload
+Each round starts fresh processes, so no round inherits another's state. The middle's CPU is its own
+utime + stime between the client's ``window_start`` and ``window_end`` (connected and with the topic known,
+until the last record is acknowledged or received), read to the nanosecond from its threads' schedstat
+(process_stats.precise_user_system_seconds). GiB are the records' payload
 (1,000 B values), the same bytes through every middle; the ratio is of the medians over the rounds.
 
 Run alone: ``.venv/bin/python tests/bench/bench_real_clients.py`` (one JSON record per line), or
