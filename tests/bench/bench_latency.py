@@ -157,6 +157,7 @@ def run(
             "bare relay": {"middle": relay.pid, "mock": cluster.pid},
         }
         results: dict[tuple[float, str], list[dict[str, Any]]] = {}
+        cpu_us: dict[tuple[float, str], list[float]] = {}  # the middle's CPU microseconds per answer
         direct_cpus: dict[float, list[float]] = {}  # the mock's and the generator's CPUs, direct path
         rows: list[list[Any]] = []
         turn = 0
@@ -168,6 +169,10 @@ def run(
                 for path in PATHS[turn % 3 :] + PATHS[: turn % 3]:  # each pass starts with the next path
                     run_ = open_loop_run(open_loop_command(ports[path], rate, duration_s), watched[path])
                     results.setdefault((load, path), []).append(run_.result)
+                    if "middle" in run_.window_cpu_s:
+                        answers = run_.result["counted"] - run_.result["missing"]
+                        per_request = run_.window_cpu_s["middle"] / max(1, answers) * 1e6
+                        cpu_us.setdefault((load, path), []).append(per_request)
                     if path == "direct":
                         direct_cpus.setdefault(load, []).append(sum(cpus_busy(run_).values()))
                     rows.append(latency_row(label, rate, path, run_))
@@ -178,6 +183,7 @@ def run(
                              *(f"{added(results, load, middle_path, key):+.3f}" for key in PERCENTILES),
                              *[""] * 6])  # fmt: skip
     added_p99 = {load: added(results, load, "proxy", "p99") for load in loads}
+    proxy_us, relay_us = median(cpu_us[(middle, "proxy")]), median(cpu_us[(middle, "bare relay")])
     relay_added_p99 = {load: added(results, load, "bare relay", "p99") for load in loads}
     command = display(open_loop_command(0, 0, duration_s)).replace("--port 0", "--port <PORT>")
     command = command.replace("--rate 0", "--rate <RATE>")
@@ -207,6 +213,9 @@ def run(
                 "what it adds is what a third busy process costs the path on this machine's two cores, "
                 f"where the direct path alone kept {median(direct_cpus[middle]):.2f} CPUs busy at "
                 f"{middle:.0%} (mock and generator).",
+                f"Beside the p99, a figure the neighbours move much less: the proxy's own CPU per request at "
+                f"{middle:.0%}, {proxy_us:.1f} µs (the bare relay's: {relay_us:.1f} µs), user + system time "
+                "of the process in the counted window / the answers counted in it (median over the rounds).",
                 "CPUs busy = CPU seconds in the counted window / window seconds. 'never': answers still "
                 "missing 10 s after the last request was due, counted in the percentiles at the latency "
                 "they had reached then (the path could not keep up with the offered rate).",
@@ -217,6 +226,9 @@ def run(
             ],
         ),
     ]
+    tag = f"{middle:.0%}".replace("%", "pct")
+    for who, us in (("proxy", proxy_us), ("bare_relay", relay_us)):
+        records.append(measurement(f"{who}_cpu_us_per_request_at_{tag}", round(us, 2), "CPU µs/request"))
     for load in loads:
         if load != middle:
             name = f"latency_p99_added_ms_at_{load:.0%}".replace("%", "pct")

@@ -35,8 +35,8 @@ _KEEP = {
                   "bare_relay_cpu_per_gib_1mib_produce"),
     "small": ("small_produce_requests_per_s_proxy_fast_upstream", "small_produce_proxy_cpu_us_per_request",
               "small_produce_bare_relay_cpu_us_per_request"),
-    "latency": ("latency_p99_added_ms_at_50pct", "latency_p99_ms_direct_at_50pct",
-                "latency_p99_ms_proxy_at_50pct"),
+    "latency": ("latency_p99_added_ms_at_50pct", "proxy_cpu_us_per_request_at_50pct",
+                "latency_p99_ms_direct_at_50pct", "latency_p99_ms_proxy_at_50pct"),
     "tls": ("tls_proxy_cpu_per_gib_1mib_produce", "plaintext_proxy_cpu_per_gib_1mib_produce_same_run",
             "tls_latency_p99_added_ms_at_50pct"),
 }  # fmt: skip

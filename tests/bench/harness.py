@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -30,8 +31,12 @@ PYTHON = sys.executable
 class QuietProxy(ProxyProcess):
     """The real proxy with log level "warning", so no per-connection log line costs CPU."""
 
-    def __init__(self, upstream: str, extra_config: dict | None = None) -> None:
-        super().__init__(upstream, extra_config=extra_config, metrics=True, log_level="warning")
+    def __init__(
+        self, upstream: str, extra_config: dict | None = None, run_args: list[str] | None = None
+    ) -> None:
+        super().__init__(
+            upstream, extra_config=extra_config, metrics=True, log_level="warning", run_args=run_args
+        )
 
     @property
     def pid(self) -> int:
@@ -148,9 +153,14 @@ class WindowedRun:
     window_user_cpu_s: dict[str, float]  # the user-space part of window_cpu_s
 
 
-def run_windowed(command: list[str], watched: dict[str, int], timeout_s: float = 300) -> WindowedRun:
+def run_windowed(
+    command: list[str],
+    watched: dict[str, int],
+    timeout_s: float = 300,
+    clock: Callable[[int], tuple[float, float]] = user_system_seconds,
+) -> WindowedRun:
     """Run a wire_load.py command; read the CPU clocks of the `watched` pids (name -> pid) when it says
-    its counted window opens and closes."""
+    its counted window opens and closes. `clock`: pid -> (user, system) CPU seconds so far."""
     before_children = children_cpu_seconds()
     start = time.perf_counter()
     opened: dict[str, tuple[float, float]] = {}
@@ -165,11 +175,9 @@ def run_windowed(command: list[str], watched: dict[str, int], timeout_s: float =
             for line in process.stdout:
                 lines.append(line)
                 if '"window_start"' in line:
-                    opened = {name: user_system_seconds(pid) for name, pid in watched.items()}
+                    opened = {name: clock(pid) for name, pid in watched.items()}
                 elif '"window_end"' in line:
-                    window = {
-                        name: _minus(user_system_seconds(pid), opened[name]) for name, pid in watched.items()
-                    }
+                    window = {name: _minus(clock(pid), opened[name]) for name, pid in watched.items()}
             returncode = process.wait()
         finally:
             timer.cancel()

@@ -35,9 +35,11 @@ import bench_produce_throughput
 import bench_quick
 import bench_quota_accuracy
 import bench_quota_overhead
+import bench_real_clients
 import bench_relay_cpu
 import bench_small_requests
 import bench_tls
+import bench_workers
 from measurements import Record, higher_is_better, meets_target
 from process_stats import machine_busy_cpu_seconds, own_cpu_seconds
 
@@ -75,6 +77,8 @@ class Section:
     missing: bool = False  # the benchmark module does not exist: reported, not an error
     seconds: float = 0.0
     others_cpu_s: float = 0.0  # CPU the rest of the machine used meanwhile: noise in this section's numbers
+    # Written findings printed under the section's numbers (a profile's, which a run does not redo).
+    appendix: Path | None = None
 
     @property
     def number(self) -> str:
@@ -96,6 +100,22 @@ def sections() -> list[Section]:
             "<= 1.3 x a bare uvloop relay measured in the same run, with quotas configured and binding on "
             "some entities",
             bench_relay_cpu.run,
+        ),
+        Section(
+            "real_clients",
+            "2b. Proxy CPU per GiB with real clients, beside a bare relay",
+            "proxy CPU per GiB <= 1.2 x a bare uvloop relay's, measured in the same run, with a librdkafka "
+            "producer (16 KiB and 64 KiB batches, acks=1 and acks=all, 6 partitions) and a consumer reading "
+            "the data back, quotas configured and usage records on",
+            bench_real_clients.run,
+            appendix=Path(__file__).resolve().parent / "real_clients_profile.md",
+        ),
+        Section(
+            "workers",
+            "2c. `sluice run --workers N` with real clients",
+            "sizing figures, no target: throughput and proxy CPU per GiB at --workers 1 and 2 on this "
+            "2-core machine, several librdkafka producers at once",
+            bench_workers.run,
         ),
         Section(
             "small_requests",
@@ -297,6 +317,8 @@ def _section_lines(section: Section) -> list[str]:
         if record.get("commands"):
             lines += ["", "Command:", "", "```sh", *record["commands"], "```"]
         lines.append("")
+    if section.appendix is not None:
+        lines += [section.appendix.read_text().rstrip(), ""]
     share = section.others_cpu_s / (section.seconds * CORES) if section.seconds else 0.0
     lines += [
         f"_This section took {section.seconds:.0f} s; meanwhile other processes on the machine (not this "
