@@ -7,12 +7,9 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 
-from cryptography import x509
-
 from sluice.config.errors import ConfigError
 from sluice.config.identity_settings import ListenerTls, UpstreamTls
 from sluice.config.principal_mapping import PrincipalMappingRules
-from sluice.protocol.ssl_principal import rfc2253_name
 
 # Kafka's ssl.enabled.protocols default is TLSv1.2,TLSv1.3; older versions are refused.
 _MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2
@@ -87,6 +84,11 @@ def certificate_principal(rules: PrincipalMappingRules) -> Callable[[object], st
     ssl.principal.mapping.rules. A certificate no rule maps raises NoMatchingRule, and the connection is
     refused, as Kafka fails the authentication.
     """
+    # Imported only where a listener asks for client certificates: cryptography's x509 costs about 14 MB
+    # of resident memory that a proxy without mTLS need not carry.
+    from cryptography import x509
+
+    from sluice.protocol.ssl_principal import rfc2253_name
 
     def principal(transport: object) -> str | None:
         get_extra_info = getattr(transport, "get_extra_info", None)

@@ -57,7 +57,7 @@ class ProxyProcess:
         for attempt in range(_START_ATTEMPTS):
             self._launch(free_port_block(16), upstream, extra_config, metrics, log_level, command)
             try:
-                wait_for_port(self.port)
+                self._wait_for_listener()
                 if wait_for_brokers:
                     self.wait_until_ready()
                 return
@@ -66,6 +66,19 @@ class ProxyProcess:
                 if attempt + 1 < _START_ATTEMPTS and "Address already in use" in self.log_path.read_text():
                     continue
                 raise
+
+    def _wait_for_listener(self, timeout_s: float = 60.0) -> None:
+        """Until the proxy listens, or it exits (its log says why). Start-up is the event: on a loaded
+        machine importing and binding can take several seconds, so the bound is generous."""
+        deadline = time.monotonic() + timeout_s
+        while self.process.poll() is None:
+            try:
+                wait_for_port(self.port, timeout_s=min(2.0, max(0.1, deadline - time.monotonic())))
+                return
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
+        raise RuntimeError(f"the proxy exited with {self.process.returncode} before listening")
 
     def _launch(
         self,

@@ -127,8 +127,9 @@ def test_the_budget_pauses_reading_when_reached(cluster) -> None:
             lambda: metric_value(proxy.metrics_text(), "sluice_connections_waiting_for_memory") < 2,
             "the next connection in turn getting its reservation",
         )
-        text = proxy.metrics_text()
-        assert metric_value(text, "sluice_connections_waiting_for_memory") == 1
+        # The budget still holds. (The one read again may complete its frame with the bytes it had queued,
+        # be refused as a malformed Fetch and give its reservation on to the last: so 1 or 0 wait now.)
+        assert metric_value(proxy.metrics_text(), "sluice_buffered_request_bytes") <= 8 * MIB
         for sock in first[1:] + waiting:
             sock.close()
         wait_until(
