@@ -2,10 +2,12 @@
 
 glibc serves allocations of 128 KiB and more with mmap, so freeing them returns the memory at once, but it
 raises that threshold as the program frees such blocks (up to 32 MiB): afterwards frames being assembled
-(copied in pieces of up to 256 KiB) come from the heap, and when a connection closes its memory is free
-for Python but not returned. Measured here: 8 connections each holding 23 MiB of a frame took the proxy
-from 42 MB to 228 MB, and after they closed it stayed at 205 MB; with the threshold fixed it went back to
-44 MB. `sluice run` fixes it at start-up (glibc's mallopt; elsewhere nothing is done).
+come from the heap, and when a connection closes its memory is free for Python but not returned. `sluice
+run` fixes the threshold at start-up (glibc's mallopt; elsewhere nothing is done), at 1 MiB: a frame of
+megabytes still comes from mmap and goes back when freed, while the many buffers below it (a socket read
+of up to 256 KiB, a Fetch answer of a few hundred kB joined from its reads) reuse the heap instead of
+costing an mmap, an munmap and a page fault per 4 KiB each time; what they leave in the heap after a
+spike is given back by the memory_return service's trim. Measured: docs/benchmarks.md (section 2b).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ if TYPE_CHECKING:  # the type of a C function, known to the checker's stubs only
     from ctypes import _NamedFuncPointer
 
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
-MMAP_THRESHOLD_BYTES = 128 * 1024
+MMAP_THRESHOLD_BYTES = 1024 * 1024
 
 
 def _libc_function(name: str) -> _NamedFuncPointer | None:
