@@ -174,10 +174,6 @@ class FleetQuotas:
         for key in self.shared:
             self.managers.manager(key).fleet = self
 
-    def uninstall(self) -> None:
-        for key in self.shared:
-            self.managers.manager(key).fleet = None
-
     # -- local records (called by the managers) ------------------------------------------------------
 
     def on_local(self, sensor: QuotaSensor, value: float, now_ms: int) -> float:

@@ -327,12 +327,6 @@ class RequestQuotaManager(ClientQuotaManager):
             user, client_id, thread_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms
         )
 
-    def record_network_time_ns(
-        self, user: str, client_id: str | None, thread_time_ns: int, now_ms: int
-    ) -> None:
-        """Record network-thread time (ns) without a check; it weighs on later requests (spec §3)."""
-        self.record_no_throttle(user, client_id, thread_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms)
-
 
 class ControllerMutationQuotaManager(ClientQuotaManager):
     """``controller_mutation_rate`` (KIP-599): one token bucket per tags, B = N x W x Q permits."""

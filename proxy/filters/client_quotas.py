@@ -397,9 +397,9 @@ class ClientQuotas(Filter):
 
 
 class ClientQuotasFactory(FilterFactory):
-    filter_class = ClientQuotas
-
     """The quota managers and settings every connection's ClientQuotas shares."""
+
+    filter_class = ClientQuotas
 
     def __init__(
         self,

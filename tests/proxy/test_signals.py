@@ -12,13 +12,13 @@ import signal
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 
 from sluice.config.load import load_config
 from sluice.proxy.listeners.ports import free_port_block
 from sluice.proxy.process.server import SluiceServer
 from sluice.proxy.process.signals import IGNORED_SIGNALS
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 
 def api_versions_ok(port: int) -> bool:
