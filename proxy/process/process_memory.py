@@ -3,9 +3,8 @@
 glibc serves allocations of 128 KiB and more with mmap, so freeing them returns the memory at once, but it
 raises that threshold as the program frees such blocks (up to 32 MiB): afterwards frames being assembled
 (copied in pieces of up to 256 KiB) come from the heap, and when a connection closes its memory is free
-for Python but not returned. Measured here: 8 connections each holding 23 MiB of a frame took the proxy
-from 42 MB to 228 MB, and after they closed it stayed at 205 MB; with the threshold fixed it went back to
-44 MB. `sluice run` fixes it at start-up (glibc's mallopt; elsewhere nothing is done).
+for Python but not returned (docs/architecture.md has the figures). `sluice run` fixes the threshold at
+start-up (glibc's mallopt; elsewhere nothing is done).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What each signal does to a running proxy: nothing but SIGKILL ends it without a drain (issue 14 item 5).
+"""What each signal does to a running proxy: nothing but SIGKILL ends it without a drain, so a client
+never loses a request an operator's signal could have let finish.
 
 * SIGTERM, SIGINT: stop — close the listeners, let forwarded requests get their answers, exit 0.
 * SIGHUP: reload the configuration (`SluiceServer.request_reload`: the quotas, and any handler added
