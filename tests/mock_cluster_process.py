@@ -41,6 +41,14 @@ class MockCluster(MockClusterChild):
             arguments += ["--port-base", str(self._port_base)]
         return arguments
 
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.poll()
+
     def broker_down(self, broker_id: int) -> None:
         self._command(f"down {broker_id}")
 

@@ -74,14 +74,6 @@ class MockClusterChild:
             arguments += ["--topic", f"{name}:{partitions}"]
         return arguments
 
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._process.poll()
-
     def __enter__(self) -> MockClusterChild:
         return self
 

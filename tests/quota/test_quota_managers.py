@@ -122,7 +122,6 @@ def test_nothing_is_recorded_and_no_sensor_exists_without_quotas() -> None:
     manager = ClientQuotaManager(QuotaKey.PRODUCER_BYTE_RATE)
     assert not manager.quotas_enabled
     assert manager.record_and_get_throttle_ms("u", "c", 10**12, 0) == 0
-    manager.record_no_throttle("u", "c", 10**12, 0)
     manager.unrecord("u", "c", 10**12, 0)
     assert list(manager.sensors()) == []
 
