@@ -213,16 +213,6 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def _kafka_options(pairs: list[str]) -> dict[str, str]:
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"sluice pipeline: --kafka-option {pair!r}: expected KEY=VALUE")
-        options[key] = value
-    return options
-
-
 def explain(exc: BaseException) -> str:
     """Our own message, when Spark wrapped it in a long executor traceback; else the exception's text."""
     text = str(exc)

@@ -1,5 +1,5 @@
-"""Bodies the proxy's own Kafka client sends and reads: ApiVersions, Metadata, Produce, Fetch, ListOffsets,
-CreateTopics and InitProducerId. Sans-IO, over kafka-python's generated codecs (`protocol.message_codec`).
+"""Bodies the proxy's own Kafka client sends and reads: ApiVersions, Metadata, Produce, Fetch, ListOffsets
+and CreateTopics. Sans-IO, over kafka-python's generated codecs (`protocol.message_codec`).
 
 Versions: the client speaks `CLIENT_VERSIONS` and picks, per broker, the newest version both sides know
 (`choose_version`). The floors are what Kafka 4.0 kept (KIP-896). The ceilings are the last versions
@@ -30,7 +30,6 @@ METADATA = ApiKey.METADATA
 SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
 API_VERSIONS = ApiKey.API_VERSIONS
 CREATE_TOPICS = ApiKey.CREATE_TOPICS
-INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
 SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
 DESCRIBE_CONFIGS = ApiKey.DESCRIBE_CONFIGS
 
@@ -41,7 +40,6 @@ CLIENT_VERSIONS: Mapping[int, tuple[int, int]] = {
     LIST_OFFSETS: (1, 5),
     METADATA: (4, 8),  # v4: the first with allow_auto_topic_creation
     CREATE_TOPICS: (2, 4),
-    INIT_PRODUCER_ID: (0, 1),
     SASL_HANDSHAKE: (1, 1),
     SASL_AUTHENTICATE: (0, 1),
     DESCRIBE_CONFIGS: (1, 3),  # bodies in protocol/topic_metadata.py
@@ -295,26 +293,6 @@ def decode_create_topics(version: int, body: bytes | memoryview) -> dict[str, tu
     """{topic: (error code, error message)}."""
     message = decode_response_body(CREATE_TOPICS, version, body)
     return {t.name: (t.error_code, _or(t, "error_message", None)) for t in message.topics or []}
-
-
-# ---- InitProducerId ---------------------------------------------------------------------------
-
-
-def encode_init_producer_id_request(version: int) -> bytes:
-    return encode_request_body(
-        INIT_PRODUCER_ID,
-        version,
-        transactional_id=None,
-        transaction_timeout_ms=-1,
-        producer_id=-1,
-        producer_epoch=-1,
-    )
-
-
-def decode_init_producer_id(version: int, body: bytes | memoryview) -> tuple[int, int, int]:
-    """(error code, producer id, producer epoch)."""
-    message = decode_response_body(INIT_PRODUCER_ID, version, body)
-    return message.error_code, message.producer_id, message.producer_epoch
 
 
 def _or(message: Any, name: str, default: Any) -> Any:

@@ -30,7 +30,7 @@ class RequestHeader(NamedTuple):
     """An immutable parsed request header.
 
     A NamedTuple rather than a frozen dataclass: it is built once per request on the hot path, and a
-    frozen dataclass's __init__ costs about 6x as much (0.9 us against 0.15 us measured here).
+    frozen dataclass's __init__ costs about 6x as much.
     """
 
     api_key: int

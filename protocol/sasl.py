@@ -171,10 +171,6 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _bad(message_class: type[ApiMessage]) -> str:
-    return "bad_" + _snake(message_class.name)
-
-
 def _unencodable(message_class: type[ApiMessage]) -> str:
     return "unencodable_" + _snake(message_class.name)
 

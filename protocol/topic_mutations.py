@@ -73,7 +73,6 @@ class _Api(NamedTuple):
     topics_field: Callable[[int], str]  # the request's array of topics, by version
     mutation: Callable[[int, Any], TopicMutation]  # one request entry, read
     validate_only: Callable[[int, Any], bool]
-    bad_request: str  # the ProtocolError reason codec_quirks gives a malformed request of this API
 
 
 def _create_topic(version: int, topic: Any) -> TopicMutation:
@@ -103,7 +102,6 @@ _APIS: dict[int, _Api] = {
         topics_field=lambda version: "topics",
         mutation=_create_topic,
         validate_only=lambda version, request: version >= 1 and bool(request.validate_only),
-        bad_request="bad_create_topics_request",
     ),
     ApiKey.DELETE_TOPICS: _Api(
         DeleteTopicsRequest,
@@ -114,7 +112,6 @@ _APIS: dict[int, _Api] = {
         topics_field=lambda version: "topics" if version >= _DELETE_TOPICS_BY_ID_FROM else "topic_names",
         mutation=_delete_topic,
         validate_only=lambda version, request: False,
-        bad_request="bad_delete_topics_request",
     ),
     ApiKey.CREATE_PARTITIONS: _Api(
         CreatePartitionsRequest,
@@ -125,7 +122,6 @@ _APIS: dict[int, _Api] = {
         topics_field=lambda version: "topics",
         mutation=_create_partitions_topic,
         validate_only=lambda version, request: bool(request.validate_only),
-        bad_request="bad_create_partitions_request",
     ),
 }
 

@@ -89,7 +89,7 @@ class PeerEstimate:
             if ratio >= ACTIVE_PEER_RATIO and ratio < 1.0:
                 # A peer that carries a fair part of this entity's traffic may take as much as this
                 # instance when headroom opens: all flat-out clients burst at once. Assuming less lets
-                # whichever instance burst first take more each time (measured: 1.05-1.17 Q).
+                # whichever instance burst first take more each time (docs/fleet.md).
                 ratio = 1.0
             estimate = value * (ratio if ratio < MAX_PEER_RATIO else MAX_PEER_RATIO)
             pending = peer.pending
@@ -173,10 +173,6 @@ class FleetQuotas:
         """Make the shared managers consult this fleet on every local record."""
         for key in self.shared:
             self.managers.manager(key).fleet = self
-
-    def uninstall(self) -> None:
-        for key in self.shared:
-            self.managers.manager(key).fleet = None
 
     # -- local records (called by the managers) ------------------------------------------------------
 

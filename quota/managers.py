@@ -216,14 +216,6 @@ class ClientQuotaManager:
         max_throttle = self._max_throttle_ms
         return to_int32(throttle if throttle < max_throttle else max_throttle)
 
-    def record_no_throttle(self, user: str, client_id: str | None, value: float, now_ms: int) -> None:
-        """Record without a check; the value weighs on the next checked record (spec §2.6)."""
-        if self._rules.enabled_bits:
-            sensor = self.sensor_for(user, client_id, now_ms)
-            sensor.record(value, now_ms, False)
-            if self.fleet is not None:
-                self.fleet.on_local(sensor, value, now_ms)
-
     def unrecord(self, user: str, client_id: str | None, value: float, now_ms: int) -> None:
         """Take a recorded value back (record ``-value`` without a check), as for a throttled fetch."""
         if self._rules.enabled_bits:
@@ -326,12 +318,6 @@ class RequestQuotaManager(ClientQuotaManager):
         return self.record_and_get_throttle_ms(
             user, client_id, thread_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms
         )
-
-    def record_network_time_ns(
-        self, user: str, client_id: str | None, thread_time_ns: int, now_ms: int
-    ) -> None:
-        """Record network-thread time (ns) without a check; it weighs on later requests (spec §3)."""
-        self.record_no_throttle(user, client_id, thread_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms)
 
 
 class ControllerMutationQuotaManager(ClientQuotaManager):

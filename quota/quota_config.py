@@ -80,6 +80,3 @@ class QuotaConfig:
 
     def sensor_kind(self, key: QuotaKey) -> SensorKind:
         return self.sensor_kinds[key]
-
-    def window_for(self, key: QuotaKey) -> QuotaWindow:
-        return self.controller_window if key is QuotaKey.CONTROLLER_MUTATION_RATE else self.client_window

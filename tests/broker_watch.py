@@ -33,8 +33,7 @@ from pathlib import Path
 from types import TracebackType
 
 from doubles.loop_thread import LoopThread
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
+from mock_cluster_process import MockCluster
 
 _HOST = "127.0.0.1"
 # The proxy's upstream connections come from here (its upstream.bind_address); all of 127/8 is loopback.

@@ -20,9 +20,8 @@ from collections.abc import Iterator
 import pytest
 import quiet_librdkafka  # noqa: F401  (imported before any test module takes a client class)
 from hypothesis import HealthCheck, settings
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 
 CLIENT_TOPICS = {"roundtrip-confluent": 6, "roundtrip-aiokafka": 6, "roundtrip-kafkapython": 6, "faults": 6}
 PROCESS_FIXTURES = frozenset({"cluster", "proxy"})

@@ -7,9 +7,8 @@ import contextlib
 import threading
 import time
 
+from proxy_process import ProxyProcess
 from throttle_harness import metric_value
-
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 RECORD_BYTES = 10_000
 NODES = (1, 2, 3)

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 
 from sluice.config.load import load_config
 from sluice.proxy.cli import main as sluice_main
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())

@@ -37,13 +37,12 @@ ROOMS = {
     "proxy": {"proxy", "observability"},
     "observability": {"observability"},
     "listeners": {"listeners", "observability"},
-    # The one arrow up: the proxy's own client opens its broker connections with the data path's
-    # connect_broker (data_path/upstream.py); through it, cluster, control_plane and filters reach data_path.
-    "kafka_client": {"kafka_client", "data_path", "listeners", "observability"},
+    "outbound": {"outbound", "listeners"},
+    "kafka_client": {"kafka_client", "outbound", "listeners", "observability"},
     "cluster": {"cluster", "kafka_client", "listeners", "observability"},
     "control_plane": {"control_plane", "kafka_client", "observability"},
     "filters": {"filters", "cluster", "control_plane", "observability"},
-    "data_path": {"data_path", "filters", "listeners", "observability"},
+    "data_path": {"data_path", "filters", "outbound", "listeners", "observability"},
     "usage_plane": {"usage_plane", "proxy", "cluster", "filters", "kafka_client", "observability"},
     "process": {
         "process",

@@ -24,12 +24,12 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from mock_cluster_process import MockCluster
 from produce_flood import ProduceFlood
+from proxy_process import ProxyProcess
 from throttle_harness import metric_value
 
 from sluice.protocol.headers import encode_request
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = [pytest.mark.soak, pytest.mark.slow, pytest.mark.timeout(900)]
 

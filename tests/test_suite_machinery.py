@@ -8,9 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import proxy_process
 import pytest
-
-from sluice.proxy.tools import proxy_process
 
 GROUPED = """
 import os
@@ -52,7 +51,7 @@ def test_with_sluice_test_logs_a_proxys_folder_is_kept_and_named_after_its_test(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(proxy_process.KEEP_LOGS_ENV, str(tmp_path / "logs"))
-    folder, temporary = proxy_process._work_dir()
+    folder, temporary = proxy_process.work_dir()
     assert temporary is None  # nothing removes it
     assert folder.parent == tmp_path / "logs"
     assert folder.name.startswith("tests_test_suite_machinery.py__test_with_sluice_test_logs_")
@@ -60,7 +59,7 @@ def test_with_sluice_test_logs_a_proxys_folder_is_kept_and_named_after_its_test(
 
 def test_without_it_the_folder_is_temporary(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(proxy_process.KEEP_LOGS_ENV, raising=False)
-    folder, temporary = proxy_process._work_dir()
+    folder, temporary = proxy_process.work_dir()
     assert temporary is not None and folder.is_dir()
     temporary.cleanup()
     assert not folder.exists()

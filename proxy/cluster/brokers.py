@@ -6,8 +6,8 @@ that node exists before the rewritten answer leaves the proxy.
 
 A node whose listener cannot open (its port is taken, beyond 65535, or collides with another listener) is
 never advertised: `advertise` returns None and the rewrite leaves it out. Telling clients to connect to a
-port the proxy does not hold would hand them to whatever holds it (issue 14: a client throttled to 20 kB/s
-produced at 75 MB/s through another process on that port, and a relay there read a SASL password).
+port the proxy does not hold would hand them to whatever holds it: that process would see their
+credentials and carry their traffic past every quota.
 The listener is tried again at most every `retry_s`, when the node is next advertised.
 """
 

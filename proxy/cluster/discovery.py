@@ -5,8 +5,6 @@ exists for every broker before any client is told about it.
 TLS and SASL credentials) and advertises each broker in the directory, which opens its listener. Until a
 broker answers it tries again every `retry_s`; once a client's Metadata answer has taught the directory the
 brokers (a cluster the proxy cannot authenticate to, but its clients can), it stops trying.
-
-`fetch_brokers` is the same question asked once, on a connection of its own (the test doubles use it).
 """
 
 from __future__ import annotations
@@ -15,16 +13,12 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
-from sluice.protocol.client_requests import METADATA, decode_metadata, encode_metadata_request
-
 from ..kafka_client import KafkaClient, KafkaClientError
-from ..kafka_client.connection import open_broker_connection
 from ..observability.log import get_logger
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..listeners.tls import UpstreamTlsTarget
     from .brokers import BrokerDirectory, ListenerUnavailable
 
 _log = get_logger("sluice.discovery")
@@ -89,21 +83,3 @@ class BrokerDiscovery:
                 )
             break
         self.done.set()
-
-
-async def fetch_brokers(
-    host: str, port: int, tls: UpstreamTlsTarget | None = None
-) -> list[tuple[int, str, int]]:
-    """Ask one broker, once and without credentials, for the cluster's brokers: [(node_id, host, port)]."""
-    connection = await open_broker_connection(
-        host, port, client_id="sluice-discovery", tls=tls, sasl=None, timeout_s=_ATTEMPT_TIMEOUT_S
-    )
-    try:
-        version = connection.version_for(METADATA, "Metadata")
-        body = await connection.request(
-            METADATA, version, encode_metadata_request(version, [], False), _ATTEMPT_TIMEOUT_S
-        )
-        answer = decode_metadata(version, body)
-    finally:
-        connection.close()
-    return [(b.node_id, b.host, b.port) for b in answer.brokers.values()]

@@ -137,9 +137,9 @@ async def _serve(
     server.enable_reload(path, overrides or {})
     await server.start()
     # What exists now (modules, codec tables, the configuration) lives as long as the process: out of the
-    # cyclic collector's way, a full collection under load took 0.2 ms instead of 25-30 ms, a stall every
-    # requests queued behind (measured with gc.callbacks at 36,000 Produce requests/s). Start-up's own
-    # garbage is collected first, or it would be kept for good.
+    # cyclic collector's way, a full collection under load walks only what requests made, not all of it,
+    # and every request queued behind it waits less (docs/architecture.md). Start-up's own garbage is
+    # collected first, or it would be kept for good.
     gc.collect()
     gc.freeze()
     return await server.run_until_stopped()

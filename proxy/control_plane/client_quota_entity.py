@@ -38,14 +38,6 @@ class ClientQuotaEntity:
     def is_ip(self) -> bool:
         return self.ip is not None
 
-    def types(self) -> dict[str, EntityName]:
-        """Kafka's entries map: type -> name (DEFAULT for the default), only the types present."""
-        found: dict[str, EntityName] = {}
-        for kind, name in ((USER, self.user), (CLIENT_ID, self.client_id), (IP, self.ip)):
-            if name is not None:
-                found[kind] = name
-        return found
-
     def wire_parts(self) -> tuple[WirePart, ...]:
         """The entity as the APIs carry it: (type, name) pairs, None for the default, users first."""
         # Spelled out: a describe of a large store calls this for every entity.

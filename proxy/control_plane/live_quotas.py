@@ -56,10 +56,6 @@ class LiveQuotas:
         self._topic_settings: TopicQuotaSettings | None = None
         self._applied: dict[ClientQuotaEntity, dict[str, float]] = {}
 
-    def applied(self) -> dict[ClientQuotaEntity, dict[str, float]]:
-        """The client and IP quotas in force (a copy)."""
-        return {entity: dict(values) for entity, values in self._applied.items()}
-
     def apply(self, quotas: QuotaMap) -> list[QuotaChange]:
         """Make `quotas` the quotas in force, changing only what differs; returns the changes made."""
         changes: list[QuotaChange] = []

@@ -4,9 +4,8 @@ A connection stops reading its client for many reasons (waiting for request memo
 connect, for a throttle to pass, for the entity's gate, for a broker that stopped reading). While it does
 not read, it cannot see the client's close: the event loop only reports the end of a stream it reads to.
 Such connections lived on until the wait ended (a throttle of minutes, a broker that never came back),
-holding their upstream connection, their held requests and their share of the request memory: after
-the brokers failed, 199 MB stayed reserved for 3 clients long gone, and 7 closed connections were held
-until the proxy stopped.
+holding their upstream connection, their held requests and their share of the request memory for
+clients long gone.
 
 `PeerWatch` asks the kernel instead: every client socket is registered, once, in an epoll set of the
 proxy's own for EPOLLRDHUP (the peer shut down its side; a reset also reports EPOLLHUP/EPOLLERR), and

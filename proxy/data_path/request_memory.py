@@ -1,11 +1,12 @@
-"""The proxy-wide budget for request bytes still arriving (issue 14 item 2; Kafka's queued.max.request.bytes).
+"""The proxy-wide budget for request bytes still arriving (Kafka's queued.max.request.bytes): many slow
+senders of large frames cannot together take the memory the others need.
 
 A frame that does not arrive in one read is buffered until it is whole. As soon as its length prefix is
 read, the connection reserves the frame's whole size here; when that does not fit, the connection stops
 being read until enough is released, and waiting connections are served in turn. Reserving the whole
 frame up front (as Kafka's memory pool does) means a connection that holds a reservation can always
 finish its frame, so the budget cannot deadlock; a connection waiting holds at most the one read it
-already had. Before this, 8 connections each sending 95 MiB of one frame took the proxy to 801 MB.
+already had.
 """
 
 from __future__ import annotations

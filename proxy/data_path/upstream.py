@@ -4,8 +4,10 @@ broker's bytes and flow-control events to the `ClientSide` it serves."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Protocol, cast
+
+from ..outbound.broker_connect import connect_broker
 
 if TYPE_CHECKING:
     from ..listeners.tls import UpstreamTlsTarget
@@ -22,24 +24,6 @@ class UpstreamUnreachable(Exception):
     def __init__(self, tried: list[str]) -> None:
         super().__init__(", ".join(tried))
         self.tried = tried
-
-
-def connect_broker(
-    loop: asyncio.AbstractEventLoop,
-    protocol: Callable[[], asyncio.Protocol],
-    host: str,
-    port: int,
-    tls: UpstreamTlsTarget | None,
-    bind_address: str | None,
-) -> Awaitable[tuple[asyncio.BaseTransport, asyncio.Protocol]]:
-    """The connection to a broker, with TLS when `tls` is given, from `bind_address` when given
-    (`upstream.bind_address`: every connection to the brokers comes from that one address)."""
-    options: dict[str, Any] = {}
-    if tls is not None:
-        options.update(ssl=tls.context, server_hostname=tls.hostname_for(host))
-    if bind_address is not None:
-        options["local_addr"] = (bind_address, 0)
-    return loop.create_connection(protocol, host, port, **options)
 
 
 async def connect_first(

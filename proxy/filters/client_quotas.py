@@ -9,7 +9,7 @@ What is charged (spec 2.7, 3):
   from a broker, which charges its handler threads; see docs/quotas.md). SaslHandshake, SaslAuthenticate
   and ApiVersions are not charged and create no sensor: a broker's authenticator answers them outside the
   request quota on SASL listeners (spec 3), and charging the one request any client sends before it logs
-  in let 100,000 client-ids make 100,000 sensors (issue 14). Their CPU time is dropped, not carried over.
+  in would let a client cycling client-ids make a sensor per id. Their CPU time is dropped, not carried over.
 
 A Produce, Fetch or ShareFetch of a version beyond the chain's was never offered and is refused
 (`unoffered_version`, as the request gate refuses other APIs): one comparison, on the path every one of
@@ -398,9 +398,9 @@ class ClientQuotas(Filter):
 
 
 class ClientQuotasFactory(FilterFactory):
-    filter_class = ClientQuotas
-
     """The quota managers and settings every connection's ClientQuotas shares."""
+
+    filter_class = ClientQuotas
 
     def __init__(
         self,

@@ -290,9 +290,9 @@ class MutationQuotas(Filter):
 
 
 class MutationQuotasFactory(FilterFactory):
-    filter_class = MutationQuotas
-
     """What every connection's MutationQuotas shares: the quota manager, the topic cache, the metrics."""
+
+    filter_class = MutationQuotas
 
     def __init__(
         self,

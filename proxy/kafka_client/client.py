@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 # Small on purpose: the answer is checked (CRC32C) and decoded in one step on the loop, and kafka-python's
-# pure-Python CRC32C costs ~80 us per kB here (unless the `crc32c` C package is installed).
+# pure-Python CRC32C costs ~80 us per kB (unless the `crc32c` C package is installed).
 DEFAULT_FETCH_MAX_BYTES = 64 * 1024
 DEFAULT_FETCH_MAX_WAIT_MS = 500
 DEFAULT_RETRY = RetryPolicy()

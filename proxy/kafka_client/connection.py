@@ -30,7 +30,7 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request, read_correlation_id, response_header_size
 
-from ..data_path.upstream import connect_broker
+from ..outbound.broker_connect import connect_broker
 from .authenticate import authenticate
 from .errors import AuthenticationFailed, BrokerUnavailable, KafkaErrorCode, UnsupportedByBroker
 

@@ -31,7 +31,7 @@ def free_port_block(size: int, host: str = "127.0.0.1") -> int:
 
     Drawn below the kernel's ephemeral range, so an outgoing connection (a client, a broker's own port 0)
     cannot take one of them between this check and the proxy's bind; parallel test workers draw at random
-    and ProxyProcess retries with a new block should two still collide.
+    and the demo's SluiceChild (so the tests' ProxyProcess) retries with a new block should two collide.
     """
     high = min(_ephemeral_low(), 60000) - size
     for _ in range(200):

@@ -18,10 +18,6 @@ from sluice.protocol.apis import api_spec
 _KEYS = 128  # API keys seen in practice are < 100; larger keys are folded into the last slot.
 
 
-def _slot(api_key: int) -> int:
-    return api_key if 0 <= api_key < _KEYS - 1 else _KEYS - 1
-
-
 def api_name(api_key: int) -> str:
     spec = api_spec(api_key)
     return spec.name if spec is not None else f"Unknown{api_key}"
@@ -64,7 +60,7 @@ class ProxyMetrics:
         self.request_memory: Any = None  # the proxy's RequestMemory, read at scrape time
         self.broker_loads: Any = None  # the proxy's BrokerLoads, read at scrape time
 
-    # _slot, inline: these two run for every request and response.
+    # The slot computed inline (no helper call): these two run for every request and response.
     def count_request(self, api_key: int, size: int) -> None:
         slot = api_key if 0 <= api_key < _KEYS - 1 else _KEYS - 1
         self.requests[slot] += 1

@@ -2,7 +2,7 @@
 
 Our collectors read the quota engine's sensors, which only the event loop may touch, so they run on the
 loop (prometheus_client's own server would run them on a thread of its own). What they cost the data path
-is bounded (issue 14 item 3: a 20 MB scrape once stalled every client for 1.8 s):
+is bounded, since a scrape of many sensors done in one go would stall every client while it renders:
 
 * a collector with `collect_async` (the quota collector) hands the loop back every few hundred sensors;
 * the text is rendered off the loop, in a thread, from the families collected (plain values by then);

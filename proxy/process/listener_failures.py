@@ -1,4 +1,4 @@
-"""What the server does when a broker listener cannot open (issue 14 item 1), and when an entity finds the
+"""What the server does when a broker listener cannot open, and when an entity finds the
 quota engine's entity cap reached: logs and metrics, kept out of the server's life cycle.
 
 * A node learnt later (from a client's answer: Metadata, a coordinator, a KIP-951 NodeEndpoints entry)

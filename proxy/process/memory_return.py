@@ -1,7 +1,7 @@
 """After a spike of connections, give their memory back to the operating system.
 
-9,900 idle connections took the proxy from 43 to 146 MB, and it stayed at 148 MB after they closed. Three
-things held it:
+Memory taken by many connections stayed with the process after they closed (docs/architecture.md has the
+figures). Three things held it:
 
 * reference cycles through every closed connection (its pipeline, filters, gate and transports all point
   back at it): nothing freed them but a full run of the cyclic collector, which after start-up's

@@ -163,8 +163,6 @@ class SluiceServer:
         self._pending_listeners: set[asyncio.Task[None]] = set()
         self._remove_signal_handlers: Callable[[], None] = lambda: None
         self.reloader = QuotaReloader(self.quota_state, config)
-        # SIGHUP runs these (proxy/process/signals.py): quotas reload live.
-        self._reload_handlers: list[Callable[[], object]] = [self.reloader.reload]
         self.services = Services(self._services())
 
     def _services(self) -> list[Service]:
@@ -390,18 +388,13 @@ class SluiceServer:
         """Re-read `path` (with the start-up flags on top) on SIGHUP; without a file nothing is read."""
         self.reloader.source = (path, dict(overrides)) if path is not None else None
 
-    def add_reload_handler(self, handler: Callable[[], object]) -> None:
-        """Call `handler` on SIGHUP, after the quota reload."""
-        self._reload_handlers.append(handler)
-
     def request_reload(self) -> None:
         """SIGHUP: re-read the configuration file; a valid one applies its quotas live, an invalid one is
         refused with the key named and the running configuration stays. No connection is touched."""
-        for handler in list(self._reload_handlers):
-            try:
-                handler()
-            except Exception as exc:  # a reload must never take the proxy down
-                _log.error("reload_failed", error_type=type(exc).__name__)
+        try:
+            self.reloader.reload()
+        except Exception as exc:  # a reload must never take the proxy down
+            _log.error("reload_failed", error_type=type(exc).__name__)
 
     def status(self) -> dict[str, object]:
         """What SIGQUIT logs."""

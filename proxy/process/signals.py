@@ -1,8 +1,8 @@
-"""What each signal does to a running proxy: nothing but SIGKILL ends it without a drain (issue 14 item 5).
+"""What each signal does to a running proxy: nothing but SIGKILL ends it without a drain, so a client
+never loses a request an operator's signal could have let finish.
 
 * SIGTERM, SIGINT: stop — close the listeners, let forwarded requests get their answers, exit 0.
-* SIGHUP: reload the configuration (`SluiceServer.request_reload`: the quotas, and any handler added
-  with `add_reload_handler`).
+* SIGHUP: reload the configuration (`SluiceServer.request_reload`: the quotas apply live).
 * SIGQUIT: a status line in the log, and carry on (the JVM prints a thread dump on `kill -3` and carries
   on, so a Kafka operator expects it to be harmless).
 * SIGUSR1, SIGUSR2 and the other signals whose default is to terminate (SIGALRM, SIGVTALRM, SIGPROF,

@@ -37,6 +37,7 @@ from .demo_clients import (
     order_free_digest,
     read_back,
 )
+from .demo_processes import MockClusterChild, SluiceChild
 from .demo_report import (
     kbps,
     print_live,
@@ -47,8 +48,6 @@ from .demo_report import (
     traffic_table,
 )
 from .demo_usage import SavedUsage, save_usage_topic
-from .mock_cluster_process import MockCluster
-from .proxy_process import ProxyProcess
 
 PARTITIONS = 6
 BROKERS = 3
@@ -160,7 +159,7 @@ def run_demo(
     if broker_log is not None:
         broker_log.parent.mkdir(parents=True, exist_ok=True)
         broker_log.write_bytes(b"")
-    with MockCluster(brokers=BROKERS, topics=topics, log_path=broker_log) as cluster:
+    with MockClusterChild(brokers=BROKERS, topics=topics, log_path=broker_log) as cluster:
         reader = next(p for p in client_plans if p.consumer)
         history = min(MAX_HISTORY_BYTES, int((reader.quota or 0) * (seconds * 1.5 + 11)))
         filled = fill_topic(cluster.bootstrap, reader.topic, history)
@@ -168,7 +167,7 @@ def run_demo(
             f"  brokers at {cluster.bootstrap}; {filled:,} records written to {reader.topic} for the consumer"
         )
         proxies = {
-            route: ProxyProcess(
+            route: SluiceChild(
                 cluster.bootstrap,
                 extra_config={
                     "quota": {"sensor": sensors[route], "entities": _quota_entities(client_plans, route)},

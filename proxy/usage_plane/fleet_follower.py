@@ -63,7 +63,6 @@ class FollowerStats:
     batches: int = 0  # read from the topic (own ones included)
     rows_charged: int = 0
     bad_records: int = 0
-    fetch_failures: int = 0
 
 
 class FleetFollower:
@@ -135,7 +134,6 @@ class FleetFollower:
                 )[partition]
                 continue
             except (KafkaClientError, OSError) as exc:
-                self.stats.fetch_failures += 1
                 _log.debug("fleet_fetch_failed", topic=self.topic, partition=partition, error=str(exc))
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, _RETRY_S[1])

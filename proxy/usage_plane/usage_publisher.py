@@ -81,7 +81,6 @@ class UsageStats:
     messages_dropped: int = 0  # dropped from a full buffer: Kafka could not take them in time
     send_failures: int = 0
     buffered: int = 0
-    topic_ready: bool = False
 
 
 def wall_clock_ms() -> int:
@@ -182,7 +181,6 @@ class UsagePublisher:
             try:
                 if self._partition is None:
                     self._partition = await self._prepare_topic()
-                    self.stats.topic_ready = True
                 await self._ready.wait()
                 self._ready.clear()
                 await self._send_buffered()

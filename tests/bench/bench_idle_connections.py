@@ -24,14 +24,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the test broker and proxy handles
 
 from harness import BareRelayProcess, QuietProxy
 from kafka.protocol.metadata import ApiVersionsRequest
 from measurements import Record, measurement
+from mock_cluster_process import MockCluster
 from process_stats import open_fds, raise_fd_limit, rss_bytes
 
 from sluice.protocol.headers import encode_request_header, frame
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TARGET_KB = 30.0
 CONNECTIONS = 5_000

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the test broker and proxy handles
 
 from harness import (
     PYTHON,
@@ -35,8 +36,7 @@ from harness import (
     wire_load_command,
 )
 from measurements import Record, measurement, median
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
+from mock_cluster_process import MockCluster
 
 TARGET_ADDED_P99_MS = 0.5
 TOPIC = "latency"

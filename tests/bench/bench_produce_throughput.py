@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the test broker and proxy handles
 
 from harness import QuietProxy, display, perf_test_command, run_child
 from measurements import Record, measurement, median
+from mock_cluster_process import MockCluster
 from process_stats import cpu_seconds
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TARGET_RATIO = 0.95
 BROKERS = 3

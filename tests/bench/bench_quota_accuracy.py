@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the test broker and proxy handles
 
 from confluent_kafka import KafkaError, Producer
 from harness import QuietProxy
 from measurements import Record, measurement
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
+from mock_cluster_process import MockCluster
 
 QUOTA = 100_000  # producer_byte_rate, B/s
 TARGET_PERCENT = 2.0

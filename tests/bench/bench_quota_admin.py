@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measurements import Record, measurement
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 
 from sluice.protocol.api_keys import ApiKey
@@ -41,8 +43,6 @@ from sluice.protocol.client_requests import encode_produce_request
 from sluice.protocol.record_batches import Record as KafkaRecord
 from sluice.protocol.record_batches import encode_record_batch
 from sluice.protocol.throttle_field import read_throttle_ms
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 TOPIC = "bench-admin"
 PRODUCE_VERSION = 8

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the test broker and proxy handles
 
 # The same perf-test experiment as section 1, so the two sections compare like with like.
 from bench_produce_throughput import (
@@ -43,10 +44,9 @@ from bench_produce_throughput import (
 )
 from harness import QuietProxy, display, perf_test_command, run_child, run_windowed, wire_load_command
 from measurements import Record, measurement, median
+from mock_cluster_process import MockCluster
 from process_stats import cpu_seconds
 from wire_load import CLIENT_ID as WIRE_LOAD_CLIENT_ID
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 ROUNDS = 9  # throughput on this shared 2-core machine varies +-15 % run to run; medians need rounds
 PRODUCER_PROPS = {"acks": "1"}

@@ -38,9 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import BENCH_DIR, PYTHON, BareRelayProcess, QuietProxy, display, run_windowed
 from measurements import Record, measurement, median
+from mock_cluster_process import MockCluster  # tests/, put on the path by harness
 from process_stats import precise_user_system_seconds
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TARGET_RATIO = 1.2
 GIB = 1 << 30

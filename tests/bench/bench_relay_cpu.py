@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the test broker and proxy handles
 
 from bench_quota_overhead import _samples
 from harness import (
@@ -43,9 +44,8 @@ from harness import (
     wire_load_command,
 )
 from measurements import Record, measurement, median
+from mock_cluster_process import MockCluster
 from process_stats import cpu_seconds
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TARGET_CPU_S_PER_GIB = 0.6
 TARGET_RATIO_TO_RELAY = 1.3

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the test broker and proxy handles
 
 from harness import (
     BareRelayProcess,
@@ -39,8 +40,7 @@ from harness import (
     wire_load_command,
 )
 from measurements import Record, measurement, median
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
+from mock_cluster_process import MockCluster
 
 TARGET_PER_S = 50_000  # behind the mock cluster
 TARGET_FAST_UPSTREAM_PER_S = 150_000  # behind a broker that is not the bottleneck

@@ -41,9 +41,8 @@ from bench_relay_cpu import RECORD_BYTES, RECORDS_PER_REQUEST, wire_command
 from bench_relay_cpu import TOPIC as BULK_TOPIC
 from harness import QuietProxy, display, run_child, run_windowed
 from measurements import Record, measurement, median
+from mock_cluster_process import MockCluster
 from tls_certs import TestCA
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 GIB = 1 << 30
 ROUNDS = 3

@@ -26,11 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fleet_harness import QUOTA, admitted_per_interval, admitted_rate, fleet_config, read_usage
 from harness import QuietProxy, display, perf_test_command, run_child
 from measurements import Record, measurement, median
+from mock_cluster_process import MockCluster
 from process_stats import cpu_seconds
 from throttle_harness import FlatOutProducer
 from usage_topic_size import measure as measure_topic_size
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TARGET_RATIO = 0.98
 TARGET_ACCURACY_PERCENT = 5.0

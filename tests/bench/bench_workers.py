@@ -26,9 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_real_clients import GIB, PARTITIONS, QUOTA_ENTITIES, RECORD_BYTES, WORKLOADS, client_command
 from harness import REPO, QuietProxy, display
 from measurements import Record, measurement, median
+from mock_cluster_process import MockCluster  # tests/, put on the path by harness
 from process_stats import machine_busy_cpu_seconds, precise_user_system_seconds
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 PRODUCERS = 4
 RECORDS_EACH = 150_000

@@ -21,7 +21,9 @@ from typing import Any
 
 from process_stats import children_cpu_seconds, user_system_seconds
 
-from sluice.proxy.tools.proxy_process import ProxyProcess
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the test broker and proxy handles
+
+from proxy_process import ProxyProcess
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parents[1]

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the test broker and proxy handles
 
 import open_loop
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
+from mock_cluster_process import MockCluster
 
 pytestmark = pytest.mark.slow  # starts the test broker
 

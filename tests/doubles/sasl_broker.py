@@ -56,6 +56,7 @@ from scramp import ScramException, ScramMechanism
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS, rewrite_broker_addresses
+from sluice.protocol.client_requests import METADATA, decode_metadata, encode_metadata_request
 from sluice.protocol.codec_quirks import decode_body, encode_body
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import (
@@ -76,8 +77,8 @@ from sluice.protocol.sasl import (
     encode_authenticate_response,
     encode_handshake_response,
 )
-from sluice.proxy.cluster.discovery import fetch_brokers
 from sluice.proxy.filters.frames import with_body
+from sluice.proxy.kafka_client.connection import open_broker_connection
 from sluice.proxy.tools.mock_cluster import parse_bootstrap
 
 __all__ = ["SaslBrokerDouble"]
@@ -349,7 +350,7 @@ class SaslBrokerDouble:
         """One listener in front of each broker of the mock cluster."""
         try:
             first = parse_bootstrap(self._mock_bootstrap)[0]
-            brokers = await fetch_brokers(*first)
+            brokers = await _fetch_brokers(*first)
             for node_id, host, port in brokers:
                 accept = partial(self._accept, host, port)
                 server = await asyncio.start_server(accept, "127.0.0.1", 0, ssl=self._tls)
@@ -645,3 +646,17 @@ def _with_sasl_apis(version: int, body: memoryview, handshake_max_version: int) 
         )
     message.api_keys = sorted(entries, key=lambda entry: entry.api_key)
     return encode_body(message, version)
+
+
+async def _fetch_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
+    """Ask the mock cluster, once and without credentials, for its brokers: [(node_id, host, port)]."""
+    connection = await open_broker_connection(
+        host, port, client_id="sasl-broker-double", tls=None, sasl=None, timeout_s=5.0
+    )
+    try:
+        version = connection.version_for(METADATA, "Metadata")
+        body = await connection.request(METADATA, version, encode_metadata_request(version, [], False), 5.0)
+        answer = decode_metadata(version, body)
+    finally:
+        connection.close()
+    return [(b.node_id, b.host, b.port) for b in answer.brokers.values()]

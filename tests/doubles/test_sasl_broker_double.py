@@ -24,10 +24,9 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from mock_cluster_process import MockCluster
 from rawclient import RawClient
 from tls_certs import TestCA
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 USERS = {"alice": "alice-pw-7f3a", "bob": "bob-pw-91c2", "carol": "carol-pw-55d0"}
 PARTITIONS = 3

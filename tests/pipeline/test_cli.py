@@ -10,8 +10,7 @@ import sys
 
 import pytest
 from confluent_kafka import Producer
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
+from mock_cluster_process import MockCluster
 
 
 def sluice(*args: str, timeout: int = 400) -> subprocess.CompletedProcess[str]:

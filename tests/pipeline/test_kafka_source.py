@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Producer
+from mock_cluster_process import MockCluster
 from pyspark.sql import functions as F
 
 from sluice.pipeline.jobs.synth import SynthSpec, synth_usage
 from sluice.pipeline.kafka_offsets import plan_ranges
 from sluice.pipeline.usage_export import export_usage, usage_lines
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.quota.usage_records import VERSION, UsageBatch, UsageRow, encode_batch
 
 TOPIC, BAD_TOPIC, PARTITIONS = "_sluice_usage", "usage-with-bad", 4

@@ -8,12 +8,12 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 
 from sluice.pipeline.inputs import read_usage
 from sluice.pipeline.jobs.report import run_report
 from sluice.pipeline.jobs.whatif import run_whatif
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow
 # The proxy's usage publisher (issue 12) is another branch's work: until it is merged, the proxy would

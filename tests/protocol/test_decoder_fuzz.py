@@ -36,7 +36,6 @@ from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
-from kafka.protocol.producer.transaction import InitProducerIdResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -441,7 +440,6 @@ def _targets() -> list[Target]:
         _client_answer(client_requests.decode_fetch, FetchResponse, "ab", 1),
         _client_answer(client_requests.decode_list_offsets, ListOffsetsResponse, "ab"),
         _client_answer(client_requests.decode_create_topics, CreateTopicsResponse),
-        _client_answer(client_requests.decode_init_producer_id, InitProducerIdResponse),
         Target("record_batches.decode_records", record_batches.decode_records, _record_seeds()),
         Target(
             "api_versions_clamp.advertise_apis",

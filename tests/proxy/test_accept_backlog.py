@@ -17,11 +17,11 @@ import socket
 import struct
 import time
 
+from proxy_process import ProxyProcess
 from throttle_harness import metric_value
 
 from sluice.config.model import DEFAULT_LISTEN_BACKLOG, DEFAULT_RESERVED_OPEN_FILES
 from sluice.protocol.headers import encode_request
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 CONNECTIONS = 10_000
 API_VERSIONS_V0 = encode_request(18, 0, 7, "backlog", b"")

@@ -18,11 +18,10 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from shield_harness import NODES, BrokerIngress, PacedProducer
 from throttle_harness import metric_value
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients
 

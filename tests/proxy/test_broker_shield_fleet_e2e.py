@@ -11,10 +11,9 @@ import time
 
 import pytest
 from fleet_harness import read_usage
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from shield_harness import PacedProducer
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fleet")]
 

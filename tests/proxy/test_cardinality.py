@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 from throttle_harness import metric_value
 
 from sluice.protocol.headers import encode_request
 from sluice.proxy.filters.quota_metrics import SCRAPE_CHUNK, QuotaCollector, ThrottleStats
 from sluice.proxy.observability import metrics_http
-from sluice.proxy.tools.proxy_process import ProxyProcess
 from sluice.quota import ANONYMOUS, DEFAULT, QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
 
 API_VERSIONS, METADATA = 18, 3

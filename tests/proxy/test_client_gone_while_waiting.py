@@ -19,13 +19,13 @@ from collections.abc import Iterator
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 from throttle_harness import metric_value
 
 from sluice.protocol.client_requests import encode_produce_request
 from sluice.protocol.record_batches import Record, encode_record_batch
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # starts processes (the test broker, the proxy)
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
+from mock_cluster_process import MockCluster
 
 from sluice.proxy.tools.consume import HEADER, ConsumeResult, consume, main
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.perf_test import PerfTestError
 
 TOPIC = "consumed"

@@ -16,9 +16,9 @@ import re
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from mock_cluster_process import MockCluster
 
 from sluice.proxy.tools import demo, demo_clients
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 RUN_S = 15
 WARM_UP_S = 6

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 from throttle_harness import FlatOutProducer, metric_value
 from waiting import wait_until
 
 from sluice.proxy.listeners.ports import free_port_block, wait_for_port
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients
 

@@ -17,11 +17,10 @@ import time
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceResponse
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 from records import one_batch_produce
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients
 

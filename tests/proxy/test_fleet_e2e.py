@@ -40,10 +40,9 @@ from fleet_harness import (
     read_usage,
     slope,
 )
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from throttle_harness import FlatOutProducer, metric_value
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow
 

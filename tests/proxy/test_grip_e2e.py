@@ -27,10 +27,9 @@ from contextlib import contextmanager
 
 import pytest
 from broker_watch import BrokerWatch
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from throttle_harness import metric_value
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients
 

@@ -12,12 +12,12 @@ import pytest
 from doubles.group_broker import GroupBrokerDouble
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka_schemas import SHARED_MISSING
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 from schema_codec import encode, message_schema
 from throttle_harness import metric_value
 
 from sluice.protocol.api_keys import ApiKey
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = [
     pytest.mark.slow,  # end to end: the real proxy, a real admin client

@@ -8,6 +8,7 @@ import os
 
 import pytest
 import structlog
+from mock_cluster_process import MockCluster
 
 from sluice.proxy.kafka_client import (
     BrokerUnavailable,
@@ -19,7 +20,6 @@ from sluice.proxy.kafka_client import (
     RetryPolicy,
     TopicCreation,
 )
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TOPIC = "own-client"
 PARTITIONS = 3

@@ -10,6 +10,8 @@ import ssl
 import pytest
 from doubles.admin_broker import AdminBrokerDouble
 from doubles.sasl_broker import SaslBrokerDouble
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from tls_certs import TestCA
 
 from sluice.config.client_settings import ClientSasl, Secret
@@ -26,8 +28,6 @@ from sluice.proxy.kafka_client import (
 )
 from sluice.proxy.kafka_client.connection import _tls_failure, open_broker_connection
 from sluice.proxy.listeners.tls import UpstreamTlsTarget, upstream_context
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 TOPIC = "secured"
 PASSWORD = "s3cret-Pa55word-never-logged"

@@ -19,12 +19,12 @@ import pytest
 import yaml
 from confluent_kafka import KafkaError, Producer
 from doubles.sasl_broker import SaslBrokerDouble
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from throttle_harness import metric_value
 from waiting import wait_until
 
 from sluice.proxy.listeners.ports import free_port_block
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 REPO = Path(__file__).resolve().parents[2]
 

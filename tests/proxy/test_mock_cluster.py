@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from mock_cluster_process import MockCluster
 
 from sluice.proxy.listeners.ports import free_port_block
 from sluice.proxy.tools.mock_cluster import MockClusterError, TopicSpec, parse_bootstrap, parse_topic_spec
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 TOPIC = "orders"
 PARTITIONS = 6

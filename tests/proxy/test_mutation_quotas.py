@@ -27,12 +27,12 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 from kafka.protocol.metadata import MetadataRequest
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 from throttle_harness import metric_value
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import response_header_size
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients
 

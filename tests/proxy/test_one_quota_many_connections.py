@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from mock_cluster_process import MockCluster
 from produce_flood import ProduceFlood
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
+from proxy_process import ProxyProcess
 
 QUOTA = 50_000  # bytes/s
 TOPIC = "one-quota"

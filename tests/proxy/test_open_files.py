@@ -13,11 +13,11 @@ import struct
 from collections.abc import Iterator
 
 import pytest
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from throttle_harness import metric_value
 
 from sluice.protocol.headers import encode_request
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # starts processes (the test broker, the proxy)
 

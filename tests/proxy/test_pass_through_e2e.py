@@ -18,12 +18,12 @@ import pytest
 from doubles.wire_tap import WireTap
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import encode_request
 from sluice.proxy.data_path.connection import STREAM_HEAD_BYTES, STREAM_MIN_FRAME_BYTES
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # the mock cluster and proxy processes
 

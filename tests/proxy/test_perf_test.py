@@ -8,8 +8,8 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from mock_cluster_process import MockCluster
 
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.perf_test import (
     PerfResult,
     PerfStats,

@@ -9,12 +9,11 @@ import pytest
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 from records import one_batch_produce
 from throttle_harness import metric_value
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients
 

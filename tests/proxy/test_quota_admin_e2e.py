@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka_configs import KafkaConfigs
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 
 from sluice.protocol.client_quota_codec import (
@@ -27,8 +29,6 @@ from sluice.protocol.client_quota_codec import (
     encode_describe_request,
 )
 from sluice.proxy.kafka_client import KafkaClient
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 VERSIONS = (0, 1)
 

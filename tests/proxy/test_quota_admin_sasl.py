@@ -14,6 +14,8 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 
 from sluice.protocol.client_quota_codec import (
@@ -28,8 +30,6 @@ from sluice.protocol.client_quota_codec import (
     encode_alter_request,
     encode_describe_request,
 )
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 USERS = {"admin": "admin-pw-1c2d", "ops": "ops-pw-77ab", "app": "app-pw-0f3e", "sluice": "sluice-pw-9e8d"}
 

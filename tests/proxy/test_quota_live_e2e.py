@@ -16,11 +16,10 @@ from collections.abc import Iterator
 import pytest
 import yaml
 from kafka.protocol.metadata import ApiVersionsRequest
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 from throttle_harness import FlatOutProducer, TrafficSampler, metric_value
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 TOPIC = "live"
 QUOTA = 200_000

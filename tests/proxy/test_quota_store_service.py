@@ -9,6 +9,7 @@ import time
 
 import pytest
 import structlog
+from mock_cluster_process import MockCluster
 
 from sluice.config import load_config
 from sluice.config.quota_settings import QuotaStoreSettings
@@ -18,7 +19,6 @@ from sluice.proxy.control_plane.quota_records import encode_key, encode_value
 from sluice.proxy.control_plane.quota_state import QuotaState
 from sluice.proxy.control_plane.quota_store_service import QuotaStoreService, StoreUnavailable
 from sluice.proxy.kafka_client import KafkaClient, Record, RetryPolicy
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 BASE = {"listen": "127.0.0.1:9092", "upstream.bootstrap": ["kafka:19092"]}
 FAST_RETRY = RetryPolicy(initial_s=0.02, max_s=0.2)

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from doubles.quota_broker import QuotaBrokerDouble
 from doubles.sasl_broker import SaslBrokerDouble
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from tls_certs import TestCA
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow
 USERS = {"admin": "admin-pw-51aa", "app": "app-pw-9c0d", "sluice": "sluice-pw-3e7f"}

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 from doubles.quota_broker import QuotaBrokerDouble
+from mock_cluster_process import MockCluster
 
 from sluice.config import load_config
 from sluice.proxy.control_plane.client_quota_entity import ClientQuotaEntity
 from sluice.proxy.control_plane.quota_state import QuotaState
 from sluice.proxy.control_plane.quota_store_service import QuotaStoreService
 from sluice.proxy.kafka_client import KafkaClient
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.quotas import import_quotas
 from sluice.quota import DEFAULT
 

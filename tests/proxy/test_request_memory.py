@@ -12,11 +12,10 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 from doubles.sasl_broker import SaslBrokerDouble
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from throttle_harness import metric_value
 from waiting import wait_until
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 MIB = 1 << 20
 

@@ -11,13 +11,13 @@ import socket
 import pytest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from mock_cluster_process import MockCluster
 from rawclient import RawClient
 
 from sluice.config.load import load_config
 from sluice.config.model import ProxyConfig
 from sluice.proxy.listeners.ports import free_port_block
 from sluice.proxy.process.server import SluiceServer
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 from sluice.proxy.tools.perf_test import run_perf_test
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients

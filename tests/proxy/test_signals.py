@@ -1,24 +1,25 @@
-"""Signals (issue 14 item 5): nothing but SIGKILL ends the proxy without a drain.
+"""Signals: nothing but SIGKILL ends the proxy without a drain.
 
 SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT and the other signals whose default action is to terminate are logged and
-leave the proxy serving; SIGHUP runs the server's reload handlers (issue 11 registers the real one). SIGTERM
-and SIGINT drain and exit 0.
+leave the proxy serving; SIGHUP re-reads the configuration file. SIGTERM and SIGINT drain and exit 0.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from pathlib import Path
 
 import pytest
+import yaml
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 
 from sluice.config.load import load_config
 from sluice.proxy.listeners.ports import free_port_block
 from sluice.proxy.process.server import SluiceServer
 from sluice.proxy.process.signals import IGNORED_SIGNALS
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 
 def api_versions_ok(port: int) -> bool:
@@ -62,28 +63,29 @@ def test_term_and_int_drain_and_exit_0(cluster, name: str) -> None:
         proxy.wait_for_event("shutdown_complete")
 
 
-async def test_sighup_runs_the_registered_reload_handlers(cluster) -> None:
+async def test_sighup_reloads_the_configuration_file(cluster, tmp_path: Path) -> None:
     base = free_port_block(8)
-    config = load_config(
-        None,
-        {
-            "listen": f"127.0.0.1:{base}",
-            "upstream.bootstrap": cluster.bootstrap,
-            "broker_port_base": base + 1,
-            "log.level": "warning",
-        },
+    path = tmp_path / "sluice.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "listen": f"127.0.0.1:{base}",
+                "upstream": {"bootstrap": cluster.bootstrap.split(",")},
+                "broker_port_base": base + 1,
+                "log": {"level": "warning"},
+            }
+        )
     )
-    server = SluiceServer(config)
+    server = SluiceServer(load_config(str(path), {}))
+    server.enable_reload(str(path), {})
     await server.start()  # the signal handlers are in place from here on
-    calls: list[str] = []
-    server.add_reload_handler(lambda: calls.append("reload"))
     running = asyncio.create_task(server.run_until_stopped())
     try:
         signal.raise_signal(signal.SIGHUP)
         async with asyncio.timeout(10):
-            while not calls:
-                await asyncio.sleep(0.01)  # a poll: the handler's call is the event
-        assert calls == ["reload"]
+            while server.reloader.reloads == 0:
+                await asyncio.sleep(0.01)  # a poll: the reload's count is the event
+        assert (server.reloader.reloads, server.reloader.failures) == (1, 0)
         assert not running.done()
     finally:
         server.request_stop()

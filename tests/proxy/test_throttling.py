@@ -22,11 +22,10 @@ import uuid
 from collections import deque
 
 import pytest
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from records import digest
 from throttle_harness import FlatOutProducer, TrafficSampler, metric_value, metric_values
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients
 

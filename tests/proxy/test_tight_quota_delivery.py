@@ -27,9 +27,8 @@ from typing import NamedTuple
 import pytest
 from batch_log import as_a_broker_keeps, read_batches
 from confluent_kafka import Producer
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow
 

@@ -9,13 +9,13 @@ import time
 import pytest
 from fleet_harness import read_usage
 from kafka.protocol.producer import ProduceRequest
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 from rawclient import RawClient
 from records import one_batch_produce, produced_records
 from throttle_harness import FlatOutProducer, metric_value
 from waiting import wait_until
 
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 from sluice.quota.usage_records import SCHEMA, VERSION
 
 pytestmark = pytest.mark.slow  # end to end: real processes, real clients

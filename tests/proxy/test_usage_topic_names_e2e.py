@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from mock_cluster_process import MockCluster
+from proxy_process import ProxyProcess
 
 from sluice.proxy.tools.demo_usage import save_usage_topic
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.slow
 TOPIC, RECORDS = "history", 30

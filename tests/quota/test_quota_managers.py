@@ -80,13 +80,6 @@ def test_request_time_units_are_percent_of_one_thread() -> None:
     assert manager.sensor_for(ANONYMOUS, "test-client", 0).measure(0) == pytest.approx(1.0)
 
 
-def test_network_time_is_recorded_without_a_check_and_weighs_on_the_next_request() -> None:
-    manager = _v14_manager()
-    # 105 ms = 10.5 %·s over the fresh 10 s window: 1.05 % against a 1 % quota.
-    manager.record_network_time_ns(ANONYMOUS, "test-client", 105_000_000, 0)
-    assert manager.record_request_time_ns(ANONYMOUS, "test-client", 0, 0) == 500
-
-
 # V17: getMaxValueInQuotaWindow.
 def test_v17_fetch_size_cap() -> None:
     small = ClientQuotaManager(QuotaKey.CONSUMER_BYTE_RATE, QuotaWindow(num_samples=4, size_s=1))
@@ -129,7 +122,6 @@ def test_nothing_is_recorded_and_no_sensor_exists_without_quotas() -> None:
     manager = ClientQuotaManager(QuotaKey.PRODUCER_BYTE_RATE)
     assert not manager.quotas_enabled
     assert manager.record_and_get_throttle_ms("u", "c", 10**12, 0) == 0
-    manager.record_no_throttle("u", "c", 10**12, 0)
     manager.unrecord("u", "c", 10**12, 0)
     assert list(manager.sensors()) == []
 

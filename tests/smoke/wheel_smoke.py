@@ -16,8 +16,14 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
-from sluice.proxy.tools.mock_cluster_process import MockCluster
-from sluice.proxy.tools.proxy_process import ProxyProcess
+# tests/: the suite's handles on the test broker and the proxy (the product they start is the wheel's).
+# Off the path again at once: tests/ has folders named config/, proxy/..., and `import config` must fail.
+TESTS = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, TESTS)
+from mock_cluster_process import MockCluster  # noqa: E402
+from proxy_process import ProxyProcess  # noqa: E402
+
+sys.path.remove(TESTS)
 
 RECORDS = 200
 

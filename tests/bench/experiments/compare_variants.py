@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/: the test broker and proxy handles
 
 from harness import PYTHON, run_child, run_windowed, wire_load_command
-
-from sluice.proxy.tools.mock_cluster_process import MockCluster
+from mock_cluster_process import MockCluster
 
 GIB = 1 << 30
 

@@ -26,12 +26,13 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/: the test broker and proxy handles
 
 import bench_relay_cpu
 from harness import BENCH_DIR, CannedBrokerProcess, run_child, wire_load_command
+from mock_cluster_process import MockCluster
 
 from sluice.proxy.listeners.ports import free_port_block
-from sluice.proxy.tools.mock_cluster_process import MockCluster
 
 SMALL = {"kind": "produce", "topic": "small", "record_bytes": 100, "records": 1, "connections": 8,
          "in_flight": 256, "batch": 32, "check_every": 5000}  # fmt: skip
