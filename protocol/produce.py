@@ -17,7 +17,7 @@ from sluice.protocol.primitives import (
     skip_compact_nullable_string,
     skip_nullable_string,
 )
-from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, Topic
+from sluice.protocol.produce_stream import LAST_WITH_TOPIC_NAMES, Topic
 
 _FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.PRODUCE]
 REQUEST_TIMED_OUT = 7  # Kafka's error code: retriable, the request was not completed in time
@@ -64,11 +64,11 @@ def produce_error_body(
 ) -> bytes:
     """The body of a Produce response that fails every partition of the request with `error_code` (no
     offsets: nothing was written), as a broker answers a request it did not append."""
-    by_id = api_version > LAST_WITH_TOPIC_NAMES
+    key = "topic_id" if api_version > LAST_WITH_TOPIC_NAMES else "name"
     responses = [
         {
             # kafka-python's codec takes a topic id as its text form.
-            "topic_id" if by_id else "name": str(uuid.UUID(bytes=topic)) if by_id else topic,
+            key: str(uuid.UUID(bytes=topic)) if isinstance(topic, bytes) else topic,
             "partition_responses": [
                 {"index": index, "error_code": error_code, "base_offset": -1} for index in indexes
             ],

@@ -1,17 +1,11 @@
 """Per-topic record bytes of a Produce request or a Fetch response, without decoding a single record.
 
 Usage records report each entity's traffic per topic. The data path never decodes Produce or Fetch
-bodies, so this module walks only their topic/partition structure with struct offsets and adds up the
-length of each partition's record set (the `records` field: its byte length, 0 when null). Every version
-Kafka knows is covered:
+bodies, so only their topic/partition structure is walked, adding up the length of each partition's
+record set (the `records` field: its byte length, 0 when null). A Produce request's is the one walk of
+protocol/produce_stream.py; a Fetch response's is walked here, with struct offsets. Every version Kafka
+knows is covered:
 
-Produce request body (after the request header)
-    v3+  transactional_id   nullable string (compact from v9)
-         acks int16, timeout_ms int32
-         topics [ name string (v0-12) | topic_id uuid (v13+),
-                  partitions [ index int32, records nullable bytes, tagged fields (v9+) ],
-                  tagged fields (v9+) ]
-         tagged fields (v9+)
 Fetch response body (after the response header)
     v1+  throttle_time_ms int32;  v7+ error_code int16, session_id int32
          topics [ topic string (v0-12) | topic_id uuid (v13+),
@@ -33,55 +27,23 @@ returned as names, or (v13+, which name topics by id) as the 16-byte topic id.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
-from sluice.protocol.apis import API_SPECS
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.apis import API_SPECS, FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.primitives import Buffer
+from sluice.protocol.primitives import Buffer, read_uvarint, skip_tagged_fields
+from sluice.protocol.produce_stream import Topic, TopicBytes, walk_produce_body
 
 __all__ = ["TopicBytes", "fetch_topic_bytes", "produce_topic_bytes"]
 
-TopicKey = str | bytes
-TopicBytes = list[tuple[TopicKey, int]]
-
-_PRODUCE, _FETCH = 0, 1
-_PRODUCE_MAX = API_SPECS[_PRODUCE].max_version
-_FETCH_MAX = API_SPECS[_FETCH].max_version
-_FLEXIBLE_FROM = 9, 12  # Produce, Fetch
-_TOPIC_ID_FROM = 13  # both
+_FETCH_MAX = API_SPECS[ApiKey.FETCH].max_version
+_FETCH_FLEXIBLE_FROM = FLEXIBLE_FROM[ApiKey.FETCH]
+_TOPIC_ID_FROM = 13
 _UUID = 16
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
-
-
-def _uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
-    """(value, next position) of an unsigned varint; the one-byte case is inlined by the callers."""
-    result = shift = 0
-    while True:
-        if pos >= end:
-            raise IndexError("unsigned varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("unsigned varint longer than 5 bytes")
-
-
-def _skip_tagged(buf: Buffer, pos: int, end: int) -> int:
-    count = buf[pos] if pos < end else -1
-    if count == 0:
-        return pos + 1
-    count, pos = _uvarint(buf, pos, end)
-    for _ in range(count):
-        _tag, pos = _uvarint(buf, pos, end)
-        size, pos = _uvarint(buf, pos, end)
-        pos += size
-        if pos > end:
-            raise IndexError("tagged field")
-    return pos
 
 
 def _length(buf: Buffer, pos: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
@@ -89,7 +51,7 @@ def _length(buf: Buffer, pos: int, end: int, flexible: bool, wide: bool) -> tupl
     if flexible:
         if pos < end and buf[pos] < 0x80:
             return buf[pos] - 1, pos + 1
-        value, pos = _uvarint(buf, pos, end)
+        value, pos = read_uvarint(buf, pos)
         return value - 1, pos
     if wide:
         if pos + 4 > end:
@@ -107,7 +69,7 @@ def _count(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]:
     return count, pos
 
 
-def _topic(buf: Buffer, pos: int, end: int, flexible: bool, by_id: bool) -> tuple[TopicKey, int]:
+def _topic(buf: Buffer, pos: int, end: int, flexible: bool, by_id: bool) -> tuple[Topic, int]:
     if by_id:
         stop = pos + _UUID
         if stop > end:
@@ -133,10 +95,12 @@ def _records(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]
     return length, pos
 
 
-def _finish(reason: str, walk, buf: Buffer) -> TopicBytes:
+def _finish(reason: str, walk: Callable[[Buffer, int], tuple[TopicBytes, int]], buf: Buffer) -> TopicBytes:
     end = len(buf)
     try:
         found, pos = walk(buf, end)
+    except ProtocolError as exc:  # from a primitive reader
+        raise ProtocolError(reason, exc.detail or exc.reason) from None
     except (IndexError, struct.error) as exc:
         raise ProtocolError(reason, f"truncated: {exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -206,52 +170,7 @@ def _classic_topics(
 
 def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
     """[(topic, record bytes)] of a Produce request body, one entry per topic in the request."""
-    if not 0 <= api_version <= _PRODUCE_MAX:
-        raise ProtocolError("unsupported_version", f"Produce v{api_version}")
-    if api_version < _FLEXIBLE_FROM[0]:
-
-        def classic(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
-            pos = 0
-            if api_version >= 3:  # transactional_id
-                length = _I16(buf, 0)[0]
-                pos = 2 + (length if length > 0 else 0)
-                if length < -1:
-                    raise ValueError(f"transactional_id length {length}")
-            return _classic_topics(buf, pos + 6, end, 4, False)  # after acks, timeout_ms; partition index
-
-        return _finish("bad_produce_request", classic, body)
-    flexible = api_version >= _FLEXIBLE_FROM[0]
-    by_id = api_version >= _TOPIC_ID_FROM
-    has_transactional_id = api_version >= 3
-
-    def walk(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
-        pos = 0
-        if has_transactional_id:
-            length, pos = _length(buf, pos, end, flexible, False)
-            if length < -1:
-                raise ValueError(f"transactional_id length {length}")
-            if length > 0:
-                pos += length
-        pos += 6  # acks, timeout_ms
-        found: TopicBytes = []
-        topics, pos = _count(buf, pos, end, flexible)
-        for _ in range(topics):
-            topic, pos = _topic(buf, pos, end, flexible, by_id)
-            partitions, pos = _count(buf, pos, end, flexible)
-            total = 0
-            for _ in range(partitions):
-                size, pos = _records(buf, pos + 4, end, flexible)  # after the partition index
-                total += size
-                if flexible:
-                    pos = _skip_tagged(buf, pos, end)
-            if flexible:
-                pos = _skip_tagged(buf, pos, end)
-            found.append((topic, total))
-        if flexible:
-            pos = _skip_tagged(buf, pos, end)
-        return found, pos
-
-    return _finish("bad_produce_request", walk, body)
+    return walk_produce_body(api_version, body).topic_bytes()
 
 
 def _fetch_partition_fixed(api_version: int) -> int:
@@ -268,7 +187,7 @@ def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
     """[(topic, record bytes)] of a Fetch response body, one entry per topic in the response."""
     if not 0 <= api_version <= _FETCH_MAX:
         raise ProtocolError("unsupported_version", f"Fetch v{api_version}")
-    flexible = api_version >= _FLEXIBLE_FROM[1]
+    flexible = api_version >= _FETCH_FLEXIBLE_FROM
     by_id = api_version >= _TOPIC_ID_FROM
     fixed = _fetch_partition_fixed(api_version)
     has_aborted = api_version >= 4
@@ -294,18 +213,18 @@ def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
                     aborted, pos = _count(buf, pos, end, flexible)
                     if flexible:
                         for _ in range(aborted):
-                            pos = _skip_tagged(buf, pos + 16, end)  # producer_id, first_offset
+                            pos = skip_tagged_fields(buf, pos + 16)  # producer_id, first_offset
                     elif aborted > 0:
                         pos += 16 * aborted
                 size, pos = _records(buf, pos + replica, end, flexible)
                 total += size
                 if flexible:
-                    pos = _skip_tagged(buf, pos, end)
+                    pos = skip_tagged_fields(buf, pos)
             if flexible:
-                pos = _skip_tagged(buf, pos, end)
+                pos = skip_tagged_fields(buf, pos)
             found.append((topic, total))
         if flexible:
-            pos = _skip_tagged(buf, pos, end)
+            pos = skip_tagged_fields(buf, pos)
         return found, pos
 
     return _finish("bad_fetch_response", walk, body)

@@ -29,8 +29,8 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, response_header_size
-from sluice.protocol.produce_stream import ProduceTopicStream
-from sluice.protocol.record_sets import TopicBytes, fetch_topic_bytes, produce_topic_bytes
+from sluice.protocol.produce_stream import ProduceTopicStream, TopicBytes, produce_body
+from sluice.protocol.record_sets import fetch_topic_bytes
 from sluice.protocol.topic_metadata import TOPIC_IDS_METADATA_VERSION, decode_topic_partitions
 from sluice.quota.usage_ledger import EntityUsage, UsageLedger
 
@@ -90,7 +90,7 @@ class UsageRecording:
             frame.observe(_StreamedProduce(self, user, header, len(frame), broker))
             return
         try:
-            found = produce_topic_bytes(header.api_version, memoryview(frame)[4 + header.size :])
+            found = produce_body(frame, header).topic_bytes()  # the walk a topic quota made, if one did
         except ProtocolError:
             return
         self.produced(user, header.client_id, found, broker)
