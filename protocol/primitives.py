@@ -158,7 +158,8 @@ def length_steps(flexible: bool, wide: bool) -> Steps[int]:
         return (yield from uvarint_steps()) - 1
     piece = yield 4 if wide else 2
     assert piece is not None
-    return (INT32_UNPACK if wide else INT16_UNPACK)(piece)[0]
+    length: int = (INT32_UNPACK if wide else INT16_UNPACK)(piece)[0]
+    return length
 
 
 def tagged_fields_steps() -> Steps[None]:

@@ -17,7 +17,7 @@ from sluice.protocol.primitives import (
     skip_compact_nullable_string,
     skip_nullable_string,
 )
-from sluice.protocol.produce_stream import LAST_WITH_TOPIC_NAMES, Topic
+from sluice.protocol.record_sets import LAST_WITH_TOPIC_NAMES, Topic
 
 _FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.PRODUCE]
 REQUEST_TIMED_OUT = 7  # Kafka's error code: retriable, the request was not completed in time
@@ -35,6 +35,8 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
     version = header.api_version
     if 3 <= version < _FIRST_FLEXIBLE and len(frame) >= pos + 4:
         # The common case, read at once: a null transactional_id (length -1), then acks.
+        null: int
+        acks: int
         null, acks = _NULL_ID_THEN_ACKS(frame, pos)
         if null == -1:
             return acks

@@ -1,4 +1,5 @@
-"""What a Produce request writes where, read from the one walk of its structure (protocol/produce_stream.py):
+"""What a Produce request writes where, read from the one walk of its structure (protocol/record_sets.py,
+kept per request by protocol/produce_stream.py):
 (topic, record bytes) per partition for the quotas that charge by topic, each topic's partition indexes for
 an answer that must list them.
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader
 from sluice.protocol.primitives import Buffer
-from sluice.protocol.produce_stream import LAST_WITH_TOPIC_NAMES, Topic, produce_body
+from sluice.protocol.produce_stream import produce_body
+from sluice.protocol.record_sets import LAST_WITH_TOPIC_NAMES, Topic
 
 __all__ = [
     "LAST_WITH_TOPIC_NAMES",
@@ -36,7 +38,7 @@ def produce_partition_sizes(frame: Buffer, header: RequestHeader) -> list[tuple[
         raise ProtocolError("unsupported_version", f"Produce v{version} names topics by id")
     return [
         (topic, size)
-        for topic, partitions in produce_body(frame, header).topics
+        for topic, _total, partitions in produce_body(frame, header).topics
         if isinstance(topic, str)  # always, below v13
         for _index, size in partitions
     ]
@@ -47,7 +49,7 @@ def produce_partitions(frame: Buffer, header: RequestHeader) -> list[tuple[Topic
     in request order: what an answer to the request must list. ProtocolError('bad_produce_request') for a
     malformed body."""
     found: dict[Topic, list[int]] = {}
-    for topic, partitions in produce_body(frame, header).topics:
+    for topic, _total, partitions in produce_body(frame, header).topics:
         found.setdefault(topic, []).extend(index for index, _size in partitions)
     return list(found.items())
 
@@ -59,9 +61,9 @@ def produce_topic_sizes(frame: Buffer, header: RequestHeader) -> dict[str, int] 
     if header.api_version > LAST_WITH_TOPIC_NAMES:
         return None
     totals: dict[str, int] = {}
-    for topic, partitions in produce_body(frame, header).topics:
+    for topic, size, _partitions in produce_body(frame, header).topics:
         if isinstance(topic, str):  # always, below v13
-            totals[topic] = totals.get(topic, 0) + sum(size for _index, size in partitions)
+            totals[topic] = totals.get(topic, 0) + size
     return totals
 
 

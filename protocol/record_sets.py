@@ -1,11 +1,17 @@
-"""Per-topic record bytes of a Produce request or a Fetch response, without decoding a single record.
+"""The topic/partition structure of a Produce request or a Fetch response, walked without decoding a record.
 
-Usage records report each entity's traffic per topic. The data path never decodes Produce or Fetch
-bodies, so only their topic/partition structure is walked, adding up the length of each partition's
-record set (the `records` field: its byte length, 0 when null). A Produce request's is the one walk of
-protocol/produce_stream.py; a Fetch response's is walked here, with struct offsets. Every version Kafka
-knows is covered:
+Usage records report each entity's traffic per topic, and the quotas that charge by topic need each
+partition's record bytes, on the hot path. The data path never decodes Produce or Fetch bodies, so only
+their structure is walked, with struct offsets over one buffer, skipping each partition's record set by
+its length (the `records` field: its byte length, 0 when null). Every version Kafka knows is covered:
 
+Produce request body (after the request header)
+    v3+  transactional_id   nullable string (compact from v9)
+         acks int16, timeout_ms int32
+         topics [ name string (v0-12) | topic_id uuid (v13+),
+                  partitions [ index int32, records nullable bytes, tagged fields (v9+) ],
+                  tagged fields (v9+) ]
+         tagged fields (v9+)
 Fetch response body (after the response header)
     v1+  throttle_time_ms int32;  v7+ error_code int16, session_id int32
          topics [ topic string (v0-12) | topic_id uuid (v13+),
@@ -18,32 +24,75 @@ Fetch response body (after the response header)
                   tagged fields (v12+) ]
          tagged fields (v12+)
 
-The walk must end exactly at the end of the body, so a walk that went wrong cannot report wrong sizes
-unnoticed. Anything malformed raises ProtocolError ('bad_produce_request' / 'bad_fetch_response'), a
-version beyond the API table's ProtocolError('unsupported_version'); nothing else escapes. Topics are
-returned as names, or (v13+, which name topics by id) as the 16-byte topic id.
+A Produce body's walk (`walk_produce_body`) gives everything its readers want, `acks`, `timeout_ms`, and
+each topic's partitions with their indexes and record bytes; protocol/produce_stream.py keeps it for the
+request being filtered, so the filters of one request walk its body once, and walks a request passing
+through in pieces the same way. The walk must end exactly at the end of the body, so a walk that went
+wrong cannot report wrong sizes unnoticed. Anything malformed raises ProtocolError ('bad_produce_request'
+/ 'bad_fetch_response'), a version beyond the API table's ProtocolError('unsupported_version'); nothing
+else escapes. Topics are returned as names, or (v13+, which name topics by id) as the 16-byte topic id.
+
+Why this module is long: the two walks share their field readers, and each has a second loop for the
+non-flexible versions most clients speak, with no helper call per partition (the walks run on every
+Produce and Fetch that usage records or a topic quota read).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import API_SPECS, FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import Buffer, read_uvarint, skip_tagged_fields
-from sluice.protocol.produce_stream import Topic, TopicBytes, walk_produce_body
 
-__all__ = ["TopicBytes", "fetch_topic_bytes", "produce_topic_bytes"]
+__all__ = [
+    "LAST_WITH_TOPIC_NAMES",
+    "ProduceBody",
+    "Topic",
+    "TopicBytes",
+    "fetch_topic_bytes",
+    "produce_topic_bytes",
+    "walk_produce_body",
+]
 
+PRODUCE_MAX = API_SPECS[ApiKey.PRODUCE].max_version
+PRODUCE_FLEXIBLE_FROM = FLEXIBLE_FROM[ApiKey.PRODUCE]
 _FETCH_MAX = API_SPECS[ApiKey.FETCH].max_version
 _FETCH_FLEXIBLE_FROM = FLEXIBLE_FROM[ApiKey.FETCH]
-_TOPIC_ID_FROM = 13
+FIRST_TRANSACTIONAL = 3  # Produce's transactional_id
+# The newest version of Produce and Fetch naming topics by name; later ones name them by id (KIP-516).
+LAST_WITH_TOPIC_NAMES = 12
 _UUID = 16
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
+_ACKS_TIMEOUT = struct.Struct(">hi").unpack_from
+_ACKS_TIMEOUT_COUNT = struct.Struct(">hii").unpack_from
+_INDEX_SIZE = struct.Struct(">ii").unpack_from
+_T = TypeVar("_T")
+
+# A topic's name (v0-12) or its 16-byte id (v13+).
+Topic = str | bytes
+# [(topic, record bytes)], one entry per topic.
+TopicBytes = list[tuple[Topic, int]]
+
+
+# A topic of a Produce request: (topic, its record bytes, its partitions' (index, record bytes; 0 when null)).
+ProduceTopic = tuple[Topic, int, list[tuple[int, int]]]
+
+
+class ProduceBody(NamedTuple):
+    """What a Produce request's body holds, short of its records."""
+
+    acks: int
+    timeout_ms: int
+    topics: list[ProduceTopic]  # in request order
+
+    def topic_bytes(self) -> TopicBytes:
+        return [(topic, size) for topic, size, _partitions in self.topics]
 
 
 def _length(buf: Buffer, pos: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
@@ -95,7 +144,7 @@ def _records(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]
     return length, pos
 
 
-def _finish(reason: str, walk: Callable[[Buffer, int], tuple[TopicBytes, int]], buf: Buffer) -> TopicBytes:
+def _finish(reason: str, walk: Callable[[Buffer, int], tuple[_T, int]], buf: Buffer) -> _T:
     end = len(buf)
     try:
         found, pos = walk(buf, end)
@@ -168,6 +217,82 @@ def _classic_topics(
     return found, pos
 
 
+def walk_produce_body(api_version: int, body: Buffer) -> ProduceBody:
+    """The walk of a Produce request body (after the request header, to the frame's end).
+    ProtocolError('bad_produce_request') when malformed, ('unsupported_version') beyond the API table."""
+    if not 0 <= api_version <= PRODUCE_MAX:
+        raise ProtocolError("unsupported_version", f"Produce v{api_version}")
+    flexible = api_version >= PRODUCE_FLEXIBLE_FROM
+    by_id = api_version > LAST_WITH_TOPIC_NAMES
+    transactional = api_version >= FIRST_TRANSACTIONAL
+
+    def classic(buf: Buffer, end: int) -> tuple[ProduceBody, int]:
+        """The versions most clients speak: no helper call per partition."""
+        pos = 0
+        if transactional:
+            length = _I16(buf, 0)[0]
+            pos = 2 + (length if length > 0 else 0)
+            if length < -1:
+                raise ValueError(f"transactional_id length {length}")
+        acks, timeout_ms, count = _ACKS_TIMEOUT_COUNT(buf, pos)
+        pos += 10
+        if count < -1:
+            raise ValueError(f"array length {count}")
+        topics: list[ProduceTopic] = []
+        for _ in range(count):
+            topic, pos = _classic_name(buf, pos)
+            count = _I32(buf, pos)[0]
+            pos += 4
+            if count < -1:
+                raise ValueError(f"array length {count}")
+            partitions: list[tuple[int, int]] = []
+            total = 0
+            for _ in range(count):
+                index, size = _INDEX_SIZE(buf, pos)
+                pos += 8
+                if size > 0:
+                    pos += size
+                    if pos > end:
+                        raise IndexError("records")
+                    total += size
+                elif size < 0:
+                    if size < -1:
+                        raise ValueError(f"records length {size}")
+                    size = 0
+                partitions.append((index, size))
+            topics.append((topic, total, partitions))
+        return ProduceBody(acks, timeout_ms, topics), pos
+
+    def walk(buf: Buffer, end: int) -> tuple[ProduceBody, int]:
+        pos = 0
+        if transactional:
+            length, pos = _length(buf, pos, end, flexible, False)
+            if length < -1:
+                raise ValueError(f"transactional_id length {length}")
+            if length > 0:
+                pos += length
+        acks, timeout_ms = _ACKS_TIMEOUT(buf, pos)
+        topics: list[ProduceTopic] = []
+        count, pos = _count(buf, pos + 6, end, flexible)
+        for _ in range(count):
+            topic, pos = _topic(buf, pos, end, flexible, by_id)
+            partitions: list[tuple[int, int]] = []
+            total = 0
+            count, pos = _count(buf, pos, end, flexible)
+            for _ in range(count):
+                index = _I32(buf, pos)[0]
+                size, pos = _records(buf, pos + 4, end, flexible)
+                pos = skip_tagged_fields(buf, pos)
+                partitions.append((index, size))
+                total += size
+            pos = skip_tagged_fields(buf, pos)
+            topics.append((topic, total, partitions))
+        pos = skip_tagged_fields(buf, pos)
+        return ProduceBody(acks, timeout_ms, topics), pos
+
+    return _finish("bad_produce_request", walk if flexible else classic, body)
+
+
 def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
     """[(topic, record bytes)] of a Produce request body, one entry per topic in the request."""
     return walk_produce_body(api_version, body).topic_bytes()
@@ -188,7 +313,7 @@ def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
     if not 0 <= api_version <= _FETCH_MAX:
         raise ProtocolError("unsupported_version", f"Fetch v{api_version}")
     flexible = api_version >= _FETCH_FLEXIBLE_FROM
-    by_id = api_version >= _TOPIC_ID_FROM
+    by_id = api_version > LAST_WITH_TOPIC_NAMES
     fixed = _fetch_partition_fixed(api_version)
     has_aborted = api_version >= 4
     replica = 4 if api_version >= 11 else 0

@@ -450,7 +450,8 @@ class ClientSide(asyncio.BufferedProtocol):
         self._upstream_pauses = ReadPauses(transport)
         assert self._pipeline is not None and self._pauses is not None
         self._run(self._pipeline.upstream_ready)
-        self._pauses.discard("connecting")
+        if self._pauses is not None:  # (None: what was held closed the connection)
+            self._pauses.discard("connecting")
 
     def upstream_data(self, data: bytes) -> None:
         self._last_activity = self._loop.time()

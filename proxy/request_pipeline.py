@@ -48,6 +48,7 @@ from .filters.base import (
     RawExchange,
     Reply,
     Respond,
+    whole,
 )
 from .filters.chain import ChainOutcome, ConnectionFilters, Deferred
 
@@ -400,7 +401,7 @@ class RequestPipeline:
         if type(out) is memoryview:
             frame: Frame = out
         elif isinstance(out, Forward):
-            frame, throttle = out
+            frame, throttle = whole(out.frame), out.throttle_ms
         elif isinstance(out, Answer):
             self._expect(header, original, len(original), out.throttle_ms, 0, out)
             return out
@@ -410,7 +411,7 @@ class RequestPipeline:
             self._answers()  # answers made before it are the client's: they leave before the close
             raise CloseConnection(out.reason)
         else:
-            frame = out  # bytes a filter rewrote
+            frame = whole(out)  # bytes a filter rewrote
         counted = 0
         load = self.load
         if load is not None and len(frame) >= COUNTED_MIN_BYTES:

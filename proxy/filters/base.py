@@ -27,9 +27,14 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, ClassVar, NamedTuple, Protocol, Self
 
+from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader
 
 Frame = memoryview | bytes
+# What on_request is handed: the whole frame, or, for a request forwarded as it arrives, its FrameHead (the
+# first bytes and the size), which only a filter that declared it reads no more gets
+# (`Filter.head_only_api_keys`, `FilterFactory.reads_body_now`); such a filter passes it on as it is.
+RequestFrame = Frame | FrameHead
 
 
 # ---- what the sans-IO pipeline holds for the connection ------------------------------------------
@@ -68,7 +73,7 @@ class Forward(NamedTuple):
     it wait, as behind a broker), and its response carries the throttle and ends the mute no earlier than
     it has been sent. Return the bare frame when there is no throttle."""
 
-    frame: Frame
+    frame: RequestFrame
     throttle_ms: int = 0
 
 
@@ -107,7 +112,7 @@ class Respond(NamedTuple):
 
 # Everything on_request may return: the frame itself (forwarded untouched, or as a filter rewrote it), or one
 # of the four effects.
-RequestEffect = Frame | Forward | Answer | Close | Defer
+RequestEffect = RequestFrame | Forward | Answer | Close | Defer
 # Everything on_response may return.
 ResponseEffect = Frame | Respond
 
@@ -144,6 +149,14 @@ class InFlight(NamedTuple):
     reply: Reply | None = None
     # FORWARDED: the bytes it counts toward its broker's load until answered (proxy/broker_load.py).
     load: int = 0
+
+
+def whole(frame: RequestFrame) -> Frame:
+    """The frame of a request whose body a filter reads: the proxy hands a FrameHead only to the filters
+    that said they would not read it, so one here is a bug, raised as such."""
+    if isinstance(frame, FrameHead):
+        raise TypeError("a filter that reads request bodies was handed a FrameHead")
+    return frame
 
 
 # ---- the connection, as a filter sees it ---------------------------------------------------------
@@ -224,7 +237,7 @@ class Filter:
     def __init__(self, conn: ConnectionInfo) -> None:
         self.conn = conn
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> RequestEffect:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         return frame
 
     def on_response(self, request: InFlight, frame: Frame) -> ResponseEffect:

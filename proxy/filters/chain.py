@@ -28,7 +28,9 @@ from .base import (
     Frame,
     InFlight,
     Pending,
+    RequestFrame,
     Respond,
+    whole,
 )
 
 # API keys are small integers; a list indexed by key is the cheapest lookup on the hot path.
@@ -155,7 +157,7 @@ class Deferred(NamedTuple):
 
 
 # What running the request filters comes to: an effect, with Defer made a Deferred (where to resume).
-ChainOutcome = Frame | Forward | Answer | Close | Deferred
+ChainOutcome = RequestFrame | Forward | Answer | Close | Deferred
 
 
 class ConnectionFilters:
@@ -190,7 +192,7 @@ class ConnectionFilters:
         self._cpu_needed = chain.cpu_time_needed()
 
     def on_request(
-        self, header: RequestHeader, frame: Frame, deferred: Deferred | None = None
+        self, header: RequestHeader, frame: RequestFrame, deferred: Deferred | None = None
     ) -> ChainOutcome:
         """Run the request filters (or, given `deferred`, go on from the filter that deferred it); the frame
         (or Forward with the throttle earned), an Answer (its throttle includes the earlier filters'), a
@@ -199,7 +201,8 @@ class ConnectionFilters:
         filters = self._request_groups[self._request_group[key if 0 <= key < TABLE_SIZE else BEYOND_TABLE]]
         if not filters:
             return frame
-        original, start, throttle = frame, 0, 0
+        original: RequestFrame = frame
+        start, throttle = 0, 0
         if deferred is not None:
             original, frame, start, throttle = (
                 deferred.original,
@@ -222,7 +225,10 @@ class ConnectionFilters:
                     self._mute(out.throttle_ms)
                 return out if out.throttle_ms >= throttle else out._replace(throttle_ms=throttle)
             elif isinstance(out, Defer):
-                return Deferred(out.ready, header, original, frame, filters.index(f, start), throttle)
+                # (A request passing through cannot wait: only a whole frame is deferred.)
+                return Deferred(
+                    out.ready, header, whole(original), whole(frame), filters.index(f, start), throttle
+                )
             elif isinstance(out, Close):
                 return out
             else:  # bytes a filter rewrote

@@ -27,7 +27,18 @@ from sluice.protocol.headers import RequestHeader, encode_response
 
 from ..log import get_logger
 from ..quota_admin import AlterCall, QuotaAdministration, StoreRecord
-from .base import Answer, ConnectionInfo, Defer, Filter, FilterFactory, Frame, InFlight
+from .base import (
+    Answer,
+    ConnectionInfo,
+    Defer,
+    Filter,
+    FilterFactory,
+    Frame,
+    InFlight,
+    RequestEffect,
+    RequestFrame,
+    whole,
+)
 from .frames import with_body
 
 _log = get_logger("sluice.quota_admin")
@@ -52,7 +63,7 @@ class QuotaAdmin(Filter):
         # correlation id -> the answer body of an alter whose store write is under way
         self._pending: dict[int, asyncio.Future[bytes]] = {}
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Answer | Defer:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         ready = self._shared.ready
         if ready is not None and not ready.is_set():
             # Just started: answer once the store has been read, so stored quotas are not missed.
@@ -62,7 +73,7 @@ class QuotaAdmin(Filter):
             pending = self._pending.pop(correlation_id, None)
             if pending is not None:  # resumed: the store write is over, its answer is ready
                 return Answer(encode_response(_ALTER, version, correlation_id, pending.result()))
-        body = memoryview(frame)[4 + header.size :]
+        body = memoryview(whole(frame))[4 + header.size :]
         admin, user = self._shared.admin, self.conn.user
         if header.api_key == _DESCRIBE:
             answer = admin.describe(version, body, user)

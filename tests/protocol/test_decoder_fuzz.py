@@ -693,7 +693,7 @@ NOT_DECODERS = {
     # Sums what produce_partition_sizes decoded (fuzzed with it).
     "topic_sizes",
     # Steps of an incremental walk, reading only what the walk sends them: the Produce walk drives them
-    # (walk_produce_body, fuzzed).
+    # (ProduceTopicStream, which test_produce_stream.py checks against walk_produce_body cut anywhere).
     "uvarint_steps",
     "length_steps",
     "tagged_fields_steps",

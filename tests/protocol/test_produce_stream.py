@@ -99,15 +99,15 @@ def test_the_filters_of_one_request_share_one_walk_of_its_body(monkeypatch: pyte
     )
 
     walks: list[int] = []
-    walk = produce_stream._walk
+    walk = produce_stream.walk_produce_body
 
-    def counted(api_version: int):  # type: ignore[no-untyped-def]
+    def counted(api_version: int, body: bytes | memoryview) -> produce_stream.ProduceBody:
         walks.append(api_version)
-        return walk(api_version)
+        return walk(api_version, body)
 
     framed = produce_frame(9)
     expected = whole(framed)
-    monkeypatch.setattr(produce_stream, "_walk", counted)
+    monkeypatch.setattr(produce_stream, "walk_produce_body", counted)
     header = parse_request_header(framed)
     sizes = produce_topic_sizes(framed, header)
     assert produce_partition_sizes(framed, header) == [
