@@ -95,6 +95,10 @@ class ProduceBody(NamedTuple):
         return [(topic, size) for topic, size, _partitions in self.topics]
 
 
+# A NamedTuple's own constructor is Python code; the walks build one per request.
+_new_body = tuple.__new__
+
+
 def _length(buf: Buffer, pos: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
     """A length or count: compact (uvarint N+1, so null is -1) or classic (int32 when `wide`, else int16)."""
     if flexible:
@@ -144,10 +148,11 @@ def _records(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]
     return length, pos
 
 
-def _finish(reason: str, walk: Callable[[Buffer, int], tuple[_T, int]], buf: Buffer) -> _T:
+def _finish(reason: str, walk: Callable[..., tuple[_T, int]], buf: Buffer, *args: object) -> _T:
+    """Run `walk(buf, end, *args)`; its result, when it ended at the end of `buf`."""
     end = len(buf)
     try:
-        found, pos = walk(buf, end)
+        found, pos = walk(buf, end, *args)
     except ProtocolError as exc:  # from a primitive reader
         raise ProtocolError(reason, exc.detail or exc.reason) from None
     except (IndexError, struct.error) as exc:
@@ -222,75 +227,76 @@ def walk_produce_body(api_version: int, body: Buffer) -> ProduceBody:
     ProtocolError('bad_produce_request') when malformed, ('unsupported_version') beyond the API table."""
     if not 0 <= api_version <= PRODUCE_MAX:
         raise ProtocolError("unsupported_version", f"Produce v{api_version}")
-    flexible = api_version >= PRODUCE_FLEXIBLE_FROM
-    by_id = api_version > LAST_WITH_TOPIC_NAMES
-    transactional = api_version >= FIRST_TRANSACTIONAL
+    if api_version < PRODUCE_FLEXIBLE_FROM:
+        return _finish("bad_produce_request", _classic_produce, body, api_version)
+    return _finish("bad_produce_request", _flexible_produce, body, api_version)
 
-    def classic(buf: Buffer, end: int) -> tuple[ProduceBody, int]:
-        """The versions most clients speak: no helper call per partition."""
-        pos = 0
-        if transactional:
-            length = _I16(buf, 0)[0]
-            pos = 2 + (length if length > 0 else 0)
-            if length < -1:
-                raise ValueError(f"transactional_id length {length}")
-        acks, timeout_ms, count = _ACKS_TIMEOUT_COUNT(buf, pos)
-        pos += 10
+
+def _classic_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceBody, int]:
+    """The versions most clients speak: no helper call per partition."""
+    pos = 0
+    if api_version >= FIRST_TRANSACTIONAL:
+        length = _I16(buf, 0)[0]
+        pos = 2 + (length if length > 0 else 0)
+        if length < -1:
+            raise ValueError(f"transactional_id length {length}")
+    acks, timeout_ms, count = _ACKS_TIMEOUT_COUNT(buf, pos)
+    pos += 10
+    if count < -1:
+        raise ValueError(f"array length {count}")
+    topics: list[ProduceTopic] = []
+    for _ in range(count):
+        topic, pos = _classic_name(buf, pos)
+        count = _I32(buf, pos)[0]
+        pos += 4
         if count < -1:
             raise ValueError(f"array length {count}")
-        topics: list[ProduceTopic] = []
+        partitions: list[tuple[int, int]] = []
+        total = 0
         for _ in range(count):
-            topic, pos = _classic_name(buf, pos)
-            count = _I32(buf, pos)[0]
-            pos += 4
-            if count < -1:
-                raise ValueError(f"array length {count}")
-            partitions: list[tuple[int, int]] = []
-            total = 0
-            for _ in range(count):
-                index, size = _INDEX_SIZE(buf, pos)
-                pos += 8
-                if size > 0:
-                    pos += size
-                    if pos > end:
-                        raise IndexError("records")
-                    total += size
-                elif size < 0:
-                    if size < -1:
-                        raise ValueError(f"records length {size}")
-                    size = 0
-                partitions.append((index, size))
-            topics.append((topic, total, partitions))
-        return ProduceBody(acks, timeout_ms, topics), pos
-
-    def walk(buf: Buffer, end: int) -> tuple[ProduceBody, int]:
-        pos = 0
-        if transactional:
-            length, pos = _length(buf, pos, end, flexible, False)
-            if length < -1:
-                raise ValueError(f"transactional_id length {length}")
-            if length > 0:
-                pos += length
-        acks, timeout_ms = _ACKS_TIMEOUT(buf, pos)
-        topics: list[ProduceTopic] = []
-        count, pos = _count(buf, pos + 6, end, flexible)
-        for _ in range(count):
-            topic, pos = _topic(buf, pos, end, flexible, by_id)
-            partitions: list[tuple[int, int]] = []
-            total = 0
-            count, pos = _count(buf, pos, end, flexible)
-            for _ in range(count):
-                index = _I32(buf, pos)[0]
-                size, pos = _records(buf, pos + 4, end, flexible)
-                pos = skip_tagged_fields(buf, pos)
-                partitions.append((index, size))
+            index, size = _INDEX_SIZE(buf, pos)
+            pos += 8
+            if size > 0:
+                pos += size
+                if pos > end:
+                    raise IndexError("records")
                 total += size
-            pos = skip_tagged_fields(buf, pos)
-            topics.append((topic, total, partitions))
-        pos = skip_tagged_fields(buf, pos)
-        return ProduceBody(acks, timeout_ms, topics), pos
+            elif size < 0:
+                if size < -1:
+                    raise ValueError(f"records length {size}")
+                size = 0
+            partitions.append((index, size))
+        topics.append((topic, total, partitions))
+    return _new_body(ProduceBody, (acks, timeout_ms, topics)), pos
 
-    return _finish("bad_produce_request", walk if flexible else classic, body)
+
+def _flexible_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceBody, int]:
+    by_id = api_version > LAST_WITH_TOPIC_NAMES
+    pos = 0
+    if api_version >= FIRST_TRANSACTIONAL:
+        length, pos = _length(buf, pos, end, True, False)
+        if length < -1:
+            raise ValueError(f"transactional_id length {length}")
+        if length > 0:
+            pos += length
+    acks, timeout_ms = _ACKS_TIMEOUT(buf, pos)
+    topics: list[ProduceTopic] = []
+    count, pos = _count(buf, pos + 6, end, True)
+    for _ in range(count):
+        topic, pos = _topic(buf, pos, end, True, by_id)
+        partitions: list[tuple[int, int]] = []
+        total = 0
+        count, pos = _count(buf, pos, end, True)
+        for _ in range(count):
+            index = _I32(buf, pos)[0]
+            size, pos = _records(buf, pos + 4, end, True)
+            pos = skip_tagged_fields(buf, pos)
+            partitions.append((index, size))
+            total += size
+        pos = skip_tagged_fields(buf, pos)
+        topics.append((topic, total, partitions))
+    pos = skip_tagged_fields(buf, pos)
+    return _new_body(ProduceBody, (acks, timeout_ms, topics)), pos
 
 
 def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
