@@ -239,7 +239,7 @@ class MutationQuotas(Filter):
             return frame
         patched = bytearray(frame)
         raise_frame_throttle_ms(key, version, patched, header_size, throttle)  # no field before v2: mute only
-        return Respond(patched, mute_ms=throttle)
+        return Respond(memoryview(patched), mute_ms=throttle)
 
     def _settle(self, header: RequestHeader, plan: _Plan, errors: dict) -> bool:
         """Refund topics the broker refused, keep the topic cache current and count what was mutated.
