@@ -29,8 +29,8 @@ from sluice.protocol.record_sets import (
     LAST_WITH_TOPIC_NAMES,
     PRODUCE_FLEXIBLE_FROM,
     PRODUCE_MAX,
+    Partitions,
     ProduceBody,
-    ProduceTopic,
     Topic,
     TopicBytes,
     walk_produce_body,
@@ -57,7 +57,8 @@ def _walk(api_version: int) -> _Walk:
     piece = yield 6
     assert piece is not None
     acks, timeout_ms = _ACKS_TIMEOUT(piece)
-    topics: list[ProduceTopic] = []
+    topics: TopicBytes = []
+    by_topic: list[Partitions] = []
     for _ in range((yield from _count(flexible))):
         if api_version > LAST_WITH_TOPIC_NAMES:
             piece = yield _UUID
@@ -95,10 +96,11 @@ def _walk(api_version: int) -> _Walk:
                 yield from tagged_fields_steps()
         if flexible:
             yield from tagged_fields_steps()
-        topics.append((topic, total, partitions))
+        topics.append((topic, total))
+        by_topic.append(partitions)
     if flexible:
         yield from tagged_fields_steps()
-    return ProduceBody(acks, timeout_ms, topics)
+    return ProduceBody(acks, timeout_ms, topics, by_topic)
 
 
 def _count(flexible: bool) -> Generator[int, Buffer | None, int]:
@@ -174,7 +176,7 @@ class ProduceTopicStream:
         exactly at its end; None otherwise."""
         if self._result is None or self._seen != self._size or self._end != self._size:
             return None
-        return self._result.topic_bytes()
+        return self._result.topics
 
     def _step(self, value: bytes | None, position: int) -> None:
         walk = self._walk

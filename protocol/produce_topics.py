@@ -36,9 +36,10 @@ def produce_partition_sizes(frame: Buffer, header: RequestHeader) -> list[tuple[
     version = header.api_version
     if version > LAST_WITH_TOPIC_NAMES:
         raise ProtocolError("unsupported_version", f"Produce v{version} names topics by id")
+    body = produce_body(frame, header)
     return [
         (topic, size)
-        for topic, _total, partitions in produce_body(frame, header).topics
+        for (topic, _total), partitions in zip(body.topics, body.partitions, strict=True)
         if isinstance(topic, str)  # always, below v13
         for _index, size in partitions
     ]
@@ -49,7 +50,8 @@ def produce_partitions(frame: Buffer, header: RequestHeader) -> list[tuple[Topic
     in request order: what an answer to the request must list. ProtocolError('bad_produce_request') for a
     malformed body."""
     found: dict[Topic, list[int]] = {}
-    for topic, _total, partitions in produce_body(frame, header).topics:
+    body = produce_body(frame, header)
+    for (topic, _total), partitions in zip(body.topics, body.partitions, strict=True):
         found.setdefault(topic, []).extend(index for index, _size in partitions)
     return list(found.items())
 
@@ -61,7 +63,7 @@ def produce_topic_sizes(frame: Buffer, header: RequestHeader) -> dict[str, int] 
     if header.api_version > LAST_WITH_TOPIC_NAMES:
         return None
     totals: dict[str, int] = {}
-    for topic, size, _partitions in produce_body(frame, header).topics:
+    for topic, size in produce_body(frame, header).topics:
         if isinstance(topic, str):  # always, below v13
             totals[topic] = totals.get(topic, 0) + size
     return totals

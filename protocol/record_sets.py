@@ -50,6 +50,7 @@ from sluice.protocol.primitives import Buffer, read_uvarint, skip_tagged_fields
 
 __all__ = [
     "LAST_WITH_TOPIC_NAMES",
+    "Partitions",
     "ProduceBody",
     "Topic",
     "TopicBytes",
@@ -80,8 +81,8 @@ Topic = str | bytes
 TopicBytes = list[tuple[Topic, int]]
 
 
-# A topic of a Produce request: (topic, its record bytes, its partitions' (index, record bytes; 0 when null)).
-ProduceTopic = tuple[Topic, int, list[tuple[int, int]]]
+# A topic's partitions in a Produce request: (index, record bytes; 0 when null) each.
+Partitions = list[tuple[int, int]]
 
 
 class ProduceBody(NamedTuple):
@@ -89,10 +90,8 @@ class ProduceBody(NamedTuple):
 
     acks: int
     timeout_ms: int
-    topics: list[ProduceTopic]  # in request order
-
-    def topic_bytes(self) -> TopicBytes:
-        return [(topic, size) for topic, size, _partitions in self.topics]
+    topics: TopicBytes  # each topic in request order, with its record bytes
+    partitions: list[Partitions]  # the partitions of each of `topics`, in the same order
 
 
 # A NamedTuple's own constructor is Python code; the walks build one per request.
@@ -244,7 +243,8 @@ def _classic_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceBo
     pos += 10
     if count < -1:
         raise ValueError(f"array length {count}")
-    topics: list[ProduceTopic] = []
+    topics: TopicBytes = []
+    by_topic: list[Partitions] = []
     for _ in range(count):
         topic, pos = _classic_name(buf, pos)
         count = _I32(buf, pos)[0]
@@ -266,8 +266,9 @@ def _classic_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceBo
                     raise ValueError(f"records length {size}")
                 size = 0
             partitions.append((index, size))
-        topics.append((topic, total, partitions))
-    return _new_body(ProduceBody, (acks, timeout_ms, topics)), pos
+        topics.append((topic, total))
+        by_topic.append(partitions)
+    return _new_body(ProduceBody, (acks, timeout_ms, topics, by_topic)), pos
 
 
 def _flexible_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceBody, int]:
@@ -280,7 +281,8 @@ def _flexible_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceB
         if length > 0:
             pos += length
     acks, timeout_ms = _ACKS_TIMEOUT(buf, pos)
-    topics: list[ProduceTopic] = []
+    topics: TopicBytes = []
+    by_topic: list[Partitions] = []
     count, pos = _count(buf, pos + 6, end, True)
     for _ in range(count):
         topic, pos = _topic(buf, pos, end, True, by_id)
@@ -294,14 +296,15 @@ def _flexible_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceB
             partitions.append((index, size))
             total += size
         pos = skip_tagged_fields(buf, pos)
-        topics.append((topic, total, partitions))
+        topics.append((topic, total))
+        by_topic.append(partitions)
     pos = skip_tagged_fields(buf, pos)
-    return _new_body(ProduceBody, (acks, timeout_ms, topics)), pos
+    return _new_body(ProduceBody, (acks, timeout_ms, topics, by_topic)), pos
 
 
 def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
     """[(topic, record bytes)] of a Produce request body, one entry per topic in the request."""
-    return walk_produce_body(api_version, body).topic_bytes()
+    return walk_produce_body(api_version, body).topics
 
 
 def _fetch_partition_fixed(api_version: int) -> int:

@@ -90,7 +90,7 @@ class UsageRecording:
             frame.observe(_StreamedProduce(self, user, header, len(frame), broker))
             return
         try:
-            found = produce_body(frame, header).topic_bytes()  # the walk a topic quota made, if one did
+            found = produce_body(frame, header).topics  # the walk a topic quota made, if one did
         except ProtocolError:
             return
         self.produced(user, header.client_id, found, broker)

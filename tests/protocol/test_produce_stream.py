@@ -124,7 +124,7 @@ def test_the_filters_of_one_request_share_one_walk_of_its_body(monkeypatch: pyte
         0,
         0,
     ]
-    assert produce_stream.produce_body(framed, header).topic_bytes() == expected
+    assert produce_stream.produce_body(framed, header).topics == expected
     assert sizes == {"orders": 370, "ünïcode": 5, "": 0}
     assert walks == [9]
     # The next request, even byte for byte the same, is walked for itself.
