@@ -12,8 +12,8 @@ pieces in order, keeping only the few bytes of each field it reads (a topic name
 the record sets by their length. Nothing is copied but those fields, whatever the request's size. Its walk
 is a generator of steps (protocol/primitives.py: ask for the next `n` bytes, or to skip `n`), so the
 structure reads top to bottom as the one-buffer walk does. It does not serve the one-buffer case: driven
-over a whole frame, each step's generator round trip made the walk 3 to 8 times slower than
-`walk_produce_body`'s offsets, on every Produce the usage records or a topic quota read.
+over a whole frame, a generator round trip per field costs several times what `walk_produce_body`'s
+offsets do, on every Produce the usage records or a topic quota read.
 """
 
 from __future__ import annotations
