@@ -20,6 +20,8 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.apis import FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import (
     INT32_PACK,
@@ -29,7 +31,7 @@ from sluice.protocol.primitives import (
     skip_tagged_fields,
 )
 
-_FIRST_FLEXIBLE = 3
+_FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.API_VERSIONS]
 _ENTRY = struct.Struct(">hhh")  # api_key, min_version, max_version
 _INT16 = struct.Struct(">h")
 _MAX_VERSION_OFFSET = 4

@@ -24,14 +24,17 @@ from kafka.protocol.admin.client_quotas import (
 )
 from kafka.protocol.api_message import ApiMessage
 
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.apis import FLEXIBLE_FROM
 from sluice.protocol.codec_quirks import decode_body, encode_body
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import encode_uvarint
 
-DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
+DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = ApiKey.DESCRIBE_CLIENT_QUOTAS, ApiKey.ALTER_CLIENT_QUOTAS
 MIN_VERSION, MAX_VERSION = 0, 1
 
-FLEXIBLE_FROM = 1
+# Both APIs turned flexible at the same version.
+_FLEXIBLE_FROM = FLEXIBLE_FROM[ApiKey.DESCRIBE_CLIENT_QUOTAS]
 _INT16, _INT32, _DOUBLE = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">d")
 
 # DescribeClientQuotasRequest's match types (their values must not change, says Kafka).
@@ -119,7 +122,7 @@ def encode_describe_response(
     tests/protocol/test_client_quotas_codec.py checks it byte for byte against kafka-python's encoding.
     """
     _check_version(DescribeClientQuotasResponse, version)
-    flexible = version >= FLEXIBLE_FROM
+    flexible = version >= _FLEXIBLE_FROM
     string = _compact_string if flexible else _string
     out = [_INT32.pack(throttle_time_ms), _INT16.pack(error_code), string(error_message)]
     if entries is None:
@@ -135,7 +138,7 @@ def encode_describe_response(
 
 def encode_described_entity(version: int, entry: DescribedEntity) -> bytes:
     """One entry of a DescribeClientQuotas answer, in that answer's version."""
-    flexible = version >= FLEXIBLE_FROM
+    flexible = version >= _FLEXIBLE_FROM
     string = _compact_string if flexible else _string
     count = _compact_count if flexible else _INT32.pack
     tags = b"\x00" if flexible else b""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.apis import FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import (
     INT16_UNPACK,
@@ -29,7 +31,7 @@ from sluice.protocol.primitives import (
 )
 
 METADATA_FAST_PATH_MAX_VERSION = 13
-_FIRST_FLEXIBLE = 9
+_FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.METADATA]
 _FIRST_WITH_THROTTLE = 3
 _FIRST_WITH_RACK = 1
 _INT16_PACK = struct.Struct(">h").pack

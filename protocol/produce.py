@@ -19,7 +19,7 @@ from sluice.protocol.primitives import (
     skip_compact_nullable_string,
     skip_nullable_string,
 )
-from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, Topic
+from sluice.protocol.record_sets import LAST_WITH_TOPIC_NAMES, Topic
 
 _FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.PRODUCE]
 REQUEST_TIMED_OUT = RequestTimedOutError.errno  # retriable: the request was not completed in time
@@ -37,6 +37,7 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
     version = header.api_version
     if 3 <= version < _FIRST_FLEXIBLE and len(frame) >= pos + 4:
         # The common case, read at once: a null transactional_id (length -1), then acks.
+        null: int
         acks: int
         null, acks = _NULL_ID_THEN_ACKS(frame, pos)
         if null == -1:
@@ -67,13 +68,11 @@ def produce_error_body(
 ) -> bytes:
     """The body of a Produce response that fails every partition of the request with `error_code` (no
     offsets: nothing was written), as a broker answers a request it did not append."""
-    by_id = api_version > LAST_WITH_TOPIC_NAMES
+    key = "topic_id" if api_version > LAST_WITH_TOPIC_NAMES else "name"
     responses = [
         {
             # kafka-python's codec takes a topic id as its text form.
-            "topic_id" if by_id else "name": str(uuid.UUID(bytes=topic))
-            if isinstance(topic, bytes)
-            else topic,
+            key: str(uuid.UUID(bytes=topic)) if isinstance(topic, bytes) else topic,
             "partition_responses": [
                 {"index": index, "error_code": error_code, "base_offset": -1} for index in indexes
             ],

@@ -1,16 +1,19 @@
-"""Per-topic record bytes of a Produce request that passes through in pieces, never held whole.
+"""A Produce request's structure, walked once per request: over its frame for the filters, and over its
+pieces when it passes through as it arrives.
+
+`produce_body` is the walk of protocol/record_sets.py (`walk_produce_body`: acks, timeout, each topic's
+partitions and record bytes) kept for the request being filtered. Topic quotas, the broker shield, the
+entity gate's answers and the usage records each read a part of the same request: its body is walked once
+for them all, not once each.
 
 A large Produce is forwarded as it arrives (the proxy's pass-through), so no one buffer ever holds it. The
-usage records still want its bytes per topic: this reads the same structure as
-`record_sets.produce_topic_bytes`, from the pieces in order, keeping only the few bytes of each field it
-reads (a topic name, a length) and skipping the record sets by their length. Nothing is copied but those
-fields, whatever the request's size.
-
-The walk is a generator that asks for the next `n` bytes (`n` > 0, sent back as bytes) or to skip `n`
-bytes (asked as `-n`), so the structure reads top to bottom like the one-buffer walk, and `feed` cuts the
-pieces to what it asks. `result()` is the [(topic, record bytes)] once the request has ended exactly where
-its structure does, else None (malformed, cut short, or longer than its structure): the caller loses the
-topic breakdown of that one request, nothing else.
+usage records still want its bytes per topic: `ProduceTopicStream` walks the same structure from the
+pieces in order, keeping only the few bytes of each field it reads (a topic name, a length) and skipping
+the record sets by their length. Nothing is copied but those fields, whatever the request's size. Its walk
+is a generator of steps (protocol/primitives.py: ask for the next `n` bytes, or to skip `n`), so the
+structure reads top to bottom as the one-buffer walk does. It does not serve the one-buffer case: driven
+over a whole frame, a generator round trip per field costs several times what `walk_produce_body`'s
+offsets do, on every Produce the usage records or a topic quota read.
 """
 
 from __future__ import annotations
@@ -18,22 +21,119 @@ from __future__ import annotations
 import struct
 from collections.abc import Generator
 
-from sluice.protocol.apis import API_SPECS
-from sluice.protocol.record_sets import TopicBytes
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.headers import RequestHeader
+from sluice.protocol.primitives import INT32_UNPACK, Buffer, length_steps, tagged_fields_steps
+from sluice.protocol.record_sets import (
+    FIRST_TRANSACTIONAL,
+    LAST_WITH_TOPIC_NAMES,
+    PRODUCE_FLEXIBLE_FROM,
+    PRODUCE_MAX,
+    Partitions,
+    ProduceBody,
+    Topic,
+    TopicBytes,
+    walk_produce_body,
+)
 
-_PRODUCE_MAX = API_SPECS[0].max_version
-_FLEXIBLE_FROM = 9
-_TOPIC_ID_FROM = 13
+__all__ = ["ProduceTopicStream", "produce_body"]
+
 _UUID = 16
-_I16 = struct.Struct(">h").unpack
-_I32 = struct.Struct(">i").unpack
+_ACKS_TIMEOUT = struct.Struct(">hi").unpack
+_INDEX_SIZE = struct.Struct(">ii").unpack
 
-# What the walk asks for: +n read n bytes, -n skip n bytes.
-_Walk = Generator[int, bytes | None, TopicBytes]
+_Walk = Generator[int, Buffer | None, ProduceBody]
+
+
+def _walk(api_version: int) -> _Walk:
+    """The steps of one Produce body of `api_version`, from its first byte to its last."""
+    flexible = api_version >= PRODUCE_FLEXIBLE_FROM
+    if api_version >= FIRST_TRANSACTIONAL:  # transactional_id
+        length = yield from length_steps(flexible, False)
+        if length < -1:
+            raise ProtocolError("bad_produce_request", f"transactional_id length {length}")
+        if length > 0:
+            yield -length
+    piece = yield 6
+    assert piece is not None
+    acks, timeout_ms = _ACKS_TIMEOUT(piece)
+    topics: TopicBytes = []
+    by_topic: list[Partitions] = []
+    for _ in range((yield from _count(flexible))):
+        if api_version > LAST_WITH_TOPIC_NAMES:
+            piece = yield _UUID
+            assert piece is not None
+            topic: Topic = bytes(piece)
+        else:
+            length = yield from length_steps(flexible, False)
+            if length < 0:
+                raise ProtocolError("bad_produce_request", f"topic name length {length}")
+            piece = yield length
+            assert piece is not None
+            try:
+                topic = str(piece, "utf-8")
+            except UnicodeDecodeError:
+                raise ProtocolError("bad_produce_request", "topic name not UTF-8") from None
+        partitions: list[tuple[int, int]] = []
+        total = 0
+        for _ in range((yield from _count(flexible))):
+            if flexible:
+                piece = yield 4
+                assert piece is not None
+                index = INT32_UNPACK(piece)[0]
+                size = yield from length_steps(True, True)
+            else:  # index and records length in one step: the versions most clients speak
+                piece = yield 8
+                assert piece is not None
+                index, size = _INDEX_SIZE(piece)
+            if size > 0:
+                yield -size
+                total += size
+            elif size < -1:
+                raise ProtocolError("bad_produce_request", f"records length {size}")
+            partitions.append((index, max(size, 0)))
+            if flexible:
+                yield from tagged_fields_steps()
+        if flexible:
+            yield from tagged_fields_steps()
+        topics.append((topic, total))
+        by_topic.append(partitions)
+    if flexible:
+        yield from tagged_fields_steps()
+    return ProduceBody(acks, timeout_ms, topics, by_topic)
+
+
+def _count(flexible: bool) -> Generator[int, Buffer | None, int]:
+    count = yield from length_steps(flexible, True)
+    if count < -1:
+        raise ProtocolError("bad_produce_request", f"array length {count}")
+    return max(count, 0)  # null: none
+
+
+# The walk of the last request asked about: the filters of one request ask in turn, with the same header.
+# The header is a new object per request and kept alive here, so `is` cannot mistake another for it; only
+# the walk's result is kept, never a view of the frame.
+_last: tuple[RequestHeader, int, ProduceBody] | None = None
+
+
+def produce_body(frame: Buffer, header: RequestHeader) -> ProduceBody:
+    """The walk of a framed Produce request (`frame` from its length prefix on), walked once however many
+    filters of the request ask for it. Raises as `walk_produce_body`."""
+    global _last
+    last = _last
+    size = len(frame)
+    if last is not None and last[0] is header and last[1] == size:
+        return last[2]
+    found = walk_produce_body(header.api_version, memoryview(frame)[4 + header.size :])
+    _last = (header, size, found)
+    return found
 
 
 class ProduceTopicStream:
-    """Fed a framed Produce request's bytes in order (length prefix first), in pieces of any size."""
+    """The walk fed a framed Produce request's bytes in order (length prefix first), in pieces of any size;
+    `result()` is its topic bytes once the request has ended exactly where its structure does, else None
+    (malformed, cut short, or longer than its structure): the caller loses the topic breakdown of that one
+    request, nothing else."""
 
     __slots__ = ("_buffer", "_end", "_need", "_result", "_seen", "_size", "_walk")
 
@@ -43,16 +143,15 @@ class ProduceTopicStream:
         self._size = frame_size
         self._seen = 0
         self._buffer = bytearray()
-        self._result: TopicBytes | None = None
+        self._result: ProduceBody | None = None
         self._end = -1  # where the structure ended, once it has
         self._walk: _Walk | None = None
-        if 0 <= api_version <= _PRODUCE_MAX:
-            self._walk = _produce(api_version, 4 + header_size)
-            self._need = self._walk.send(None)
-        else:
-            self._need = 0
+        self._need = 0
+        if 0 <= api_version <= PRODUCE_MAX:
+            self._walk = _walk(api_version)
+            self._need = -(4 + header_size)  # the length prefix and the request header come first
 
-    def feed(self, piece: memoryview | bytes) -> None:
+    def feed(self, piece: Buffer) -> None:
         """The next bytes of the request."""
         at, size = 0, len(piece)
         self._seen += size
@@ -77,86 +176,20 @@ class ProduceTopicStream:
         exactly at its end; None otherwise."""
         if self._result is None or self._seen != self._size or self._end != self._size:
             return None
-        return self._result
+        return self._result.topics
 
     def _step(self, value: bytes | None, position: int) -> None:
         walk = self._walk
         assert walk is not None
         try:
+            # (The first step, after the request header, starts the walk: a fresh generator takes None.)
             need = walk.send(value)
-            while (
-                need == 0
-            ):  # an empty field (a zero-length name, an empty tagged field): nothing to wait for
+            while need == 0:  # an empty field (a zero-length name or tagged field): nothing to wait for
                 need = walk.send(b"")
         except StopIteration as done:
             self._result, self._end, self._walk = done.value, position, None
             return
-        except (ValueError, UnicodeDecodeError, struct.error):
+        except ProtocolError:
             self._walk = None  # malformed: no breakdown for this request
             return
         self._need = need
-
-
-def _produce(api_version: int, body_offset: int) -> _Walk:
-    flexible = api_version >= _FLEXIBLE_FROM
-    yield -body_offset  # the length prefix and the request header
-    if api_version >= 3:  # transactional_id
-        length = (yield from _uvarint()) - 1 if flexible else _I16((yield 2))[0]  # type: ignore[arg-type]  # a read is sent bytes
-        if length < -1:
-            raise ValueError(f"transactional_id length {length}")
-        if length > 0:
-            yield -length
-    yield -6  # acks, timeout_ms
-    found: TopicBytes = []
-    for _ in range((yield from _count(flexible))):
-        if api_version >= _TOPIC_ID_FROM:
-            topic: str | bytes = bytes((yield _UUID))  # type: ignore[arg-type]  # a read is sent bytes
-        else:
-            length = (yield from _uvarint()) - 1 if flexible else _I16((yield 2))[0]  # type: ignore[arg-type]  # a read is sent bytes
-            if length < 0:
-                raise ValueError(f"topic name length {length}")
-            topic = bytes((yield length)).decode()  # type: ignore[arg-type]  # a read is sent bytes
-        total = 0
-        for _ in range((yield from _count(flexible))):
-            yield -4  # the partition index
-            size = (yield from _uvarint()) - 1 if flexible else _I32((yield 4))[0]  # type: ignore[arg-type]  # a read is sent bytes
-            if size < -1:
-                raise ValueError(f"records length {size}")
-            if size > 0:
-                total += size
-                yield -size
-            if flexible:
-                yield from _skip_tagged()
-        if flexible:
-            yield from _skip_tagged()
-        found.append((topic, total))
-    if flexible:
-        yield from _skip_tagged()
-    return found
-
-
-def _uvarint() -> Generator[int, bytes | None, int]:
-    result = shift = 0
-    while True:
-        byte = (yield 1)[0]  # type: ignore[index]  # a read is sent bytes, a skip None: one send type
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result
-        shift += 7
-        if shift > 28:
-            raise ValueError("varint longer than 5 bytes")
-
-
-def _count(flexible: bool) -> Generator[int, bytes | None, int]:
-    count = (yield from _uvarint()) - 1 if flexible else _I32((yield 4))[0]  # type: ignore[arg-type]  # as in _uvarint
-    if count < -1:
-        raise ValueError(f"array length {count}")
-    return max(count, 0)
-
-
-def _skip_tagged() -> Generator[int, bytes | None, None]:
-    for _ in range((yield from _uvarint())):
-        yield from _uvarint()  # the tag
-        size = yield from _uvarint()
-        if size:
-            yield -size

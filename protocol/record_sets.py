@@ -1,9 +1,9 @@
-"""Per-topic record bytes of a Produce request or a Fetch response, without decoding a single record.
+"""The topic/partition structure of a Produce request or a Fetch response, walked without decoding a record.
 
-Usage records report each entity's traffic per topic. The data path never decodes Produce or Fetch
-bodies, so this module walks only their topic/partition structure with struct offsets and adds up the
-length of each partition's record set (the `records` field: its byte length, 0 when null). Every version
-Kafka knows is covered:
+Usage records report each entity's traffic per topic, and the quotas that charge by topic need each
+partition's record bytes, on the hot path. The data path never decodes Produce or Fetch bodies, so only
+their structure is walked, with struct offsets over one buffer, skipping each partition's record set by
+its length (the `records` field: its byte length, 0 when null). Every version Kafka knows is covered:
 
 Produce request body (after the request header)
     v3+  transactional_id   nullable string (compact from v9)
@@ -24,65 +24,78 @@ Fetch response body (after the response header)
                   tagged fields (v12+) ]
          tagged fields (v12+)
 
-The walk must end exactly at the end of the body, so a walk that went wrong cannot report wrong sizes
-unnoticed. Anything malformed raises ProtocolError ('bad_produce_request' / 'bad_fetch_response'), a
-version beyond the API table's ProtocolError('unsupported_version'); nothing else escapes. Topics are
-returned as names, or (v13+, which name topics by id) as the 16-byte topic id.
+A Produce body's walk (`walk_produce_body`) gives everything its readers want, `acks`, `timeout_ms`, and
+each topic's partitions with their indexes and record bytes; protocol/produce_stream.py keeps it for the
+request being filtered, so the filters of one request walk its body once, and walks a request passing
+through in pieces the same way. The walk must end exactly at the end of the body, so a walk that went
+wrong cannot report wrong sizes unnoticed. Anything malformed raises ProtocolError ('bad_produce_request'
+/ 'bad_fetch_response'), a version beyond the API table's ProtocolError('unsupported_version'); nothing
+else escapes. Topics are returned as names, or (v13+, which name topics by id) as the 16-byte topic id.
+
+Why this module is long: the two walks share their field readers, and each has a second loop for the
+non-flexible versions most clients speak, with no helper call per partition (the walks run on every
+Produce and Fetch that usage records or a topic quota read).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
-from sluice.protocol.apis import API_SPECS
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.apis import API_SPECS, FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.primitives import Buffer
+from sluice.protocol.primitives import Buffer, read_uvarint, skip_tagged_fields
 
-__all__ = ["TopicBytes", "fetch_topic_bytes", "produce_topic_bytes"]
+__all__ = [
+    "LAST_WITH_TOPIC_NAMES",
+    "Partitions",
+    "ProduceBody",
+    "Topic",
+    "TopicBytes",
+    "fetch_topic_bytes",
+    "produce_topic_bytes",
+    "walk_produce_body",
+]
 
-TopicKey = str | bytes
-TopicBytes = list[tuple[TopicKey, int]]
-
-_PRODUCE, _FETCH = 0, 1
-_PRODUCE_MAX = API_SPECS[_PRODUCE].max_version
-_FETCH_MAX = API_SPECS[_FETCH].max_version
-_FLEXIBLE_FROM = 9, 12  # Produce, Fetch
-_TOPIC_ID_FROM = 13  # both
+PRODUCE_MAX = API_SPECS[ApiKey.PRODUCE].max_version
+PRODUCE_FLEXIBLE_FROM = FLEXIBLE_FROM[ApiKey.PRODUCE]
+_FETCH_MAX = API_SPECS[ApiKey.FETCH].max_version
+_FETCH_FLEXIBLE_FROM = FLEXIBLE_FROM[ApiKey.FETCH]
+FIRST_TRANSACTIONAL = 3  # Produce's transactional_id
+# The newest version of Produce and Fetch naming topics by name; later ones name them by id (KIP-516).
+LAST_WITH_TOPIC_NAMES = 12
 _UUID = 16
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
+_ACKS_TIMEOUT = struct.Struct(">hi").unpack_from
+_ACKS_TIMEOUT_COUNT = struct.Struct(">hii").unpack_from
+_INDEX_SIZE = struct.Struct(">ii").unpack_from
+_T = TypeVar("_T")
+
+# A topic's name (v0-12) or its 16-byte id (v13+).
+Topic = str | bytes
+# [(topic, record bytes)], one entry per topic.
+TopicBytes = list[tuple[Topic, int]]
 
 
-def _uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
-    """(value, next position) of an unsigned varint; the one-byte case is inlined by the callers."""
-    result = shift = 0
-    while True:
-        if pos >= end:
-            raise IndexError("unsigned varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("unsigned varint longer than 5 bytes")
+# A topic's partitions in a Produce request: (index, record bytes; 0 when null) each.
+Partitions = list[tuple[int, int]]
 
 
-def _skip_tagged(buf: Buffer, pos: int, end: int) -> int:
-    count = buf[pos] if pos < end else -1
-    if count == 0:
-        return pos + 1
-    count, pos = _uvarint(buf, pos, end)
-    for _ in range(count):
-        _tag, pos = _uvarint(buf, pos, end)
-        size, pos = _uvarint(buf, pos, end)
-        pos += size
-        if pos > end:
-            raise IndexError("tagged field")
-    return pos
+class ProduceBody(NamedTuple):
+    """What a Produce request's body holds, short of its records."""
+
+    acks: int
+    timeout_ms: int
+    topics: TopicBytes  # each topic in request order, with its record bytes
+    partitions: list[Partitions]  # the partitions of each of `topics`, in the same order
+
+
+# A NamedTuple's own constructor is Python code; the walks build one per request.
+_new_body = tuple.__new__
 
 
 def _length(buf: Buffer, pos: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
@@ -90,7 +103,7 @@ def _length(buf: Buffer, pos: int, end: int, flexible: bool, wide: bool) -> tupl
     if flexible:
         if pos < end and buf[pos] < 0x80:
             return buf[pos] - 1, pos + 1
-        value, pos = _uvarint(buf, pos, end)
+        value, pos = read_uvarint(buf, pos)
         return value - 1, pos
     if wide:
         if pos + 4 > end:
@@ -108,7 +121,7 @@ def _count(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]:
     return count, pos
 
 
-def _topic(buf: Buffer, pos: int, end: int, flexible: bool, by_id: bool) -> tuple[TopicKey, int]:
+def _topic(buf: Buffer, pos: int, end: int, flexible: bool, by_id: bool) -> tuple[Topic, int]:
     if by_id:
         stop = pos + _UUID
         if stop > end:
@@ -134,10 +147,13 @@ def _records(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]
     return length, pos
 
 
-def _finish(reason: str, walk: Callable[[Buffer, int], tuple[TopicBytes, int]], buf: Buffer) -> TopicBytes:
+def _finish(reason: str, walk: Callable[..., tuple[_T, int]], buf: Buffer, *args: object) -> _T:
+    """Run `walk(buf, end, *args)`; its result, when it ended at the end of `buf`."""
     end = len(buf)
     try:
-        found, pos = walk(buf, end)
+        found, pos = walk(buf, end, *args)
+    except ProtocolError as exc:  # from a primitive reader
+        raise ProtocolError(reason, exc.detail or exc.reason) from None
     except (IndexError, struct.error) as exc:
         raise ProtocolError(reason, f"truncated: {exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -205,54 +221,90 @@ def _classic_topics(
     return found, pos
 
 
+def walk_produce_body(api_version: int, body: Buffer) -> ProduceBody:
+    """The walk of a Produce request body (after the request header, to the frame's end).
+    ProtocolError('bad_produce_request') when malformed, ('unsupported_version') beyond the API table."""
+    if not 0 <= api_version <= PRODUCE_MAX:
+        raise ProtocolError("unsupported_version", f"Produce v{api_version}")
+    if api_version < PRODUCE_FLEXIBLE_FROM:
+        return _finish("bad_produce_request", _classic_produce, body, api_version)
+    return _finish("bad_produce_request", _flexible_produce, body, api_version)
+
+
+def _classic_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceBody, int]:
+    """The versions most clients speak: no helper call per partition."""
+    pos = 0
+    if api_version >= FIRST_TRANSACTIONAL:
+        length = _I16(buf, 0)[0]
+        pos = 2 + (length if length > 0 else 0)
+        if length < -1:
+            raise ValueError(f"transactional_id length {length}")
+    acks, timeout_ms, count = _ACKS_TIMEOUT_COUNT(buf, pos)
+    pos += 10
+    if count < -1:
+        raise ValueError(f"array length {count}")
+    topics: TopicBytes = []
+    by_topic: list[Partitions] = []
+    for _ in range(count):
+        topic, pos = _classic_name(buf, pos)
+        count = _I32(buf, pos)[0]
+        pos += 4
+        if count < -1:
+            raise ValueError(f"array length {count}")
+        partitions: list[tuple[int, int]] = []
+        total = 0
+        for _ in range(count):
+            index, size = _INDEX_SIZE(buf, pos)
+            pos += 8
+            if size > 0:
+                pos += size
+                if pos > end:
+                    raise IndexError("records")
+                total += size
+            elif size < 0:
+                if size < -1:
+                    raise ValueError(f"records length {size}")
+                size = 0
+            partitions.append((index, size))
+        topics.append((topic, total))
+        by_topic.append(partitions)
+    return _new_body(ProduceBody, (acks, timeout_ms, topics, by_topic)), pos
+
+
+def _flexible_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceBody, int]:
+    by_id = api_version > LAST_WITH_TOPIC_NAMES
+    pos = 0
+    if api_version >= FIRST_TRANSACTIONAL:
+        length, pos = _length(buf, pos, end, True, False)
+        if length < -1:
+            raise ValueError(f"transactional_id length {length}")
+        if length > 0:
+            pos += length
+    acks, timeout_ms = _ACKS_TIMEOUT(buf, pos)
+    topics: TopicBytes = []
+    by_topic: list[Partitions] = []
+    count, pos = _count(buf, pos + 6, end, True)
+    for _ in range(count):
+        topic, pos = _topic(buf, pos, end, True, by_id)
+        partitions: list[tuple[int, int]] = []
+        total = 0
+        count, pos = _count(buf, pos, end, True)
+        for _ in range(count):
+            index = _I32(buf, pos)[0]
+            size, pos = _records(buf, pos + 4, end, True)
+            pos = skip_tagged_fields(buf, pos)
+            partitions.append((index, size))
+            total += size
+        pos = skip_tagged_fields(buf, pos)
+        topics.append((topic, total))
+        by_topic.append(partitions)
+    pos = skip_tagged_fields(buf, pos)
+    return _new_body(ProduceBody, (acks, timeout_ms, topics, by_topic)), pos
+
+
 def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
     """[(topic, record bytes)] of a Produce request body, one entry per topic in the request."""
-    if not 0 <= api_version <= _PRODUCE_MAX:
-        raise ProtocolError("unsupported_version", f"Produce v{api_version}")
-    if api_version < _FLEXIBLE_FROM[0]:
-
-        def classic(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
-            pos = 0
-            if api_version >= 3:  # transactional_id
-                length = _I16(buf, 0)[0]
-                pos = 2 + (length if length > 0 else 0)
-                if length < -1:
-                    raise ValueError(f"transactional_id length {length}")
-            return _classic_topics(buf, pos + 6, end, 4, False)  # after acks, timeout_ms; partition index
-
-        return _finish("bad_produce_request", classic, body)
-    flexible = api_version >= _FLEXIBLE_FROM[0]
-    by_id = api_version >= _TOPIC_ID_FROM
-    has_transactional_id = api_version >= 3
-
-    def walk(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
-        pos = 0
-        if has_transactional_id:
-            length, pos = _length(buf, pos, end, flexible, False)
-            if length < -1:
-                raise ValueError(f"transactional_id length {length}")
-            if length > 0:
-                pos += length
-        pos += 6  # acks, timeout_ms
-        found: TopicBytes = []
-        topics, pos = _count(buf, pos, end, flexible)
-        for _ in range(topics):
-            topic, pos = _topic(buf, pos, end, flexible, by_id)
-            partitions, pos = _count(buf, pos, end, flexible)
-            total = 0
-            for _ in range(partitions):
-                size, pos = _records(buf, pos + 4, end, flexible)  # after the partition index
-                total += size
-                if flexible:
-                    pos = _skip_tagged(buf, pos, end)
-            if flexible:
-                pos = _skip_tagged(buf, pos, end)
-            found.append((topic, total))
-        if flexible:
-            pos = _skip_tagged(buf, pos, end)
-        return found, pos
-
-    return _finish("bad_produce_request", walk, body)
+    return walk_produce_body(api_version, body).topics
 
 
 def _fetch_partition_fixed(api_version: int) -> int:
@@ -269,8 +321,8 @@ def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
     """[(topic, record bytes)] of a Fetch response body, one entry per topic in the response."""
     if not 0 <= api_version <= _FETCH_MAX:
         raise ProtocolError("unsupported_version", f"Fetch v{api_version}")
-    flexible = api_version >= _FLEXIBLE_FROM[1]
-    by_id = api_version >= _TOPIC_ID_FROM
+    flexible = api_version >= _FETCH_FLEXIBLE_FROM
+    by_id = api_version > LAST_WITH_TOPIC_NAMES
     fixed = _fetch_partition_fixed(api_version)
     has_aborted = api_version >= 4
     replica = 4 if api_version >= 11 else 0
@@ -295,18 +347,18 @@ def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
                     aborted, pos = _count(buf, pos, end, flexible)
                     if flexible:
                         for _ in range(aborted):
-                            pos = _skip_tagged(buf, pos + 16, end)  # producer_id, first_offset
+                            pos = skip_tagged_fields(buf, pos + 16)  # producer_id, first_offset
                     elif aborted > 0:
                         pos += 16 * aborted
                 size, pos = _records(buf, pos + replica, end, flexible)
                 total += size
                 if flexible:
-                    pos = _skip_tagged(buf, pos, end)
+                    pos = skip_tagged_fields(buf, pos)
             if flexible:
-                pos = _skip_tagged(buf, pos, end)
+                pos = skip_tagged_fields(buf, pos)
             found.append((topic, total))
         if flexible:
-            pos = _skip_tagged(buf, pos, end)
+            pos = skip_tagged_fields(buf, pos)
         return found, pos
 
     return _finish("bad_fetch_response", walk, body)

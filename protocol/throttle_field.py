@@ -28,7 +28,7 @@ import struct
 from collections.abc import Callable, Mapping
 
 from sluice.protocol.api_keys import ApiKey
-from sluice.protocol.apis import API_SPECS, ThrottlePosition
+from sluice.protocol.apis import API_SPECS, FLEXIBLE_FROM, ThrottlePosition
 from sluice.protocol.codec_quirks import api_versions_body_version
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import (
@@ -64,10 +64,11 @@ _FRAME_PREFIX = 4
 _API_VERSIONS = ApiKey.API_VERSIONS
 _PRODUCE = ApiKey.PRODUCE
 
-_PRODUCE_FIRST_FLEXIBLE = 9
-_API_VERSIONS_FIRST_FLEXIBLE = 3
+_PRODUCE_FIRST_FLEXIBLE = FLEXIBLE_FROM[_PRODUCE]
+_API_VERSIONS_FIRST_FLEXIBLE = FLEXIBLE_FROM[_API_VERSIONS]
 _API_VERSION_ENTRY = 6  # api_key, min_version, max_version: three int16s
-_DELEGATION_FIRST_FLEXIBLE = 2
+# The four delegation-token APIs turned flexible at the same version.
+_DELEGATION_FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.CREATE_DELEGATION_TOKEN]
 _DELEGATION_FIRST_WITH_REQUESTER = 3
 _TIMESTAMPS = 3 * 8  # issue, expiry and max timestamps
 _RENEW_EXPIRE_OFFSET = 2 + 8  # after ErrorCode and ExpiryTimestampMs

@@ -28,13 +28,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import BadFramePrefix, FrameSplitter, buffer_in_use
 from sluice.quota import ANONYMOUS
 
-from ..filters.base import UNOFFERED_VERSION, RawExchange
+from ..filters.base import UNOFFERED_VERSION, Pending, RawExchange, Reply
 from ..observability.log import get_logger
 from .flow import ReadPauses
 from .request_guard import RequestGuard
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["ClientSide", "ConnectionRegistry", "SessionSettings", "UpstreamSide"]
 
 _log = get_logger("sluice.connection")
+_T = TypeVar("_T")
 _thread_time_ns = time.thread_time_ns
 # A request at least this large that a read leaves incomplete is forwarded as it arrives, rather than
 # joined into one buffer first (when no filter reads its body): joining megabyte requests costs more in
@@ -141,7 +142,12 @@ class ClientSide(asyncio.BufferedProtocol):
         self._pauses.add("connecting")
         self._loop.call_soon(self._pauses.reassert)
         self._gate = gate = ThrottleGate(
-            self._loop, transport, self._pauses, self._release_held, self._metrics.count_muted
+            self._loop,
+            transport,
+            self._to_client,
+            self._pauses,
+            self._release_held,
+            self._metrics.count_muted,
         )
         filters = self._settings.chain.for_connection(self, gate.mute_for)
         self._pipeline = RequestPipeline(filters, gate, self, self._metrics, self._requests, self._responses)
@@ -213,7 +219,12 @@ class ClientSide(asyncio.BufferedProtocol):
             # with it, although reading was paused at once. They are not served.
             return
         self._last_read = self._last_activity = self._loop.time()
-        started = _thread_time_ns() if self._cpu_time_needed() else 0
+        self._pass(self._take_requests, data, self._bad_request_frame)
+        guard = self._guard
+        if guard is not None and not self._closed:
+            guard.after_feed()  # after _stream_tail: a request passed through holds no memory
+
+    def _take_requests(self, data: bytes | memoryview) -> None:
         requests = self._requests
         try:
             frames = requests.feed(data)
@@ -224,36 +235,26 @@ class ClientSide(asyncio.BufferedProtocol):
             frames = exc.frames
         pipeline = self._pipeline
         assert pipeline is not None
-        try:  # _run's work, inline: this is the hot path
+        try:
             if requests.through:
                 # More of a request already on its way upstream: it goes on first, as it came.
                 ended = not requests.passing_through
                 pipeline.through(requests.through, ended)
                 if ended and self._pauses is not None:
                     self._pauses.frame_ended()
-            ready = pipeline.client_frames(frames)
-            if ready is not None:
-                self._wait_for(ready)  # type: ignore[arg-type]  # effect union pending: Deferred.ready is object
-            else:
-                self._stream_tail(requests, pipeline)
-        except ProtocolError as exc:
-            self._bad_request_frame(exc)
-        except CloseConnection as exc:
-            self._close_on_error("filter_closed", reason=exc.reason)
-        except Exception as exc:
-            self._filter_failed(exc)
+            self._after_step(pipeline.client_frames(frames))
         finally:
             # What this read left pending in the splitter is copied out now (unless a request streaming on
             # took it): a connection waiting for the rest of a request must not hold a whole read buffer.
             requests.settle()
-            self._flush()
-        if started:
-            self.cpu_ns += _thread_time_ns() - started
-        guard = self._guard
-        if guard is not None and not self._closed:
-            guard.after_feed()  # after _stream_tail: a request passed through holds no memory
-        if self._closing_after is not None:
-            self._close_if_answered()
+
+    def _after_step(self, ready: Pending | None) -> None:
+        """A step that forwarded requests is done: wait for a filter's deferral, or let a large request
+        that a read (or a wait) left incomplete go on as it arrives."""
+        if ready is not None:
+            self._wait_for(ready)
+        elif self._pipeline is not None:
+            self._stream_tail(self._requests, self._pipeline)
 
     def _stream_tail(self, requests: FrameSplitter, pipeline: RequestPipeline) -> None:
         """A large request this read began may go on as it arrives (RequestPipeline.stream_tail)."""
@@ -293,20 +294,17 @@ class ClientSide(asyncio.BufferedProtocol):
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def _run(self, step: Callable[..., object], *args: object) -> None:
-        """Run a pipeline step; write what it produced (one writelines each way), close on a bad frame or
-        a filter's failure (which must cost one connection, never the process). Its CPU time is counted as a
-        read's is: an unmute or a resume runs the filters on held requests outside any read."""
+    def _pass(self, work: Callable[[_T], None], arg: _T, bad_frame: Callable[[ProtocolError], None]) -> None:
+        """Every piece of work on the pipeline runs here (a read from either side, an unmute, a resume):
+        its CPU time counted (an unmute or a resume runs the filters on held requests outside any read),
+        what it produced written (one writelines each way), a bad frame handed to `bad_frame`, a filter's
+        Close or failure (which must cost one connection, never the process) closing the connection; then
+        the close that shutdown or a bad request frame put off, once nothing is owed."""
         started = _thread_time_ns() if self._cpu_time_needed() else 0
         try:
-            ready = step(*args)
-            if ready is not None:
-                self._wait_for(ready)  # type: ignore[arg-type]  # effect union pending: Deferred.ready is object
-            elif self._pipeline is not None:
-                # A large request read while it had to wait (connecting, muted) may go on now.
-                self._stream_tail(self._requests, self._pipeline)
+            work(arg)
         except ProtocolError as exc:
-            self._bad_request_frame(exc)
+            bad_frame(exc)
         except CloseConnection as exc:
             self._close_on_error("filter_closed", reason=exc.reason)
         except Exception as exc:
@@ -315,8 +313,20 @@ class ClientSide(asyncio.BufferedProtocol):
             self._flush()
             if started:
                 self.cpu_ns += _thread_time_ns() - started
-        if self._closing_after is not None:
+        pipeline = self._pipeline
+        if pipeline is not None and pipeline.state is _DRAINING and pipeline.drained:
+            if self._gate is not None:
+                self._gate.flush_held()
+            self.close("shutdown")
+        elif self._closing_after is not None:
             self._close_if_answered()
+
+    def _run(self, step: Callable[[], Pending | None]) -> None:
+        """Run a pipeline step outside a read (connected, unmuted, resumed)."""
+        self._pass(self._run_step, step, self._bad_request_frame)
+
+    def _run_step(self, step: Callable[[], Pending | None]) -> None:
+        self._after_step(step())
 
     def _flush(self) -> None:
         pipeline = self._pipeline
@@ -326,20 +336,28 @@ class ClientSide(asyncio.BufferedProtocol):
                 self._upstream.writelines(pipeline.outgoing)
             pipeline.outgoing = []
         if self._replies:
-            if self._transport is not None and not self._closed:
-                self._transport.writelines(self._replies)
-            self._replies = []
+            self._write_replies()
+
+    def _write_replies(self) -> None:
+        """Send the responses this pass made: the one place that writes to the client (the throttle gate's
+        held responses come through `_to_client` too)."""
+        replies, self._replies = self._replies, []
+        self._to_client(replies)
+
+    def _to_client(self, frames: list[Frame]) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.writelines(frames)
 
     def _release_held(self) -> None:
         """The upstream is ready or a mute ended: forward what was held, in order."""
         if self._pipeline is not None and not self._closed:
             self._run(self._pipeline.release)
 
-    def _wait_for(self, ready: asyncio.Future[object]) -> None:
+    def _wait_for(self, ready: Pending) -> None:
         if self._pauses is not None:
             self._pauses.add("deferred")
 
-        def resume(done: asyncio.Future[object]) -> None:
+        def resume(done: Pending) -> None:
             if self._pauses is not None:
                 self._pauses.discard("deferred")
             failure = None if done.cancelled() else done.exception()
@@ -396,16 +414,14 @@ class ClientSide(asyncio.BufferedProtocol):
         if delay_ms > 0 or gate.holding_responses:
             # Delayed (pre-KIP-219), or queued behind one that is: the gate keeps request order.
             if self._replies:
-                self._transport.writelines(self._replies)
-                self._replies = []
+                self._write_replies()
             gate.hold_response(frame, delay_ms)
         else:
             self._replies.append(frame)
 
-    def deliver_reply(self, reply: object, body: bytes) -> None:
-        future = cast("asyncio.Future[bytes]", reply)
-        if not future.done():
-            future.set_result(body)
+    def deliver_reply(self, reply: Reply, body: bytes) -> None:
+        if not reply.done():
+            reply.set_result(body)
 
     # ---- upstream ------------------------------------------------------------------------------
 
@@ -435,35 +451,24 @@ class ClientSide(asyncio.BufferedProtocol):
         self._upstream_pauses = ReadPauses(transport)
         assert self._pipeline is not None and self._pauses is not None
         self._run(self._pipeline.upstream_ready)
-        self._pauses.discard("connecting")
+        if self._pauses is not None:  # (None: what was held closed the connection)
+            self._pauses.discard("connecting")
 
     def upstream_data(self, data: bytes) -> None:
         self._last_activity = self._loop.time()
-        started = _thread_time_ns() if self._cpu_time_needed() else 0
-        pipeline = self._pipeline
-        assert pipeline is not None
-        try:
-            frames = self._responses.feed(data)
-            guard = self._guard
-            if frames and guard is not None and guard.awaiting_answer:
-                guard.broker_answered()  # it speaks Kafka: the limits before proof end
-            pipeline.broker_frames(frames)
-        except ProtocolError as exc:
-            # An answer refused because its request asked for what was never offered is the client's doing.
-            self._protocol_error("client" if exc.reason == UNOFFERED_VERSION else "upstream", exc)
-        except Exception as exc:  # a filter bug must cost one connection, never the process
-            self._filter_failed(exc)
-        finally:
-            if self._replies:
-                self._flush()
-        if started:
-            self.cpu_ns += _thread_time_ns() - started
-        if pipeline.state is _DRAINING and pipeline.drained:
-            if self._gate is not None:
-                self._gate.flush_held()
-            self.close("shutdown")
-        elif self._closing_after is not None:
-            self._close_if_answered()
+        self._pass(self._take_responses, data, self._bad_response_frame)
+
+    def _take_responses(self, data: bytes) -> None:
+        frames = self._responses.feed(data)
+        guard = self._guard
+        if frames and guard is not None and guard.awaiting_answer:
+            guard.broker_answered()  # it speaks Kafka: the limits before proof end
+        assert self._pipeline is not None
+        self._pipeline.broker_frames(frames)
+
+    def _bad_response_frame(self, exc: ProtocolError) -> None:
+        # An answer refused because its request asked for what was never offered is the client's doing.
+        self._protocol_error("client" if exc.reason == UNOFFERED_VERSION else "upstream", exc)
 
     def upstream_lost(self, exc: Exception | None) -> None:
         self._close_on_error("upstream_closed", upstream=self.upstream_peer, error=str(exc) if exc else None)
@@ -582,9 +587,8 @@ class ClientSide(asyncio.BufferedProtocol):
         that lost its ack would retry and duplicate)."""
         if self._closed:
             return
-        if self._replies and self._transport is not None:
-            self._transport.writelines(self._replies)
-            self._replies = []
+        if self._replies:
+            self._write_replies()
         if self._gate is not None:
             self._gate.flush_held()
         self.close(cause, **detail)
@@ -610,9 +614,8 @@ class ClientSide(asyncio.BufferedProtocol):
             self._connect_task.cancel()
         if self._pipeline is not None:
             for waited_for in self._pipeline.close():
-                future = cast("asyncio.Future[object]", waited_for)
-                if not future.done():
-                    future.cancel()
+                if not waited_for.done():
+                    waited_for.cancel()
         if self._transport is not None:
             self._transport.close()
         if self._upstream is not None:

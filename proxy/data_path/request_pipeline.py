@@ -36,8 +36,20 @@ from sluice.protocol.headers import (
 from sluice.protocol.primitives import INT32_UNPACK
 from sluice.protocol.produce import produce_acks
 
-from ..filters.base import Answer, Close, EntryKind, Forward, Frame, InFlight, RawExchange, Respond
-from ..filters.chain import ConnectionFilters, Deferred
+from ..filters.base import (
+    Answer,
+    Close,
+    EntryKind,
+    Forward,
+    Frame,
+    InFlight,
+    Pending,
+    RawExchange,
+    Reply,
+    Respond,
+    whole,
+)
+from ..filters.chain import ChainOutcome, ConnectionFilters, Deferred
 from .broker_load import COUNTED_MIN_BYTES
 
 _PRODUCE = ApiKey.PRODUCE
@@ -101,7 +113,7 @@ class ResponseSink(Protocol):
 
     def send_response(self, frame: Frame, delay_ms: int) -> None: ...
 
-    def deliver_reply(self, reply: object, body: bytes) -> None: ...
+    def deliver_reply(self, reply: Reply, body: bytes) -> None: ...
 
 
 class BrokerShare(Protocol):
@@ -113,7 +125,7 @@ class BrokerShare(Protocol):
 
     def give(self, size: int) -> None: ...
 
-    def wait(self, size: int) -> object: ...
+    def wait(self, size: int) -> Pending: ...
 
     def close(self, in_flight: int) -> None: ...
 
@@ -198,7 +210,7 @@ class RequestPipeline:
 
     # ---- life cycle -----------------------------------------------------------------------------
 
-    def upstream_ready(self) -> object | None:
+    def upstream_ready(self) -> Pending | None:
         """The upstream connection exists: forward what was held (as `release`)."""
         if self.state is not Lifecycle.CONNECTING:
             return None
@@ -215,12 +227,12 @@ class RequestPipeline:
     def drained(self) -> bool:
         return self.state is Lifecycle.DRAINING and not self._in_flight
 
-    def close(self) -> list[object]:
+    def close(self) -> list[Pending | Reply]:
         """The connection closed; what nobody will complete now, for the caller to cancel: the replies of
         the proxy's own requests, and a deferred request's wait (so it leaves, say, an entity gate's
         queue at once rather than holding the queue when its turn comes)."""
         self.state = Lifecycle.CLOSED
-        replies = [r.reply for r in self._in_flight if r.kind is _OWN]
+        replies: list[Pending | Reply] = [r.reply for r in self._in_flight if r.reply is not None]
         if self._resume is not None:
             replies.append(self._resume.ready)
         if self.load is not None:  # what it had in flight toward its broker goes back
@@ -236,7 +248,7 @@ class RequestPipeline:
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def client_frames(self, frames: list[memoryview]) -> object | None:
+    def client_frames(self, frames: list[memoryview]) -> Pending | None:
         """Forward `frames` in order (into `outgoing`), holding them from the first that must wait.
         Returns a filter's `Defer.ready` when one deferred a request: call `resume()` once it is done."""
         if self._held or self._resume is not None:
@@ -244,23 +256,23 @@ class RequestPipeline:
             return None
         return self._forward(frames)
 
-    def release(self) -> object | None:
+    def release(self) -> Pending | None:
         """The reason to hold requests is gone (connected, unmuted): forward what was held, in order."""
         if self.state is not Lifecycle.OPEN:
             return None  # shutting down: requests never forwarded stay unanswered, and the client retries
         held, self._held = self._held, []
         return self._forward(held)
 
-    def resume(self) -> object | None:
+    def resume(self) -> Pending | None:
         """A deferred request's wait is over: it goes on from the filter that deferred it."""
         if self.state is Lifecycle.DEFERRED:
             self.state = Lifecycle.OPEN
         return self.release()
 
-    def _forward(self, frames: list[memoryview]) -> object | None:
+    def _forward(self, frames: list[memoryview]) -> Pending | None:
         gate = self._gate
         answered = False
-        ready = None
+        ready: Pending | None = None
         if self._resume is not None:
             if self.state is not Lifecycle.OPEN or gate.muted:
                 self._held[:0] = _kept(frames)
@@ -269,7 +281,7 @@ class RequestPipeline:
             header = deferred.header
             out = self._filters.on_request(header, deferred.frame, deferred)
             verdict = self._settle(header, deferred.original, out)
-            if type(verdict) is Deferred:
+            if isinstance(verdict, Deferred):
                 self._held[:0] = _kept(frames)
                 return self._defer(verdict)
             answered = verdict is not None
@@ -288,17 +300,13 @@ class RequestPipeline:
                 size = len(frame)
                 if type(out) is memoryview and size < COUNTED_MIN_BYTES:
                     # Forwarded untouched, no throttle, too small to count toward its broker's load:
-                    # _settle's common case, inline (this is the hot path).
-                    self._metrics.count_request(header.api_key, size - 4)
-                    if header.api_key != _PRODUCE or produce_acks(frame, header) != 0:
-                        self._in_flight.append(InFlight(header))
-                    else:
-                        self._sent_acks0(header.correlation_id)
+                    # _settle's common case, without its dispatch (this is the hot path).
+                    self._expect(header, frame, size, 0, 0, None)
                     self.outgoing.append(out)
                     continue
                 verdict = self._settle(header, frame, out)
                 if verdict is not None:
-                    if type(verdict) is Deferred:
+                    if isinstance(verdict, Deferred):
                         self._held.extend(_kept(frames[i + 1 :]))
                         ready = self._defer(verdict)
                         break
@@ -330,7 +338,8 @@ class RequestPipeline:
         filters that observe it."""
         self.outgoing.extend(pieces)
         if ended and self._stream_load:
-            self.load.give(self._stream_load)  # type: ignore[union-attr]  # a count above zero implies a load
+            if self.load is not None:
+                self.load.give(self._stream_load)
             self._stream_load = 0
         observers = self._observers
         if observers is not None:
@@ -361,7 +370,8 @@ class RequestPipeline:
             return False
         try:
             header = parse_request_header(head)
-            acks = produce_acks(head, header) if header.api_key == _PRODUCE else 1
+            if header.api_key == _PRODUCE:
+                produce_acks(head, header)
         except ProtocolError:
             return False  # not all in the head (or malformed): read it whole, and judge it then
         key = header.api_key
@@ -369,70 +379,76 @@ class RequestPipeline:
         if not self._filters.may_stream(key) or (load is not None and not load.fits(size)):
             return False  # read whole first (and wait for room at its broker then, past the filters)
         stand_in = FrameHead(head, size)
-        out = self._filters.on_request(header, stand_in)  # type: ignore[arg-type]  # effect union pending
+        out = self._filters.on_request(header, stand_in)
         throttle = 0
-        if type(out) is Forward and out.frame is stand_in:  # type: ignore[comparison-overlap]  # effect union pending
+        if isinstance(out, Forward) and out.frame is stand_in:
             throttle = out.throttle_ms
-        elif out is not stand_in:  # type: ignore[comparison-overlap]  # effect union pending
+        elif out is not stand_in:
             raise TypeError(f"a filter answered {type(out).__name__} for an API it declared head-only")
         self._observers = stand_in.observers
-        self._metrics.count_request(key, size - 4)
         counted = 0
         if load is not None:
             load.take(size)  # it fits (above), and nothing ran in between
             counted = size
-        if key != _PRODUCE or acks != 0:
-            self._in_flight.append(InFlight(header, _FORWARDED, throttle, None, 0, None, counted))
-            if throttle > 0:
-                self._gate.expect_response()
-        else:
-            self._sent_acks0(header.correlation_id)
+        if not self._expect(header, head, size, throttle, counted, None):
             self._stream_load = counted  # no answer will come: it counts until its last byte
         return True
 
-    def _settle(self, header: RequestHeader, original: Frame, out: object) -> object | None:
+    def _settle(self, header: RequestHeader, original: Frame, out: ChainOutcome) -> Answer | Deferred | None:
         """Record a request the filters are done with; None when it was forwarded, the Answer when a
         filter answered it, the Deferred when it must wait."""
-        kind = type(out)
         throttle = 0
-        answer: Answer | None = None
-        if kind is memoryview:
-            frame = out
-        elif kind is Forward:
-            frame, throttle = out  # type: ignore[misc]  # effect union pending
-        elif kind is Answer:
-            answer = out  # type: ignore[assignment]  # effect union pending
-            throttle = answer.throttle_ms  # type: ignore[union-attr]  # effect union pending
-        elif kind is Deferred:
+        if type(out) is memoryview:
+            frame: Frame = out
+        elif isinstance(out, Forward):
+            frame, throttle = whole(out.frame), out.throttle_ms
+        elif isinstance(out, Answer):
+            self._expect(header, original, len(original), out.throttle_ms, 0, out)
             return out
-        elif kind is Close:
+        elif isinstance(out, Deferred):
+            return out
+        elif isinstance(out, Close):
             self._answers()  # answers made before it are the client's: they leave before the close
-            raise CloseConnection(out.reason)  # type: ignore[attr-defined]  # effect union pending
+            raise CloseConnection(out.reason)
         else:
-            frame = out  # bytes a filter rewrote
+            frame = whole(out)  # bytes a filter rewrote
         counted = 0
-        if answer is None and self.load is not None and len(frame) >= COUNTED_MIN_BYTES:  # type: ignore[arg-type]  # effect union pending
-            counted = len(frame)  # type: ignore[arg-type]  # effect union pending
-            if not self.load.take(counted):  # no room at its broker: wait, past the filters
-                ready = self.load.wait(counted)
-                return Deferred(ready, header, original, frame, _PAST_THE_FILTERS, throttle)  # type: ignore[arg-type]  # effect union pending
-        self._metrics.count_request(header.api_key, len(original) - 4)
-        if header.api_key != _PRODUCE or produce_acks(original, header) != 0:
-            if answer is not None:
-                entry = InFlight(header, _ANSWERED, throttle, answer.response, answer.delay_ms)
-            else:
-                entry = InFlight(header, _FORWARDED, throttle, None, 0, None, counted)
-            self._in_flight.append(entry)
-            if throttle > 0:
-                self._gate.expect_response()
-        else:
-            self._sent_acks0(header.correlation_id)
-            if counted:  # no answer will come: it counted while it was forwarded, whole, now
-                self.load.give(counted)  # type: ignore[union-attr]  # a count above zero implies a load
-        if answer is not None:
-            return answer
-        self.outgoing.append(frame)  # type: ignore[arg-type]  # effect union pending
+        load = self.load
+        if load is not None and len(frame) >= COUNTED_MIN_BYTES:
+            counted = len(frame)
+            if not load.take(counted):  # no room at its broker: wait, past the filters
+                return Deferred(load.wait(counted), header, original, frame, _PAST_THE_FILTERS, throttle)
+        answered_later = self._expect(header, original, len(original), throttle, counted, None)
+        if not answered_later and counted and load is not None:
+            load.give(counted)  # no answer will come: it counted while it was forwarded, whole, now
+        self.outgoing.append(frame)
         return None
+
+    def _expect(
+        self,
+        header: RequestHeader,
+        frame: Frame,
+        size: int,
+        throttle: int,
+        counted: int,
+        answer: Answer | None,
+    ) -> bool:
+        """Count a request that goes upstream or was answered (`size`: its frame's, length prefix included)
+        and expect its response in turn, with the `throttle` it earned, the `counted` bytes it holds of
+        its broker's load, and a filter's `answer`. False for an acks=0 Produce (`frame` holds at least
+        its acks), which gets no response."""
+        self._metrics.count_request(header.api_key, size - 4)
+        if header.api_key == _PRODUCE and produce_acks(frame, header) == 0:
+            self._sent_acks0(header.correlation_id)
+            return False
+        if answer is None:
+            entry = InFlight(header, _FORWARDED, throttle, None, 0, None, counted)
+        else:
+            entry = InFlight(header, _ANSWERED, throttle, answer.response, answer.delay_ms)
+        self._in_flight.append(entry)
+        if throttle > 0:
+            self._gate.expect_response()
+        return True
 
     def _sent_acks0(self, correlation_id: int) -> None:
         """An acks=0 Produce went upstream: no response will come for it."""
@@ -441,7 +457,7 @@ class RequestPipeline:
             sent = self._acks0_sent = deque(maxlen=ACKS0_REMEMBERED)
         sent.append(correlation_id)
 
-    def _defer(self, deferred: Deferred) -> object:
+    def _defer(self, deferred: Deferred) -> Pending:
         frame, original = deferred.frame, deferred.original
         if type(frame) is memoryview or type(original) is memoryview:
             kept_frame = _kept([frame])[0] if type(frame) is memoryview else frame
@@ -455,7 +471,7 @@ class RequestPipeline:
         self.state = Lifecycle.DEFERRED
         return deferred.ready
 
-    def own_request(self, api_key: int, api_version: int, body: bytes, reply: object) -> bool:
+    def own_request(self, api_key: int, api_version: int, body: bytes, reply: Reply) -> bool:
         """Queue the proxy's own request (after every request already forwarded); its response body goes to
         `sink.deliver_reply(reply, body)`. False when the connection cannot send it (not open)."""
         if self.state is Lifecycle.CLOSED or self.state is Lifecycle.CONNECTING:
@@ -529,7 +545,7 @@ class RequestPipeline:
                 f"expected correlation id {in_flight[0].header.correlation_id}, got {correlation_id}",
             )
         request = in_flight.popleft()
-        if request.kind is _OWN:
+        if request.reply is not None:  # the proxy's own request
             header = request.header
             body = bytes(frame[4 + response_header_size(header.api_key, header.api_version, frame) :])
             self._sink.deliver_reply(request.reply, body)
@@ -545,14 +561,14 @@ class RequestPipeline:
             self._respond(request, request.answer, request.answer_delay_ms)
 
     def _respond(self, request: InFlight, frame: Frame, delay_ms: int) -> None:
-        if request.load:  # answered: it no longer counts toward its broker's load
-            self.load.give(request.load)  # type: ignore[union-attr]  # a count above zero implies a load
+        if request.load and self.load is not None:  # answered: it no longer counts toward its broker's load
+            self.load.give(request.load)
         out = self._filters.on_response(request, frame)
-        if type(out) is Respond:
+        if isinstance(out, Respond):
             frame = out.frame
             delay_ms = max(delay_ms, out.delay_ms)
         else:
-            frame = out  # type: ignore[assignment]  # effect union pending
+            frame = out
         self._metrics.count_response(request.header.api_key, len(frame) - 4)
         if request.throttle_ms > 0:
             self._gate.response_sent()  # written in this same pass; the gate also waits for the flush

@@ -41,6 +41,7 @@ class ThrottleGate:
         "_responses_pending",
         "_timer",
         "_timer_at",
+        "_to_client",
         "_transport",
         "muted",
     )
@@ -49,12 +50,14 @@ class ThrottleGate:
         self,
         loop: asyncio.AbstractEventLoop,
         transport: asyncio.Transport,
+        to_client: Callable[[list[Frame]], None],
         pauses: ReadPauses,
         on_unmute: Callable[[], None],
         on_mute_change: Callable[[int], None],
     ) -> None:
         self._loop = loop
-        self._transport = transport
+        self._transport = transport  # read only: whether a throttled response has fully left
+        self._to_client = to_client
         self._pauses = pauses
         self._on_unmute = on_unmute
         self._on_mute_change = on_mute_change
@@ -125,7 +128,7 @@ class ThrottleGate:
         while self._delayed and self._delayed[0][0] <= now:
             due.append(self._delayed.popleft()[1])
         if due and not self._transport.is_closing():
-            self._transport.writelines(due)
+            self._to_client(due)
 
     # ---- the one timer -------------------------------------------------------------------------
 

@@ -15,19 +15,54 @@ Hooks return what they want done, rather than calling back into the connection:
 * `on_response` returns the frame for the client, or `Respond(frame, delay_ms, mute_ms)` to hold it
   (pre-KIP-219) or mute the connection after it (KIP-219).
 
-Returning the bare frame in the common case keeps the hot path free of allocations.
+Returning the bare frame in the common case keeps the hot path free of allocations. The effects are a closed
+set: `RequestEffect` and `ResponseEffect` name every value a hook may return, and the chain and the pipeline
+dispatch on exactly those types.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol, Self
 
+from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader
 
 Frame = memoryview | bytes
+# What on_request is handed: the whole frame, or, for a request forwarded as it arrives, its FrameHead (the
+# first bytes and the size), which only a filter that declared it reads no more gets
+# (`Filter.head_only_api_keys`, `FilterFactory.reads_body_now`); such a filter passes it on as it is.
+RequestFrame = Frame | FrameHead
+
+
+# ---- what the sans-IO pipeline holds for the connection ------------------------------------------
+
+
+class Pending(Protocol):
+    """Something a request waits for (`Defer.ready`, room at its broker): an asyncio future or task, which
+    the pipeline only keeps and hands back; the connection waits on it and cancels it at close."""
+
+    def done(self) -> bool: ...
+
+    def cancelled(self) -> bool: ...
+
+    def exception(self) -> BaseException | None: ...
+
+    def cancel(self, msg: Any | None = None) -> bool: ...
+
+    def add_done_callback(self, fn: Callable[[Self], object], /) -> None: ...
+
+
+class Reply(Protocol):
+    """Where the body of the answer to the proxy's own request goes (an asyncio future of bytes)."""
+
+    def done(self) -> bool: ...
+
+    def cancel(self, msg: Any | None = None) -> bool: ...
+
+    def set_result(self, result: bytes, /) -> None: ...
 
 
 # ---- effects ------------------------------------------------------------------------------------
@@ -38,7 +73,7 @@ class Forward(NamedTuple):
     it wait, as behind a broker), and its response carries the throttle and ends the mute no earlier than
     it has been sent. Return the bare frame when there is no throttle."""
 
-    frame: Frame
+    frame: RequestFrame
     throttle_ms: int = 0
 
 
@@ -62,7 +97,7 @@ class Defer(NamedTuple):
     """on_request: the request and every one behind it wait until `ready` is done; the request then goes
     on from the filter that deferred (which runs again), with the frame as the filters before it left it."""
 
-    ready: asyncio.Future[object]
+    ready: Pending
 
 
 class Respond(NamedTuple):
@@ -75,13 +110,16 @@ class Respond(NamedTuple):
     mute_ms: int = 0
 
 
-RequestEffect = Frame | Forward | Answer | Close | Defer
+# Everything on_request may return: the frame itself (forwarded untouched, or as a filter rewrote it), or one
+# of the four effects.
+RequestEffect = RequestFrame | Forward | Answer | Close | Defer
+# Everything on_response may return.
+ResponseEffect = Frame | Respond
 
 # The reason of the ProtocolError a filter raises for a request of an API or version the proxy never offered.
 # It is the client's doing wherever it is found, so the connection logs it as the client's even when a
 # response filter is the one that finds it (an answer newer than the filter can read).
 UNOFFERED_VERSION = "unadvertised_api_version"
-ResponseEffect = Frame | Respond
 
 
 # ---- what a response hook is told about its request ----------------------------------------------
@@ -108,9 +146,17 @@ class InFlight(NamedTuple):
     answer: Frame | None = None
     answer_delay_ms: int = 0
     # OWN: where the response body goes (an asyncio future the connection resolves).
-    reply: object = None
+    reply: Reply | None = None
     # FORWARDED: the bytes it counts toward its broker's load until answered (proxy/data_path/broker_load.py).
     load: int = 0
+
+
+def whole(frame: RequestFrame) -> Frame:
+    """The frame of a request whose body a filter reads: the proxy hands a FrameHead only to the filters
+    that said they would not read it, so one here is a bug, raised as such."""
+    if isinstance(frame, FrameHead):
+        raise TypeError("a filter that reads request bodies was handed a FrameHead")
+    return frame
 
 
 # ---- the connection, as a filter sees it ---------------------------------------------------------
@@ -191,7 +237,7 @@ class Filter:
     def __init__(self, conn: ConnectionInfo) -> None:
         self.conn = conn
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> RequestEffect:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         return frame
 
     def on_response(self, request: InFlight, frame: Frame) -> ResponseEffect:

@@ -32,7 +32,18 @@ from sluice.quota import QuotaTags
 from sluice.quota.broker_shield import BrokerShield
 
 from ..cluster.broker_nodes import BrokerNodes
-from .base import ConnectionInfo, EntryKind, Filter, FilterFactory, Forward, Frame, InFlight
+from .base import (
+    ConnectionInfo,
+    EntryKind,
+    Filter,
+    FilterFactory,
+    Forward,
+    Frame,
+    InFlight,
+    RequestEffect,
+    RequestFrame,
+    whole,
+)
 from .quota_metrics import ThrottleStats
 from .round_trip_clock import RoundTripClock
 
@@ -61,7 +72,7 @@ class BrokerShieldFilter(Filter):
         self._node: int | None = None
         self._clock: RoundTripClock | None = None  # made when the first Produce is timed
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         shield = self._live.brokers
         if shield is None:
             return frame
@@ -78,7 +89,7 @@ class BrokerShieldFilter(Filter):
             if clock is None:
                 clock = self._clock = RoundTripClock()
             clock.sent(header.correlation_id, now)
-        sizes = produce_topic_sizes(frame, header)
+        sizes = produce_topic_sizes(whole(frame), header)
         if sizes is None:
             return frame  # a version naming topics by id: the clamp keeps clients from it
         throttle = shield.record(node, sizes.items(), now)

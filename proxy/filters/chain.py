@@ -27,7 +27,10 @@ from .base import (
     Forward,
     Frame,
     InFlight,
+    Pending,
+    RequestFrame,
     Respond,
+    whole,
 )
 
 # API keys are small integers; a list indexed by key is the cheapest lookup on the hot path.
@@ -145,12 +148,16 @@ def _instances(table: _KeyTable, filters: list[Filter]) -> tuple[tuple[Filter, .
 class Deferred(NamedTuple):
     """A request a filter deferred: where it resumes, and what the filters before it left."""
 
-    ready: object  # the filter's Defer.ready
+    ready: Pending  # the filter's Defer.ready, or room at its broker
     header: RequestHeader
     original: Frame  # the frame as the client sent it
     frame: Frame  # as the filters before the deferring one left it
     position: int  # the deferring filter's place among the request's filters
     throttle_ms: int
+
+
+# What running the request filters comes to: an effect, with Defer made a Deferred (where to resume).
+ChainOutcome = RequestFrame | Forward | Answer | Close | Deferred
 
 
 class ConnectionFilters:
@@ -185,8 +192,8 @@ class ConnectionFilters:
         self._cpu_needed = chain.cpu_time_needed()
 
     def on_request(
-        self, header: RequestHeader, frame: Frame, deferred: Deferred | None = None
-    ) -> Frame | Forward | Answer | Close | Deferred:
+        self, header: RequestHeader, frame: RequestFrame, deferred: Deferred | None = None
+    ) -> ChainOutcome:
         """Run the request filters (or, given `deferred`, go on from the filter that deferred it); the frame
         (or Forward with the throttle earned), an Answer (its throttle includes the earlier filters'), a
         Close, or a Deferred to resume later. One method for both, so the hot path makes one call."""
@@ -194,7 +201,8 @@ class ConnectionFilters:
         filters = self._request_groups[self._request_group[key if 0 <= key < TABLE_SIZE else BEYOND_TABLE]]
         if not filters:
             return frame
-        original, start, throttle = frame, 0, 0
+        original: RequestFrame = frame
+        start, throttle = 0, 0
         if deferred is not None:
             original, frame, start, throttle = (
                 deferred.original,
@@ -204,24 +212,27 @@ class ConnectionFilters:
             )
         for f in filters[start:] if start else filters:
             out = f.on_request(header, frame)
-            kind = type(out)
-            if kind is memoryview:  # the common case first: forwarded untouched
-                frame = out  # type: ignore[assignment]  # effect union pending
-            elif kind is Forward:
-                frame = out.frame  # type: ignore[union-attr]  # effect union pending
-                if out.throttle_ms > 0:  # type: ignore[union-attr]  # effect union pending
-                    self._mute(out.throttle_ms)  # type: ignore[union-attr]  # effect union pending
-                    throttle = max(throttle, out.throttle_ms)  # type: ignore[union-attr]  # effect union pending
-            elif kind is Answer:
-                if out.throttle_ms > 0:  # type: ignore[union-attr]  # effect union pending
-                    self._mute(out.throttle_ms)  # type: ignore[union-attr]  # effect union pending
-                return out if out.throttle_ms >= throttle else out._replace(throttle_ms=throttle)  # type: ignore[call-arg, return-value, union-attr]  # effect union pending
-            elif kind is Defer:
-                return Deferred(out.ready, header, original, frame, filters.index(f, start), throttle)  # type: ignore[union-attr]  # effect union pending
-            elif kind is Close:
-                return out  # type: ignore[return-value]  # effect union pending
-            else:
-                frame = out  # type: ignore[assignment]  # effect union pending
+            # The common case first, by exact type (the cheapest test): forwarded untouched.
+            if type(out) is memoryview:
+                frame = out
+            elif isinstance(out, Forward):
+                frame = out.frame
+                if out.throttle_ms > 0:
+                    self._mute(out.throttle_ms)
+                    throttle = max(throttle, out.throttle_ms)
+            elif isinstance(out, Answer):
+                if out.throttle_ms > 0:
+                    self._mute(out.throttle_ms)
+                return out if out.throttle_ms >= throttle else out._replace(throttle_ms=throttle)
+            elif isinstance(out, Defer):
+                # (A request passing through cannot wait: only a whole frame is deferred.)
+                return Deferred(
+                    out.ready, header, whole(original), whole(frame), filters.index(f, start), throttle
+                )
+            elif isinstance(out, Close):
+                return out
+            else:  # bytes a filter rewrote
+                frame = out
         return Forward(frame, throttle) if throttle > 0 else frame
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame | Respond:
@@ -237,12 +248,12 @@ class ConnectionFilters:
         delay = 0
         for f in filters:
             out = f.on_response(request, frame)
-            if type(out) is Respond:
+            if isinstance(out, Respond):
                 frame = out.frame
                 if out.mute_ms > 0:
                     self._mute(out.mute_ms)
                 if out.delay_ms > delay:
                     delay = out.delay_ms
             else:
-                frame = out  # type: ignore[assignment]  # effect union pending
+                frame = out
         return Respond(frame, delay) if delay > 0 else frame

@@ -84,7 +84,10 @@ from .base import (
     Forward,
     Frame,
     InFlight,
+    RequestEffect,
+    RequestFrame,
     Respond,
+    whole,
 )
 from .entity_gate import TIMED_OUT, EntityGates, produce_deadline_ms, timed_out_answer
 from .frames import with_body
@@ -162,7 +165,7 @@ class ClientQuotas(Filter):
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Answer | Defer:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         # A version beyond the chain's was never offered, and some filter could not read it (TopicQuotas
         # reads Produce up to v12): refused here, where every Produce, Fetch and ShareFetch passes anyway.
         key = header.api_key
@@ -175,7 +178,7 @@ class ClientQuotas(Filter):
                 self._leave_gate(header)  # the quota went while this request waited: it goes on, uncharged
             return frame
         if self._fetch_rules.enabled_bits:
-            return self._cap_fetch(header, frame)
+            return self._cap_fetch(header, whole(frame))
         return frame
 
     def _touch(self, kind: str, manager: ClientQuotaManager, user: str, client_id: str | None) -> None:
@@ -189,7 +192,7 @@ class ClientQuotas(Filter):
             touched[key] = version
             self._stats.touch(kind, manager.tags_for(user, client_id))
 
-    def _charge_produce(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Answer | Defer:
+    def _charge_produce(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         conn = self.conn
         user, client_id = conn.user, header.client_id
         now = conn.now_ms()
@@ -200,10 +203,9 @@ class ClientQuotas(Filter):
             turn, self._turn = self._turn, None
             if turn is not None:
                 if not turn.cancelled() and turn.result() is TIMED_OUT:
-                    return self._timed_out(header, frame, gates.shut_for_ms(gate_key, now))
+                    return self._timed_out(header, whole(frame), gates.shut_for_ms(gate_key, now))
                 # Otherwise the gate let this request in: charge it now.
-            # A FrameHead (a large Produce streamed as it arrives) comes typed as the Frame it is not.
-            elif type(frame) is not FrameHead:  # type: ignore[comparison-overlap]  # effect union pending
+            elif not isinstance(frame, FrameHead):
                 # (A large Produce already on its way as it arrives cannot wait: it is charged now, and the
                 # throttle it earns, on the entity's shared sensor, shuts the gate that much longer.)
                 deadline = produce_deadline_ms(header, frame, self.conn.read_ms())

@@ -57,7 +57,10 @@ from .base import (
     Forward,
     Frame,
     InFlight,
+    RequestEffect,
+    RequestFrame,
     Respond,
+    whole,
 )
 from .frames import with_body
 from .quota_metrics import MutationRates, ThrottleStats
@@ -112,12 +115,13 @@ class MutationQuotas(Filter):
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward | Answer | Defer:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         if not self._manager.quotas_enabled:
             return frame  # no controller_mutation_rate configured (it may be, from the next request on)
         conn = self.conn
         user, client_id = conn.user, header.client_id
         key, version = header.api_key, header.api_version
+        frame = whole(frame)  # its body is read: never a FrameHead
         body = memoryview(frame)[4 + header.size :]
         request = decode_mutation_request(key, version, body)
         now = conn.now_ms()

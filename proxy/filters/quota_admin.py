@@ -27,7 +27,18 @@ from sluice.proxy.control_plane.quota_admin_errors import REQUEST_TIMED_OUT, Api
 
 from ..control_plane.quota_admin import AlterCall, QuotaAdministration, StoreRecord
 from ..observability.log import get_logger
-from .base import Answer, ConnectionInfo, Defer, Filter, FilterFactory, Frame, InFlight
+from .base import (
+    Answer,
+    ConnectionInfo,
+    Defer,
+    Filter,
+    FilterFactory,
+    Frame,
+    InFlight,
+    RequestEffect,
+    RequestFrame,
+    whole,
+)
 from .frames import with_body
 
 _log = get_logger("sluice.quota_admin")
@@ -52,17 +63,18 @@ class QuotaAdmin(Filter):
         # correlation id -> the answer body of an alter whose store write is under way
         self._pending: dict[int, asyncio.Future[bytes]] = {}
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Answer | Defer:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         ready = self._shared.ready
         if ready is not None and not ready.is_set():
             # Just started: answer once the store has been read, so stored quotas are not missed.
-            return Defer(asyncio.ensure_future(ready.wait()))
+            read: asyncio.Future[bool] = asyncio.ensure_future(ready.wait())
+            return Defer(read)
         version, correlation_id = header.api_version, header.correlation_id
         if header.api_key == _ALTER:
             pending = self._pending.pop(correlation_id, None)
             if pending is not None:  # resumed: the store write is over, its answer is ready
                 return Answer(encode_response(_ALTER, version, correlation_id, pending.result()))
-        body = memoryview(frame)[4 + header.size :]
+        body = memoryview(whole(frame))[4 + header.size :]
         admin, user = self._shared.admin, self.conn.user
         if header.api_key == _DESCRIBE:
             answer = admin.describe(version, body, user)
@@ -71,7 +83,7 @@ class QuotaAdmin(Filter):
             if call.answer is None:
                 future = asyncio.ensure_future(self._shared.store(call, self.conn.peer, user))
                 self._pending[correlation_id] = future
-                return Defer(future)  # type: ignore[arg-type]  # effect union pending: Defer takes Future[object]
+                return Defer(future)
             answer = call.answer
         return Answer(encode_response(header.api_key, version, correlation_id, answer))
 

@@ -31,7 +31,7 @@ from sluice.protocol.sasl_exchange import FOLLOWABLE_MECHANISMS, SaslExchange, S
 from sluice.quota import ANONYMOUS
 
 from ..observability.log import get_logger
-from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
+from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight, RequestEffect, RequestFrame, whole
 
 _log = get_logger("sluice.sasl")
 _SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
@@ -56,9 +56,9 @@ class SaslInspector(Filter):
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         with _no_token_in_errors():
-            self._request(header, memoryview(frame)[4 + header.size :])
+            self._request(header, memoryview(whole(frame))[4 + header.size :])
         return frame
 
     def _request(self, header: RequestHeader, body: memoryview) -> None:

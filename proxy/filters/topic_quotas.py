@@ -21,7 +21,7 @@ from sluice.protocol.headers import RequestHeader
 from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, produce_topic_sizes
 from sluice.quota import QuotaTags, TopicQuotas
 
-from .base import ConnectionInfo, Filter, FilterFactory, Forward, Frame
+from .base import ConnectionInfo, Filter, FilterFactory, Forward, RequestEffect, RequestFrame, whole
 from .quota_metrics import ThrottleStats
 
 _TOPIC_TAGS = QuotaTags("", "")
@@ -37,11 +37,11 @@ class TopicQuotaFilter(Filter):
         super().__init__(conn)
         self._shared = shared
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Forward:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         quotas = self._shared.topics()
         if quotas is None:
             return frame
-        sizes = produce_topic_sizes(frame, header)
+        sizes = produce_topic_sizes(whole(frame), header)
         if sizes is None:
             return frame  # a version naming topics by id: the clamp keeps clients from it
         throttle = quotas.record_request(sizes.items(), self.conn.now_ms())

@@ -24,7 +24,7 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader
 from sluice.protocol.schema_table import KNOWN_APIS
 
-from .base import UNOFFERED_VERSION, ChainVersions, ConnectionInfo, Filter, FilterFactory, Frame
+from .base import UNOFFERED_VERSION, ChainVersions, ConnectionInfo, Filter, FilterFactory, RequestFrame
 from .chain import EVERY_API_KEY, TABLE_SIZE
 
 # Every API key, those outside the routing table too (none of them is ever offered), but the three below.
@@ -41,7 +41,7 @@ class UnadvertisedRequests(Filter):
         super().__init__(conn)
         self._newest = newest
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestFrame:
         key = header.api_key
         newest = self._newest[key] if 0 <= key < TABLE_SIZE else -1
         if header.api_version <= newest:

@@ -29,13 +29,13 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, response_header_size
-from sluice.protocol.produce_stream import ProduceTopicStream
-from sluice.protocol.record_sets import TopicBytes, fetch_topic_bytes, produce_topic_bytes
+from sluice.protocol.produce_stream import ProduceTopicStream, produce_body
+from sluice.protocol.record_sets import TopicBytes, fetch_topic_bytes
 from sluice.protocol.topic_metadata import TOPIC_IDS_METADATA_VERSION, decode_topic_partitions
 from sluice.quota.usage_ledger import EntityUsage, UsageLedger
 
 from ..cluster.broker_nodes import BrokerNodes
-from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
+from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight, RequestFrame
 
 PRODUCE, FETCH, METADATA = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA
 # A Metadata answer larger than this is not decoded for names (a client's own topics fit many times over).
@@ -86,11 +86,11 @@ class UsageRecording:
         if key != PRODUCE:
             return
         usage.produce_bytes += len(frame) - 4
-        if type(frame) is FrameHead:
+        if isinstance(frame, FrameHead):
             frame.observe(_StreamedProduce(self, user, header, len(frame), broker))
             return
         try:
-            found = produce_topic_bytes(header.api_version, memoryview(frame)[4 + header.size :])
+            found = produce_body(frame, header).topics  # the walk a topic quota made, if one did
         except ProtocolError:
             return
         self.produced(user, header.client_id, found, broker)
@@ -180,7 +180,7 @@ class UsageRecorder(Filter):
         self._nodes = shared.nodes
         self._broker: int | None = None
 
-    def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+    def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestFrame:
         broker = self._broker
         if broker is None:
             broker = self._broker_node()

@@ -86,3 +86,47 @@ def test_garbage_never_raises(version: int, junk: bytes, data: st.DataObject) ->
     result = streamed(framed, cuts)
     if result is not None:  # junk that happens to be a well-formed request reads as the whole walk reads it
         assert result == whole(framed)
+
+
+def test_the_filters_of_one_request_share_one_walk_of_its_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Topic quotas, the broker shield, the entity gate and the usage records each read a part of the same
+    Produce: its body is walked once for them all, and again only for another request (a new header)."""
+    from sluice.protocol import produce_stream
+    from sluice.protocol.produce_topics import (
+        produce_partition_sizes,
+        produce_partitions,
+        produce_topic_sizes,
+    )
+
+    walks: list[int] = []
+    walk = produce_stream.walk_produce_body
+
+    def counted(api_version: int, body: bytes | memoryview) -> produce_stream.ProduceBody:
+        walks.append(api_version)
+        return walk(api_version, body)
+
+    framed = produce_frame(9)
+    expected = whole(framed)
+    monkeypatch.setattr(produce_stream, "walk_produce_body", counted)
+    header = parse_request_header(framed)
+    sizes = produce_topic_sizes(framed, header)
+    assert produce_partition_sizes(framed, header) == [
+        ("orders", 300),
+        ("orders", 0),
+        ("orders", 70),
+        ("ünïcode", 5),
+        ("", 0),
+    ]
+    assert [index for _, indexes in produce_partitions(framed, header) for index in indexes] == [
+        0,
+        1,
+        2,
+        0,
+        0,
+    ]
+    assert produce_stream.produce_body(framed, header).topics == expected
+    assert sizes == {"orders": 370, "ünïcode": 5, "": 0}
+    assert walks == [9]
+    # The next request, even byte for byte the same, is walked for itself.
+    produce_topic_sizes(framed, parse_request_header(framed))
+    assert walks == [9, 9]

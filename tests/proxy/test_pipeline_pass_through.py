@@ -145,7 +145,14 @@ class Driver:
         self.loop = ManualLoop()
         self.transport = RecordingTransport()
         self.pauses = ReadPauses(self.transport)  # type: ignore[arg-type]
-        self.gate = ThrottleGate(self.loop, self.transport, self.pauses, self._unmuted, lambda _change: None)
+        self.gate = ThrottleGate(
+            self.loop,
+            self.transport,
+            self.transport.writelines,
+            self.pauses,
+            self._unmuted,
+            lambda _change: None,
+        )
         self.requests = FrameSplitter()
         self.counters = Counters()
         self.pipeline = RequestPipeline(

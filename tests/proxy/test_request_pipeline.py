@@ -110,7 +110,12 @@ class Harness:
         self.loop = ManualLoop()
         self.transport = RecordingTransport()
         self.gate = ThrottleGate(
-            self.loop, self.transport, ReadPauses(self.transport), self._unmuted, lambda _change: None
+            self.loop,
+            self.transport,
+            self.transport.writelines,
+            ReadPauses(self.transport),
+            self._unmuted,
+            lambda _change: None,
         )
         self.conn = Connection(self.loop)
         self.chain = FilterChain(factories)

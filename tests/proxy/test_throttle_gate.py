@@ -21,7 +21,12 @@ def make_gate():
         muted_count[0] += change
 
     gate = ThrottleGate(
-        loop, transport, ReadPauses(transport), lambda: unmuted.append(loop.now), on_mute_change
+        loop,
+        transport,
+        transport.writelines,
+        ReadPauses(transport),
+        lambda: unmuted.append(loop.now),
+        on_mute_change,
     )
     return gate, loop, transport, unmuted, muted_count
 
