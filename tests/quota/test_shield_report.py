@@ -5,12 +5,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
 import shield_report  # noqa: E402
 
 
+# It runs the whole simulation behind the table (seconds on a quiet machine, over a minute on a loaded
+# one): with the end-to-end tests in `make test`, not in `make test-fast`.
+@pytest.mark.slow
 def test_the_documented_table_matches_the_simulation() -> None:
     text = shield_report.DOC.read_text(encoding="utf-8")
     start = text.index(shield_report.BEGIN)
