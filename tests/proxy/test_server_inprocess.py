@@ -76,7 +76,11 @@ async def test_broker_first_seen_in_an_answer_gets_a_listener_at_once(cluster) -
 
 async def test_slow_client_pauses_reading_from_the_broker(cluster) -> None:
     # ~4 MB in the one partition, so fetches return large answers.
-    await asyncio.to_thread(run_perf_test, TOPIC, 4000, 1000, -1, {}, bootstrap_servers=cluster.bootstrap)
+    produced = await asyncio.to_thread(
+        run_perf_test, TOPIC, 4000, 1000, -1, {}, bootstrap_servers=cluster.bootstrap
+    )
+    # Every record in: with fewer, the answers could fit the sockets and the test would prove nothing.
+    assert produced.failed == 0 and produced.records == 4000, produced
     server = await started_server(cluster)
     try:
         host, port = "127.0.0.1", server.config.broker_port(1)  # partition 0 lives on broker 1
