@@ -89,7 +89,7 @@ class ProxyProcess(SluiceChild):
                 if event.get("event") == name and all(event.get(k) == v for k, v in match.items()):
                     return event
             self._raise_if_exited()
-            time.sleep(0.05)
+            time.sleep(0.05)  # a poll of the log: the event is the line it waits for
         raise TimeoutError(f"no {name} {match} event in the proxy log:\n{self.log_path.read_text()}")
 
     def __enter__(self) -> ProxyProcess:

@@ -23,6 +23,7 @@ from mock_cluster_process import MockCluster
 from proxy_process import ProxyProcess
 from rawclient import RawClient
 from throttle_harness import metric_value
+from waiting import wait_until
 
 from sluice.protocol.client_requests import encode_produce_request
 from sluice.protocol.record_batches import Record, encode_record_batch
@@ -64,10 +65,9 @@ def close_and_expect_it_noticed(proxy: ProxyProcess, sock: socket.socket) -> dic
 
 
 def wait_for_metric(proxy: ProxyProcess, name: str, value: float, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while metric_value(proxy.metrics_text(), name) != value:
-        assert time.monotonic() < deadline, f"{name} never reached {value}"
-        time.sleep(0.05)
+    wait_until(
+        lambda: metric_value(proxy.metrics_text(), name) == value, f"{name} reaching {value}", timeout_s
+    )
 
 
 def produce_body(value_bytes: int) -> bytes:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import resource
 import socket
-import time
 import urllib.error
 from collections.abc import Iterator
 
@@ -22,6 +21,7 @@ import pytest
 from mock_cluster_process import MockCluster
 from proxy_process import ProxyProcess
 from throttle_harness import metric_value
+from waiting import wait_until
 
 from sluice.protocol.headers import encode_request
 
@@ -51,10 +51,7 @@ def rss_mb(pid: int) -> float:
 
 
 def wait_for_metric(proxy: ProxyProcess, name: str, value: float, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while scraped(proxy, name) != value:
-        assert time.monotonic() < deadline, f"{name} never reached {value}"
-        time.sleep(0.1)
+    wait_until(lambda: scraped(proxy, name) == value, f"{name} reaching {value}", timeout_s, interval_s=0.1)
 
 
 def scraped(proxy: ProxyProcess, name: str) -> float | None:

@@ -30,6 +30,7 @@ from mock_cluster_process import MockCluster
 from proxy_process import ProxyProcess
 from rawclient import RawClient
 from throttle_harness import metric_value
+from waiting import wait_until
 
 from sluice.protocol.client_requests import decode_produce, encode_produce_request
 from sluice.protocol.record_batches import Record, encode_record_batch
@@ -151,10 +152,11 @@ def bounded_and_stopped(
 
 
 def wait_for_waiting(proxy: ProxyProcess, count: int) -> None:
-    deadline = time.monotonic() + 10
-    while metric(proxy, "sluice_connections_waiting_for_broker") != count:
-        assert time.monotonic() < deadline, proxy.metrics_text()
-        time.sleep(0.05)
+    wait_until(
+        lambda: metric(proxy, "sluice_connections_waiting_for_broker") == count,
+        f"{count} connections waiting for their broker",
+        timeout_s=10,
+    )
 
 
 def test_the_bytes_in_flight_toward_a_broker_stay_under_its_limit() -> None:
