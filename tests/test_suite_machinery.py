@@ -4,6 +4,7 @@ test at a time on one worker), and a test's proxies leave their configuration an
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,30 @@ def test_without_it_the_folder_is_temporary(monkeypatch: pytest.MonkeyPatch) -> 
     assert temporary is not None and folder.is_dir()
     temporary.cleanup()
     assert not folder.exists()
+
+
+def test_a_port_taken_by_another_program_before_the_bind_is_not_mistaken_for_the_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CI, 2026-11-27: a proxy's port was taken between the free-port check and the proxy's bind; the start
+    probed the port, found the other program's listener and handed the test a proxy that had exited with
+    "Address already in use". The start now waits for the proxy's own `listener_opened` line and retries."""
+    from sluice.proxy.tools import demo_processes
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    blocks = iter([taken])
+    real_block = demo_processes.free_port_block
+    monkeypatch.setattr(
+        demo_processes, "free_port_block", lambda size: next(blocks, None) or real_block(size)
+    )
+    try:
+        with proxy_process.ProxyProcess("127.0.0.1:1", metrics=False, wait_for_brokers=False) as proxy:
+            assert proxy.port != taken
+            assert proxy.process.poll() is None
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=5):
+                pass
+    finally:
+        squatter.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import select
 import signal
@@ -26,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from ..listeners.ports import free_port_block, wait_for_port
+from ..listeners.ports import free_port_block
 from .mock_cluster import MockClusterError, parse_bootstrap
 
 _START_TIMEOUT_S = 10.0
@@ -158,17 +159,31 @@ class SluiceChild:
                 raise
 
     def _wait_for_listener(self, timeout_s: float = 60.0) -> None:
-        """Until the proxy listens, or it exits (its log says why). Start-up is the event: on a loaded
-        machine importing and binding can take several seconds, so the bound is generous."""
+        """Until the proxy says it listens on its bootstrap port, or it exits (its log says why).
+
+        The proxy's own `listener_opened` line is the event, not a connection to the port: between choosing
+        the port and the bind, another program can take it, and a probe would then find that program's
+        listener while our proxy exits with "Address already in use". Start-up on a loaded machine (imports,
+        bind) can take several seconds, so the bound is generous."""
         deadline = time.monotonic() + timeout_s
         while self.process.poll() is None:
-            try:
-                wait_for_port(self.port, timeout_s=min(2.0, max(0.1, deadline - time.monotonic())))
+            if self._said_it_listens():
                 return
-            except TimeoutError:
-                if time.monotonic() >= deadline:
-                    raise
+            if time.monotonic() >= deadline:
+                log = self.log_path.read_text()
+                raise TimeoutError(f"the proxy did not open 127.0.0.1:{self.port}:\n{log}")
+            time.sleep(0.02)  # a poll of the log: the line is the event
         raise RuntimeError(f"the proxy exited with {self.process.returncode} before listening")
+
+    def _said_it_listens(self) -> bool:
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if '"listener_opened"' not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if event.get("node_id") is None and event.get("port") == self.port:
+                    return True
+        return False
 
     def _launch(
         self, block: int, upstream: str, extra_config: dict[str, Any] | None, metrics: bool, log_level: str
