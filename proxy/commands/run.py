@@ -17,6 +17,7 @@ from sluice.config.model import DEFAULT_IDLE_TIMEOUT_S, ProxyConfig
 from ..listeners.listeners import raise_open_file_limit
 from ..observability.log import configure_logging, get_logger
 from ..process.process_memory import return_large_buffers_to_os
+from ..process.readiness import notify_ready
 from ..process.workers import check_workers, run_workers
 from ..services import ServiceStartError
 
@@ -142,6 +143,7 @@ async def _serve(
     # collected first, or it would be kept for good.
     gc.collect()
     gc.freeze()
+    notify_ready()
     return await server.run_until_stopped()
 
 

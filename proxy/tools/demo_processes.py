@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -159,31 +159,23 @@ class SluiceChild:
                 raise
 
     def _wait_for_listener(self, timeout_s: float = 60.0) -> None:
-        """Until the proxy says it listens on its bootstrap port, or it exits (its log says why).
+        """Until the proxy says it serves (systemd's READY=1 on the notify socket we gave it), or it exits
+        (its log says why).
 
-        The proxy's own `listener_opened` line is the event, not a connection to the port: between choosing
-        the port and the bind, another program can take it, and a probe would then find that program's
-        listener while our proxy exits with "Address already in use". Start-up on a loaded machine (imports,
-        bind) can take several seconds, so the bound is generous."""
+        Not a connection to the port: between choosing the port and the bind, another program can take
+        it, and a probe would find that program's listener while our proxy exits with "Address already in
+        use". Start-up on a loaded machine (imports, bind, services) can take several seconds, so the bound
+        is generous."""
         deadline = time.monotonic() + timeout_s
         while self.process.poll() is None:
-            if self._said_it_listens():
-                return
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 log = self.log_path.read_text()
-                raise TimeoutError(f"the proxy did not open 127.0.0.1:{self.port}:\n{log}")
-            time.sleep(0.02)  # a poll of the log: the line is the event
-        raise RuntimeError(f"the proxy exited with {self.process.returncode} before listening")
-
-    def _said_it_listens(self) -> bool:
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if '"listener_opened"' not in line:
-                continue
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                if event.get("node_id") is None and event.get("port") == self.port:
-                    return True
-        return False
+                raise TimeoutError(f"the proxy did not say it serves 127.0.0.1:{self.port}:\n{log}")
+            readable, _, _ = select.select([self._notify], [], [], min(0.5, remaining))
+            if readable and b"READY=1" in self._notify.recv(4096):
+                return
+        raise RuntimeError(f"the proxy exited with {self.process.returncode} before serving")
 
     def _launch(
         self, block: int, upstream: str, extra_config: dict[str, Any] | None, metrics: bool, log_level: str
@@ -209,7 +201,13 @@ class SluiceChild:
         self.config_path = self.work_dir / "sluice.yaml"
         self.config_path.write_text(yaml.safe_dump(config))
         self._log_file = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # The proxy's READY=1 arrives here (proxy/process/readiness.py); a short path, as a Unix socket's
+        # must be (the work directory's may be long).
+        self._notify_dir = tempfile.TemporaryDirectory(prefix="sluice-")
+        notify_path = os.path.join(self._notify_dir.name, "notify")
+        self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._notify.bind(notify_path)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", NOTIFY_SOCKET=notify_path)
         self.process = subprocess.Popen(
             self._command(self.config_path), stdout=self._log_file, stderr=subprocess.STDOUT, env=env
         )
@@ -253,6 +251,8 @@ class SluiceChild:
                 self.process.kill()
                 self.process.wait()
         self._log_file.close()
+        self._notify.close()
+        self._notify_dir.cleanup()
         return self.process.returncode
 
     def close(self) -> None:
