@@ -1,2 +1,2 @@
-"""The cluster behind the proxy: the broker directory and node ids, discovery, and the limits learned from the
-brokers."""
+"""The cluster behind the proxy: the broker directory and node ids, discovery, the limits learned from the
+brokers, and the topic cache (partition counts, topic ids' names, the brokers' num.partitions)."""

@@ -19,8 +19,8 @@ Why this module is long: it is the whole asyncio shell of a connection (two tran
 the throttle gate, the upstream connect, the idle timer, shutdown) plus the two small interfaces others
 call on it, the services a filter may ask for (ConnectionInfo) and the pipeline's sink; each is a few lines
 over the same connection state. What was logic moved out: the request order to
-proxy/data_path/request_pipeline.py, the filters' run to proxy/filters/chain.py, the upstream connect loop
-to proxy/data_path/upstream.py.
+proxy/data_path/request_pipeline.py, the filters' run to proxy/data_path/filter_chain.py, the upstream
+connect loop to proxy/data_path/upstream.py.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import BadFramePrefix, FrameSplitter, buffer_in_use
 from sluice.quota import ANONYMOUS
 
-from ..filters.base import UNOFFERED_VERSION, Pending, RawExchange, Reply
+from ..filter_api.contract import UNOFFERED_VERSION, Pending, RawExchange, Reply
 from ..observability.log import get_logger
 from .flow import ReadPauses
 from .request_guard import RequestGuard
@@ -44,7 +44,7 @@ from .throttle_gate import ThrottleGate
 from .upstream import WRITE_HIGH_WATER, UpstreamSide, UpstreamUnreachable, connect_first
 
 if TYPE_CHECKING:
-    from ..filters import Frame
+    from ..filter_api.contract import Frame
 
 __all__ = ["ClientSide", "ConnectionRegistry", "SessionSettings", "UpstreamSide"]
 

@@ -36,7 +36,7 @@ from sluice.protocol.headers import (
 from sluice.protocol.primitives import INT32_UNPACK
 from sluice.protocol.produce import produce_acks
 
-from ..filters.base import (
+from ..filter_api.contract import (
     Answer,
     Close,
     EntryKind,
@@ -49,8 +49,8 @@ from ..filters.base import (
     Respond,
     whole,
 )
-from ..filters.chain import ChainOutcome, ConnectionFilters, Deferred
 from .broker_load import COUNTED_MIN_BYTES
+from .filter_chain import ChainOutcome, ConnectionFilters, Deferred
 
 _PRODUCE = ApiKey.PRODUCE
 # acks=0 correlation ids remembered, to recognise a broker that answers them anyway.

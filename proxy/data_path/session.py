@@ -12,10 +12,10 @@ READ_BUFFER_BYTES = 256 * 1024
 if TYPE_CHECKING:
     from sluice.config.identity_settings import SaslSettings
 
-    from ..filters.chain import FilterChain
     from ..listeners.tls import UpstreamTlsTarget
     from ..observability.metrics import ProxyMetrics
     from .broker_load import BrokerLoads
+    from .filter_chain import FilterChain
     from .peer_watch import PeerWatch
     from .request_memory import RequestMemory
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .flow import ReadPauses
 
 if TYPE_CHECKING:
-    from ..filters import Frame
+    from ..filter_api.contract import Frame
 
 MUTE = "mute"
 # How soon to look again when the deadline has passed but a throttled response has not fully left yet;

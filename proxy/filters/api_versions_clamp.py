@@ -18,7 +18,7 @@ from sluice.config.protocol_settings import UnvettedApis
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.api_versions_clamp import clamp_api_versions
 
-from .base import ChainVersions, ConnectionInfo, Filter, FilterFactory, Frame, InFlight
+from ..filter_api.contract import ChainVersions, ConnectionInfo, Filter, FilterFactory, Frame, InFlight
 from .frames import with_body
 
 # ApiVersions answers always use response header v0: just the correlation id.

@@ -33,8 +33,7 @@ from sluice.protocol.node_endpoints import (
 )
 
 from ..cluster.brokers import Address, BrokerDirectory
-from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight
-from .chain import TABLE_SIZE
+from ..filter_api.contract import TABLE_SIZE, ConnectionInfo, Filter, FilterFactory, Frame, InFlight
 from .frames import with_body
 from .unadvertised_requests import unoffered_version
 

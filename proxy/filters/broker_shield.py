@@ -32,7 +32,7 @@ from sluice.quota import QuotaTags
 from sluice.quota.broker_shield import BrokerShield
 
 from ..cluster.broker_nodes import BrokerNodes
-from .base import (
+from ..filter_api.contract import (
     ConnectionInfo,
     EntryKind,
     Filter,
@@ -44,7 +44,7 @@ from .base import (
     RequestFrame,
     whole,
 )
-from .quota_metrics import ThrottleStats
+from ..observability.quota_metrics import ThrottleStats
 from .round_trip_clock import RoundTripClock
 
 BROKER_PRODUCE = "BrokerProduce"

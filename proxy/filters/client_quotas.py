@@ -32,14 +32,14 @@ How the client is held (`quota.throttle_mode`):
 * `auto`: `kip219` for request versions whose clients back off, `delay` for older ones.
 
 Who is held (`quota.mute_scope`): `entity` (the default) shuts the throttled entity's gate
-(`entity_gate.py`), so a Produce of the same entity on any connection waits for it and is charged only
-when let in: one quota however many connections. A Produce that waited longer than its client's
-`timeout_ms` is answered REQUEST_TIMED_OUT instead, uncharged (its client has sent it again).
+(`proxy/data_path/entity_gate.py`), so a Produce of the same entity on any connection waits for it and is
+charged only when let in: one quota however many connections. A Produce that waited longer than its
+client's `timeout_ms` is answered REQUEST_TIMED_OUT instead, uncharged (its client has sent it again).
 `connection` mutes only the connection, as Kafka does.
 
 Why this module is long: the three client quotas (bytes in, bytes out, CPU time) meet in one response
 path, with Kafka's two ways to hold a client and its empty answer to a throttled Fetch; the entity gate's
-own logic is in entity_gate.py.
+own logic is in proxy/data_path/entity_gate.py.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ from sluice.protocol.throttle_field import (
 )
 from sluice.quota import ClientQuotaManager, QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
 
-from .base import (
+from ..data_path.entity_gate import TIMED_OUT, EntityGates, produce_deadline_ms, timed_out_answer
+from ..filter_api.contract import (
     Answer,
     ChainVersions,
     ConnectionInfo,
@@ -89,9 +90,8 @@ from .base import (
     Respond,
     whole,
 )
-from .entity_gate import TIMED_OUT, EntityGates, produce_deadline_ms, timed_out_answer
+from ..observability.quota_metrics import ThrottleStats
 from .frames import with_body
-from .quota_metrics import ThrottleStats
 from .unadvertised_requests import unoffered_version
 
 _PRODUCE, _FETCH, _SHARE_FETCH = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from .base import Frame
+from ..filter_api.contract import Frame
 
 _LENGTH = struct.Struct(">i")
 

@@ -47,7 +47,8 @@ from sluice.quota.mutations import (
     is_strict,
 )
 
-from .base import (
+from ..cluster.topic_cache import KAFKA_DEFAULT_NUM_PARTITIONS, TopicCache
+from ..filter_api.contract import (
     Answer,
     ConnectionInfo,
     Defer,
@@ -62,9 +63,8 @@ from .base import (
     Respond,
     whole,
 )
+from ..observability.quota_metrics import MutationRates, ThrottleStats
 from .frames import with_body
-from .quota_metrics import MutationRates, ThrottleStats
-from .topic_cache import KAFKA_DEFAULT_NUM_PARTITIONS, TopicCache
 
 _KEYS = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS})
 QUOTA_KIND = "ControllerMutation"

@@ -26,8 +26,7 @@ from sluice.protocol.headers import RequestHeader, encode_response
 from sluice.proxy.control_plane.quota_admin_errors import REQUEST_TIMED_OUT, ApiError
 
 from ..control_plane.quota_admin import AlterCall, QuotaAdministration, StoreRecord
-from ..observability.log import get_logger
-from .base import (
+from ..filter_api.contract import (
     Answer,
     ConnectionInfo,
     Defer,
@@ -39,6 +38,7 @@ from .base import (
     RequestFrame,
     whole,
 )
+from ..observability.log import get_logger
 from .frames import with_body
 
 _log = get_logger("sluice.quota_admin")

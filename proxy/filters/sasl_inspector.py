@@ -30,8 +30,17 @@ from sluice.protocol.sasl import (
 from sluice.protocol.sasl_exchange import FOLLOWABLE_MECHANISMS, SaslExchange, SaslOutcome
 from sluice.quota import ANONYMOUS
 
+from ..filter_api.contract import (
+    ConnectionInfo,
+    Filter,
+    FilterFactory,
+    Frame,
+    InFlight,
+    RequestEffect,
+    RequestFrame,
+    whole,
+)
 from ..observability.log import get_logger
-from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight, RequestEffect, RequestFrame, whole
 
 _log = get_logger("sluice.sasl")
 _SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE

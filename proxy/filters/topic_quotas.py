@@ -21,8 +21,16 @@ from sluice.protocol.headers import RequestHeader
 from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES, produce_topic_sizes
 from sluice.quota import QuotaTags, TopicQuotas
 
-from .base import ConnectionInfo, Filter, FilterFactory, Forward, RequestEffect, RequestFrame, whole
-from .quota_metrics import ThrottleStats
+from ..filter_api.contract import (
+    ConnectionInfo,
+    Filter,
+    FilterFactory,
+    Forward,
+    RequestEffect,
+    RequestFrame,
+    whole,
+)
+from ..observability.quota_metrics import ThrottleStats
 
 _TOPIC_TAGS = QuotaTags("", "")
 

@@ -24,8 +24,16 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader
 from sluice.protocol.schema_table import KNOWN_APIS
 
-from .base import UNOFFERED_VERSION, ChainVersions, ConnectionInfo, Filter, FilterFactory, RequestFrame
-from .chain import EVERY_API_KEY, TABLE_SIZE
+from ..filter_api.contract import (
+    EVERY_API_KEY,
+    TABLE_SIZE,
+    UNOFFERED_VERSION,
+    ChainVersions,
+    ConnectionInfo,
+    Filter,
+    FilterFactory,
+    RequestFrame,
+)
 
 # Every API key, those outside the routing table too (none of them is ever offered), but the three below.
 _CHECKED_KEYS = EVERY_API_KEY - {ApiKey.API_VERSIONS, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH}

@@ -35,7 +35,7 @@ from sluice.protocol.topic_metadata import TOPIC_IDS_METADATA_VERSION, decode_to
 from sluice.quota.usage_ledger import EntityUsage, UsageLedger
 
 from ..cluster.broker_nodes import BrokerNodes
-from .base import ConnectionInfo, Filter, FilterFactory, Frame, InFlight, RequestFrame
+from ..filter_api.contract import ConnectionInfo, Filter, FilterFactory, Frame, InFlight, RequestFrame
 
 PRODUCE, FETCH, METADATA = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA
 # A Metadata answer larger than this is not decoded for names (a client's own topics fit many times over).

@@ -1,1 +1,2 @@
-"""What an operator sees: structured logs, Prometheus metrics and their endpoint, throttle episodes."""
+"""What an operator sees: structured logs, Prometheus metrics and their endpoint, throttle episodes, the
+quota metrics (sensors and throttles, read at scrape time)."""

@@ -31,6 +31,7 @@ from ..cluster.broker_limits import BrokerLimits
 from ..cluster.broker_nodes import BrokerNodes, listener_name
 from ..cluster.brokers import Address, BrokerDirectory, ListenerUnavailable
 from ..cluster.discovery import BrokerDiscovery
+from ..cluster.topic_cache import TopicCache
 from ..control_plane.broker_shield_ticks import ShieldTicker
 from ..control_plane.quota_admin import QuotaAdministration, StoreRecord
 from ..control_plane.quota_reload import QuotaReloader
@@ -38,16 +39,16 @@ from ..control_plane.quota_store_service import QuotaStoreService
 from ..control_plane.sensor_sweep import SensorSweep
 from ..data_path.broker_load import BrokerLoads
 from ..data_path.connection import ClientSide, ConnectionRegistry, SessionSettings
+from ..data_path.filter_chain import FilterChain
 from ..data_path.peer_watch import PeerWatch
 from ..data_path.request_memory import RequestMemory
-from ..filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, FilterFactory
+from ..filter_api.contract import FilterFactory
+from ..filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory
 from ..filters.broker_shield import BrokerShieldFactory
 from ..filters.client_quotas import ClientQuotasFactory
 from ..filters.mutation_quotas import MutationQuotasFactory
 from ..filters.quota_admin import QuotaAdminFactory
-from ..filters.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from ..filters.sasl_inspector import SaslInspectorFactory
-from ..filters.topic_cache import TopicCache
 from ..filters.topic_quotas import TopicQuotasFactory
 from ..filters.unadvertised_requests import UnadvertisedRequestsFactory
 from ..kafka_client import KafkaClient
@@ -58,6 +59,7 @@ from ..observability.broker_shield_metrics import BrokerShieldCollector
 from ..observability.log import get_logger
 from ..observability.metrics import ProxyCollector, ProxyMetrics
 from ..observability.metrics_http import MetricsEndpoint
+from ..observability.quota_metrics import MutationRates, QuotaCollector, ThrottleStats
 from ..observability.throttle_episodes import ThrottleEpisodes
 from ..services import Service, Services
 from ..usage_plane.usage_plane import UsagePlane

@@ -19,7 +19,7 @@ from sluice.quota.usage_ledger import UsageLedger, bounds_in_force
 from sluice.quota.usage_records import UsageBatch
 
 from ..cluster.broker_nodes import BrokerNodes
-from ..filters.base import FilterFactory
+from ..filter_api.contract import FilterFactory
 from ..filters.usage_recorder import TopicNames, UsageRecorderFactory, UsageRecording
 from ..services import Service
 from .fleet_follower import BatchCharge, FleetFollower, UsageConsumer

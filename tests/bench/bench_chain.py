@@ -35,7 +35,8 @@ from bench_protocol import _best_seconds, produce_response_body
 from sluice.config.load import config_from_mapping
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, parse_request_header
-from sluice.proxy.filters import ConnectionFilters, InFlight
+from sluice.proxy.data_path.filter_chain import ConnectionFilters
+from sluice.proxy.filter_api import InFlight
 from sluice.proxy.process.server import SluiceServer
 from sluice.quota import ANONYMOUS
 

@@ -32,7 +32,9 @@ from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.headers import RequestHeader, encode_response
 from sluice.protocol.schema_table import KNOWN_APIS
 from sluice.proxy.cluster.brokers import BrokerDirectory
-from sluice.proxy.filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, InFlight
+from sluice.proxy.data_path.filter_chain import FilterChain
+from sluice.proxy.filter_api import InFlight
+from sluice.proxy.filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory
 from sluice.proxy.filters.unadvertised_requests import UnadvertisedRequestsFactory
 from sluice.proxy.process.server import SluiceServer
 from sluice.quota import ANONYMOUS

@@ -11,10 +11,11 @@ from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import encode_request, parse_request_header
 from sluice.protocol.produce_topics import LAST_WITH_TOPIC_NAMES
 from sluice.proxy.cluster.broker_nodes import BrokerNodes, listener_name, listener_node
-from sluice.proxy.filters import FilterChain, Forward, InFlight
-from sluice.proxy.filters.base import EntryKind
+from sluice.proxy.data_path.filter_chain import FilterChain
+from sluice.proxy.filter_api import Forward, InFlight
+from sluice.proxy.filter_api.contract import EntryKind
 from sluice.proxy.filters.broker_shield import BROKER_PRODUCE, BrokerShieldFactory
-from sluice.proxy.filters.quota_metrics import ThrottleStats
+from sluice.proxy.observability.quota_metrics import ThrottleStats
 from sluice.quota import QuotaTags
 from sluice.quota.broker_shield import BrokerShield, ShieldLimits
 from sluice.quota.latency_trigger import LatencyTargets

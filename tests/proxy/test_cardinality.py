@@ -12,8 +12,8 @@ from rawclient import RawClient
 from throttle_harness import metric_value
 
 from sluice.protocol.headers import encode_request
-from sluice.proxy.filters.quota_metrics import SCRAPE_CHUNK, QuotaCollector, ThrottleStats
 from sluice.proxy.observability import metrics_http
+from sluice.proxy.observability.quota_metrics import SCRAPE_CHUNK, QuotaCollector, ThrottleStats
 from sluice.quota import ANONYMOUS, DEFAULT, QuotaConfig, QuotaEntity, QuotaKey, QuotaManagers
 
 API_VERSIONS, METADATA = 18, 3

@@ -19,20 +19,20 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
 from sluice.proxy.cluster.brokers import BrokerDirectory
 from sluice.proxy.data_path.connection import ClientSide
+from sluice.proxy.data_path.filter_chain import FilterChain
 from sluice.proxy.data_path.session import ConnectionRegistry, SessionSettings
-from sluice.proxy.filters import (
+from sluice.proxy.filter_api import (
     Answer,
-    BrokerAddressRewriteFactory,
     Close,
     Defer,
     Filter,
-    FilterChain,
     FilterFactory,
     Forward,
     Frame,
     InFlight,
     Respond,
 )
+from sluice.proxy.filters import BrokerAddressRewriteFactory
 from sluice.proxy.observability.metrics import ProxyMetrics
 
 METADATA, PRODUCE, API_VERSIONS = ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.API_VERSIONS

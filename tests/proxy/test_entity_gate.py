@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sluice.proxy.filters.entity_gate import TIMED_OUT, EntityGates
+from sluice.proxy.data_path.entity_gate import TIMED_OUT, EntityGates
 
 
 class ManualTimers:

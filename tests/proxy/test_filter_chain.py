@@ -22,23 +22,16 @@ from sluice.protocol.message_codec import decode_response_body
 from sluice.protocol.sasl import SASL_MAX_VERSIONS
 from sluice.protocol.topic_mutations import MUTATION_MAX_VERSIONS
 from sluice.proxy.cluster.brokers import BrokerDirectory
-from sluice.proxy.filters import (
-    Answer,
-    ApiVersionsClampFactory,
-    BrokerAddressRewriteFactory,
-    FilterChain,
-    Forward,
-    InFlight,
-    Respond,
-)
-from sluice.proxy.filters.chain import Deferred
+from sluice.proxy.cluster.topic_cache import TopicCache
+from sluice.proxy.data_path.entity_gate import TIMED_OUT
+from sluice.proxy.data_path.filter_chain import Deferred, FilterChain
+from sluice.proxy.filter_api import Answer, Forward, InFlight, Respond
+from sluice.proxy.filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory
 from sluice.proxy.filters.client_quotas import ClientQuotas, ClientQuotasFactory
-from sluice.proxy.filters.entity_gate import TIMED_OUT
 from sluice.proxy.filters.mutation_quotas import MutationQuotasFactory
-from sluice.proxy.filters.quota_metrics import MutationRates, ThrottleStats
 from sluice.proxy.filters.sasl_inspector import SaslInspectorFactory
-from sluice.proxy.filters.topic_cache import TopicCache
 from sluice.proxy.filters.unadvertised_requests import UnadvertisedRequestsFactory
+from sluice.proxy.observability.quota_metrics import MutationRates, ThrottleStats
 from sluice.quota import ANONYMOUS, QuotaEntity, QuotaKey, QuotaManagers
 
 CLIENT = "chain-test"

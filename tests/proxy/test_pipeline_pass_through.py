@@ -19,10 +19,11 @@ from manual_loop import ManualLoop, RecordingTransport
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.frames import FrameHead, FrameSplitter
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
+from sluice.proxy.data_path.filter_chain import FilterChain
 from sluice.proxy.data_path.flow import ReadPauses
 from sluice.proxy.data_path.request_pipeline import RequestPipeline
 from sluice.proxy.data_path.throttle_gate import ThrottleGate
-from sluice.proxy.filters import Answer, Filter, FilterChain, FilterFactory, Forward, Frame
+from sluice.proxy.filter_api import Answer, Filter, FilterFactory, Forward, Frame
 from sluice.proxy.filters.usage_recorder import UsageRecorderFactory, UsageRecording
 from sluice.quota.usage_ledger import UsageLedger
 

@@ -290,7 +290,7 @@ async def test_right_after_start_up_answers_wait_for_the_store_to_be_read() -> N
     from types import SimpleNamespace
 
     from sluice.protocol.headers import encode_request_header, frame, parse_request_header
-    from sluice.proxy.filters.base import Answer, Defer
+    from sluice.proxy.filter_api.contract import Answer, Defer
     from sluice.proxy.filters.quota_admin import QuotaAdminFactory
 
     async def never(records) -> int:

@@ -17,6 +17,7 @@ from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
 from sluice.proxy.data_path.broker_load import COUNTED_MIN_BYTES, BrokerLoad, LoadShare
+from sluice.proxy.data_path.filter_chain import FilterChain
 from sluice.proxy.data_path.flow import ReadPauses
 from sluice.proxy.data_path.request_pipeline import (
     FIRST_OWN_CORRELATION_ID,
@@ -25,12 +26,11 @@ from sluice.proxy.data_path.request_pipeline import (
     RequestPipeline,
 )
 from sluice.proxy.data_path.throttle_gate import ThrottleGate
-from sluice.proxy.filters import (
+from sluice.proxy.filter_api import (
     Answer,
     Close,
     Defer,
     Filter,
-    FilterChain,
     FilterFactory,
     Forward,
     Frame,

@@ -16,7 +16,7 @@ from sluice.protocol.sasl import (
     encode_handshake_request,
     encode_handshake_response,
 )
-from sluice.proxy.filters.base import InFlight, RawExchange
+from sluice.proxy.filter_api.contract import InFlight, RawExchange
 from sluice.proxy.filters.sasl_inspector import SaslInspectorFactory
 from sluice.quota import ANONYMOUS
 

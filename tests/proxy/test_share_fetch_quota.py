@@ -18,9 +18,10 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, parse_request_header
 from sluice.protocol.share_fetch import cap_share_fetch_request, share_fetch_request_limits
-from sluice.proxy.filters import FilterChain, InFlight, Respond
+from sluice.proxy.data_path.filter_chain import FilterChain
+from sluice.proxy.filter_api import InFlight, Respond
 from sluice.proxy.filters.client_quotas import ClientQuotasFactory
-from sluice.proxy.filters.quota_metrics import ThrottleStats
+from sluice.proxy.observability.quota_metrics import ThrottleStats
 from sluice.quota import QuotaEntity, QuotaKey, QuotaManagers
 
 pytestmark = pytest.mark.skipif(SHARED_MISSING is not None, reason=SHARED_MISSING or "")

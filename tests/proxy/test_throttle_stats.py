@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.core import CollectorRegistry
 from structlog.testing import capture_logs
 
-from sluice.proxy.filters.quota_metrics import QuotaCollector, ThrottleStats
+from sluice.proxy.observability.quota_metrics import QuotaCollector, ThrottleStats
 from sluice.proxy.observability.throttle_episodes import ThrottleEpisodes
 from sluice.quota import QuotaEntity, QuotaKey, QuotaManagers, QuotaTags
 

@@ -13,7 +13,7 @@ import uuid
 from doubles.admin_broker import AdminBrokerDouble
 
 from sluice.protocol.headers import encode_request, response_header_size
-from sluice.proxy.filters.topic_cache import ALL_TOPICS_INTERVAL_MS, TOPIC_TTL_MS, TopicCache
+from sluice.proxy.cluster.topic_cache import ALL_TOPICS_INTERVAL_MS, TOPIC_TTL_MS, TopicCache
 
 
 class Connection:

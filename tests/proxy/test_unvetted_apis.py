@@ -24,7 +24,9 @@ from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, parse_request_header
 from sluice.protocol.node_endpoints import decode_node_endpoints
 from sluice.proxy.cluster.brokers import BrokerDirectory, ListenerUnavailable
-from sluice.proxy.filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory, FilterChain, InFlight
+from sluice.proxy.data_path.filter_chain import FilterChain
+from sluice.proxy.filter_api import InFlight
+from sluice.proxy.filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory
 from sluice.proxy.filters.unadvertised_requests import UnadvertisedRequestsFactory
 from sluice.proxy.observability.metrics import ProxyMetrics
 from sluice.proxy.process.listener_failures import ListenerFailures

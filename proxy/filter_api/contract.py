@@ -214,6 +214,14 @@ class ConnectionInfo(Protocol):
 
 # ---- filters and their factories -----------------------------------------------------------------
 
+# The API keys a filter may name: the chain routes by lists indexed by key (the cheapest lookup on the hot
+# path), TABLE_SIZE long since API keys are small integers.
+TABLE_SIZE = 128
+# The routing slot of every API key outside 0..TABLE_SIZE - 1 (an int16 may be anything).
+BEYOND_TABLE = TABLE_SIZE
+# Every routing slot: a filter naming these sees every frame, whatever its API key.
+EVERY_API_KEY = frozenset(range(TABLE_SIZE + 1))
+
 
 class Filter:
     """One concern, on one connection. Override the hooks for the API keys named in the class variables."""

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sluice.quota import QuotaManagers, QuotaTags, QuotaWindow, SampledRate, WindowQuotaSensor
+from sluice.quota.usage_ledger import EntityUsage
 
-from ..observability.log import get_logger
-from ..observability.metrics import api_name
-from ..observability.throttle_episodes import ThrottleEpisodes
-from .usage_recorder import UsageRecording
-
-if TYPE_CHECKING:
-    from .entity_gate import EntityGates
+from .log import get_logger
+from .metrics import api_name
+from .throttle_episodes import ThrottleEpisodes
 
 _MAX_ENTITIES = 10_000
 # Sensors measured between two returns to the event loop during a scrape (~0.5 ms of work).
@@ -26,6 +23,22 @@ SCRAPE_CHUNK = 256
 _KINDS = ("Produce", "Fetch", "Request", "ControllerMutation")
 _Key = TypeVar("_Key")  # what a throttle count is kept by
 _log = get_logger("sluice.throttle")
+
+
+class UsageByEntity(Protocol):
+    """Where throttles are added to the usage ledger (the usage recorder's `UsageRecording`). A protocol, so
+    observability, below the filters and the data path, imports neither."""
+
+    def usage(self, user: str, client_id: str | None) -> EntityUsage: ...
+
+
+class WaitingRequests(Protocol):
+    """The entity gates (proxy/data_path/entity_gate.py), as far as a scrape reads them."""
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for their turn now, at every gate."""
+        ...
 
 
 def _labels(kind: str, user: str, client_id: str | None) -> list[str]:
@@ -52,9 +65,9 @@ class ThrottleStats:
         self.by_quota: dict[tuple[str, QuotaTags], list[int]] = {}
         self.by_response: dict[int, list[int]] = {}
         self.gate_timeouts = 0
-        self.gates: EntityGates | None = None
+        self.gates: WaitingRequests | None = None
         self.episodes = episodes
-        self.usage: UsageRecording | None = None
+        self.usage: UsageByEntity | None = None
 
     def touch(self, kind: str, tags: QuotaTags) -> None:
         """An entity was charged: its throttle series exist (at 0) from now on."""

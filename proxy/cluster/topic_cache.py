@@ -37,8 +37,8 @@ from sluice.protocol.topic_metadata import (
     encode_topic_metadata_request,
 )
 
+from ..filter_api.contract import ConnectionInfo
 from ..observability.log import get_logger
-from .base import ConnectionInfo
 
 # Kafka's own default for num.partitions, used for a request when the cluster will not say.
 KAFKA_DEFAULT_NUM_PARTITIONS = 1

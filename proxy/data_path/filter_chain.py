@@ -16,7 +16,10 @@ from typing import NamedTuple
 from sluice.protocol.api_vetting import vetted_max_versions
 from sluice.protocol.headers import RequestHeader
 
-from .base import (
+from ..filter_api.contract import (
+    BEYOND_TABLE,
+    EVERY_API_KEY,
+    TABLE_SIZE,
     Answer,
     ChainVersions,
     Close,
@@ -33,12 +36,6 @@ from .base import (
     whole,
 )
 
-# API keys are small integers; a list indexed by key is the cheapest lookup on the hot path.
-TABLE_SIZE = 128
-# The routing slot of every API key outside 0..TABLE_SIZE - 1 (an int16 may be anything).
-BEYOND_TABLE = TABLE_SIZE
-# Every routing slot: a filter naming these sees every frame, whatever its API key.
-EVERY_API_KEY = frozenset(range(TABLE_SIZE + 1))
 _Positions = tuple[int, ...]
 
 

@@ -36,7 +36,7 @@ from sluice.protocol.headers import RequestHeader, encode_response
 from sluice.protocol.produce import REQUEST_TIMED_OUT, produce_acks_and_timeout, produce_error_body
 from sluice.protocol.produce_topics import produce_partitions
 
-from .base import Answer, Frame
+from ..filter_api.contract import Answer, Frame
 
 # A request let in comes back through `admitted` at once; if it never does (its connection closed as it
 # was woken), the next waiter is let in after this long rather than never.
