@@ -1,5 +1,6 @@
-"""protocol/produce_stream.py: the per-topic record bytes of a Produce fed in pieces equal the one-buffer
-walk's (record_sets.produce_topic_bytes), for every version, wherever the pieces are cut."""
+"""protocol/produce_stream.py: the one Produce walk fed in pieces gives what it gives fed the whole body at
+once (acks, timeout, every topic's and partition's record bytes), for every version, wherever the pieces
+are cut."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from hypothesis import strategies as st
 from kafka.protocol.producer import ProduceRequest
 
 from sluice.protocol.headers import encode_request_header, frame, parse_request_header
-from sluice.protocol.produce_stream import ProduceTopicStream
-from sluice.protocol.record_sets import produce_topic_bytes
+from sluice.protocol.produce_stream import ProduceTopicStream, produce_topic_bytes, walk_produce_body
 
 Topic = ProduceRequest.TopicProduceData
 Partition = Topic.PartitionProduceData
@@ -34,14 +34,18 @@ def produce_frame(version: int, transactional_id: str | None = "tx-ünï") -> by
     return frame(encode_request_header(0, version, 7, "producer-1") + body)
 
 
-def streamed(framed: bytes, cuts: list[int]) -> list | None:
+def fed(framed: bytes, cuts: list[int]) -> ProduceTopicStream:
     header = parse_request_header(framed)
     stream = ProduceTopicStream(header.api_version, header.size, len(framed))
     start = 0
     for cut in [*sorted(cuts), len(framed)]:
         stream.feed(memoryview(framed)[start:cut])
         start = cut
-    return stream.result()
+    return stream
+
+
+def streamed(framed: bytes, cuts: list[int]) -> list | None:
+    return fed(framed, cuts).result()
 
 
 def whole(framed: bytes) -> list:
@@ -64,6 +68,42 @@ def test_any_cuts_give_the_same_breakdown(version: int, data: st.DataObject) -> 
     framed = produce_frame(version, data.draw(st.one_of(st.none(), st.text(max_size=40))))
     cuts = data.draw(st.lists(st.integers(0, len(framed)), max_size=30))
     assert streamed(framed, cuts) == whole(framed)
+
+
+_LAYOUTS = st.lists(st.lists(st.one_of(st.none(), st.integers(0, 3000)), max_size=6), min_size=0, max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    version=st.integers(0, 13),
+    layout=_LAYOUTS,
+    acks=st.sampled_from([-1, 0, 1]),
+    timeout_ms=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
+def test_pieces_of_any_split_walk_as_the_whole_body(
+    version: int, layout: list[list[int | None]], acks: int, timeout_ms: int, data: st.DataObject
+) -> None:
+    """Any request, cut anywhere: the walk fed the pieces ends with the very result of the walk over the
+    whole body (acks, timeout_ms, each topic's record bytes, each partition's index and record bytes)."""
+    topics = [
+        Topic(
+            **({"topic_id": uuid.UUID(int=i + 1)} if version >= 13 else {"name": f"t{i}" * (i + 1)}),
+            partition_data=[
+                Partition(index=p * 7, records=None if n is None else b"r" * n) for p, n in enumerate(sizes)
+            ],
+        )
+        for i, sizes in enumerate(layout)
+    ]
+    request = ProduceRequest(version=version, acks=acks, timeout_ms=timeout_ms, topic_data=topics)
+    if version >= 3:
+        request.transactional_id = data.draw(st.one_of(st.none(), st.text(max_size=300)))
+    framed = frame(encode_request_header(0, version, 7, "p") + bytes(request.encode(version=version)))
+    header = parse_request_header(framed)
+    whole_body = walk_produce_body(version, memoryview(framed)[4 + header.size :])
+    assert (whole_body.acks, whole_body.timeout_ms) == (acks, timeout_ms)
+    cuts = data.draw(st.lists(st.integers(0, len(framed)), max_size=40))
+    assert fed(framed, cuts).walked() == whole_body
 
 
 @pytest.mark.parametrize("version", [0, 3, 9, 13])
