@@ -4,6 +4,7 @@ are cut."""
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from kafka.protocol.producer import ProduceRequest
 
 from sluice.protocol.headers import encode_request_header, frame, parse_request_header
+from sluice.protocol.primitives import INT32_PACK, encode_uvarint
 from sluice.protocol.produce_stream import ProduceTopicStream, produce_topic_bytes, walk_produce_body
 
 Topic = ProduceRequest.TopicProduceData
@@ -170,3 +172,71 @@ def test_the_filters_of_one_request_share_one_walk_of_its_body(monkeypatch: pyte
     # The next request, even byte for byte the same, is walked for itself.
     produce_topic_sizes(framed, parse_request_header(framed))
     assert walks == [9, 9]
+
+
+def _tagged(*fields: tuple[int, bytes]) -> bytes:
+    """A tagged-field block, from protocol/'s own varint encoder (kafka-python writes none in Produce)."""
+    return encode_uvarint(len(fields)) + b"".join(
+        encode_uvarint(tag) + encode_uvarint(len(value)) + value for tag, value in fields
+    )
+
+
+def test_tagged_fields_anywhere_are_passed_over_cut_at_every_point() -> None:
+    """Flexible versions may carry tagged fields after each partition, each topic and the body (Kafka
+    defines none for Produce yet; a newer client may send some): the walk passes over them, whole or cut
+    at any byte, as over an empty block."""
+    body = (
+        encode_uvarint(0)  # null transactional_id
+        + struct.pack(">h", 1)  # acks
+        + INT32_PACK(1500)
+        + encode_uvarint(2 + 1)  # two topics
+        + encode_uvarint(len(b"orders") + 1)
+        + b"orders"
+        + encode_uvarint(2 + 1)  # two partitions
+        + INT32_PACK(4)
+        + encode_uvarint(300 + 1)
+        + b"r" * 300
+        + _tagged((5, b"abc"), (6, b""))
+        + INT32_PACK(9)
+        + encode_uvarint(0)  # null records
+        + _tagged((0, b"z" * 200))
+        + _tagged((7, b"zz"))
+        + encode_uvarint(len(b"audit") + 1)
+        + b"audit"
+        + encode_uvarint(1 + 1)
+        + INT32_PACK(0)
+        + encode_uvarint(20 + 1)
+        + b"a" * 20
+        + _tagged()
+        + _tagged()
+        + _tagged((9, b"q" * 130))
+    )
+    expected = (1, 1500, [("orders", 300), ("audit", 20)], [[(4, 300), (9, 0)], [(0, 20)]])
+    assert walk_produce_body(9, body) == expected
+    framed = frame(encode_request_header(0, 9, 7, "p") + body)
+    for cut in range(len(framed) + 1):
+        assert fed(framed, [cut]).walked() == expected, cut
+    assert fed(framed, list(range(len(framed)))).walked() == expected  # a byte at a time
+
+
+def test_a_field_longer_than_the_walk_keeps_costs_the_breakdown_not_memory() -> None:
+    """A streamed walk keeps only the bytes of a field a piece cuts. A topic name longer than 64 KiB (Kafka
+    refuses names over 249 characters) cut by a piece is not gathered: that request gets no breakdown, and
+    the walk never holds more than 64 KiB of it. The whole-body walk, which keeps nothing, still reads it."""
+    name = "n" * 70_000
+    request = ProduceRequest(
+        version=9,
+        acks=1,
+        timeout_ms=5,
+        topic_data=[Topic(name=name, partition_data=[Partition(index=0, records=b"r" * 10)])],
+    )
+    request.transactional_id = None
+    framed = frame(encode_request_header(0, 9, 7, "p") + bytes(request.encode(version=9)))
+    assert whole(framed) == [(name, 10)]
+    assert streamed(framed, []) == [(name, 10)]  # one piece: nothing cut, nothing kept
+    header = parse_request_header(framed)
+    stream = ProduceTopicStream(9, header.size, len(framed))
+    for start in range(0, len(framed), 4096):
+        stream.feed(memoryview(framed)[start : start + 4096])
+        assert len(stream._kept) <= 1 << 16
+    assert stream.result() is None
