@@ -57,6 +57,7 @@ _UUID = 16
 # caps at 249 characters, a transactional id, a varint, a tagged-field block). A streamed request holding
 # a longer one gets no breakdown rather than a copy of it.
 _MAX_KEPT = 1 << 16
+_FEW = 512  # enough for any field but an overlong name or tagged field
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
@@ -97,9 +98,6 @@ _NO_PARTITIONS: Partitions = []
 
 class _Overrun(Exception):
     """A record set runs past the bytes the walk has: the rest is skipped as it arrives."""
-
-
-_OVERRUN = _Overrun()
 
 
 class ProduceWalk:
@@ -208,7 +206,7 @@ class ProduceWalk:
                     if size > 0:
                         pos += size
                         if pos > end:
-                            raise _OVERRUN
+                            raise _Overrun  # a new one each time: a raised instance keeps its traceback
                         total += size
                     elif size < 0:
                         if size < -1:
@@ -298,7 +296,7 @@ class ProduceWalk:
                         stop += size
                         if stop >= end:  # the record set reaches the end of what the walk has
                             pos = stop
-                            raise _OVERRUN
+                            raise _Overrun  # a new one each time: a raised instance keeps its traceback
                     elif size < 0:
                         if size < -1:
                             raise ValueError(f"records length {size}")
@@ -397,14 +395,19 @@ class ProduceTopicStream:
 
     def feed(self, piece: Buffer) -> None:
         """The next bytes of the request."""
-        self._seen += len(piece)
+        size = len(piece)
+        self._seen += size
+        walk = self._walk
+        if walk is not None and walk.skip > size:  # inside a record set: most pieces of a large request
+            walk.skip -= size
+            return
         at = 0
         if self._before:
-            at = min(self._before, len(piece))
+            at = min(self._before, size)
             self._before -= at
-        if self._walk is not None and at < len(piece):
+        if walk is not None and at < size:
             try:
-                self._walk_through(self._walk, piece, at)
+                self._walk_through(walk, piece, at)
             except ProtocolError:
                 self._walk = None  # malformed: no breakdown for this request
 
@@ -428,15 +431,19 @@ class ProduceTopicStream:
                 if at < size:
                     self._keep(piece[at:])
                 return
-            # The cut field lies in what was kept and, at most, the next _MAX_KEPT bytes.
-            head = kept + bytes(piece[at : at + _MAX_KEPT])
-            stopped = walk.stop(head, 0)
-            if stopped >= len(kept):
-                self._kept = b""
-                at += stopped - len(kept)
-            elif at + _MAX_KEPT >= size:  # still cut: the whole piece is in `head`
-                self._keep(head[stopped:])
-                return
+            # The cut field lies in what was kept and the next few bytes (a length, an index, a topic
+            # name), or at most the next _MAX_KEPT: the piece is not copied whole for it.
+            for more in (_FEW, _MAX_KEPT):
+                head = kept + bytes(piece[at : at + more])
+                stopped = walk.stop(head, 0)
+                if stopped >= len(kept):
+                    self._kept = b""
+                    at += stopped - len(kept)
+                    break
+                if at + more >= size:  # still cut, and the whole piece was in `head`
+                    self._keep(head[stopped:])
+                    return
+                kept = head[stopped : len(kept)]  # where the walk stands now
             else:
                 raise ProtocolError("bad_produce_request", "a field longer than the walk keeps")
 
