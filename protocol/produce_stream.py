@@ -92,8 +92,8 @@ _BODY_TAGS = 5  # the body's tagged fields (v9+)
 _DONE = 6
 
 
-# A stand-in for the partitions of a topic not read yet: never appended to.
-_NO_PARTITIONS: Partitions = []
+# Where a walk stands before its first topic (`ProduceWalk._where`); its partitions are never appended to.
+_FRESH: tuple[int, Topic, int, Partitions, int] = (0, "", 0, [], 0)
 
 
 class _Overrun(Exception):
@@ -155,17 +155,23 @@ class ProduceWalk:
         self._count, self._topic = count, topic
         self._parts, self._partitions, self._total = parts, partitions, total
 
+    def _overran(self, partitions: Partitions, index: int, size: int, total: int, beyond: int) -> int:
+        """A partition whose record set runs `beyond` the bytes the walk has: counted now, its bytes
+        skipped as they arrive. The topic's record bytes with it."""
+        partitions.append((index, size))
+        self.skip = beyond
+        return total + size
+
+    def _where(self) -> tuple[int, Topic, int, Partitions, int]:
+        """Where a stopped walk stood: how many topics, the current one, its partitions' count, those
+        read and their record bytes."""
+        return self._count, self._topic, self._parts, self._partitions, self._total
+
     def _classic_stop(self, buf: Buffer, pos: int) -> int:
         """The versions most clients speak: no helper call per partition."""
         end = len(buf)
         phase = self._phase
-        if phase == _HEAD:
-            count = parts = total = 0
-            topic: Topic = ""
-            partitions: Partitions = _NO_PARTITIONS
-        else:
-            count, topic, parts = self._count, self._topic, self._parts
-            partitions, total = self._partitions, self._total
+        count, topic, parts, partitions, total = _FRESH if phase == _HEAD else self._where()
         topics, by_topic = self._topics, self._by_topic
         index = size = 0
         try:
@@ -220,9 +226,7 @@ class ProduceWalk:
         except (struct.error, IndexError):  # cut: resume at the start of the field
             pass
         except _Overrun:
-            partitions.append((index, size))
-            total += size
-            self.skip = pos - end
+            total = self._overran(partitions, index, size, total, pos - end)
             pos = end
         except (ValueError, UnicodeDecodeError) as exc:
             raise ProtocolError("bad_produce_request", str(exc)) from None
@@ -234,13 +238,7 @@ class ProduceWalk:
     def _flexible_stop(self, buf: Buffer, pos: int) -> int:
         end = len(buf)
         phase = self._phase
-        if phase == _HEAD:
-            count = parts = total = 0
-            topic: Topic = ""
-            partitions: Partitions = _NO_PARTITIONS
-        else:
-            count, topic, parts = self._count, self._topic, self._parts
-            partitions, total = self._partitions, self._total
+        count, topic, parts, partitions, total = _FRESH if phase == _HEAD else self._where()
         topics, by_topic = self._topics, self._by_topic
         by_id = self._version > LAST_WITH_TOPIC_NAMES
         index = size = 0
@@ -314,9 +312,7 @@ class ProduceWalk:
         except (struct.error, IndexError):  # cut: resume at the start of the field
             pass
         except _Overrun:
-            partitions.append((index, size))
-            total += size
-            self.skip = pos - end
+            total = self._overran(partitions, index, size, total, pos - end)
             pos = end
             phase = _PARTITION_TAGS
         except ProtocolError as exc:

@@ -215,6 +215,10 @@ def _fetch_partitions_body(version: int, partitions: int, endpoints: bool) -> by
     return bytes(message.encode(version=version))
 
 
+def _microseconds(name: str, seconds: float) -> dict[str, Any]:
+    return {"name": name, "value": round(seconds * 1e6, 2), "unit": "us", "target": None}
+
+
 def bench_node_endpoints() -> list[dict[str, Any]]:
     """What finding (and, when present, rewriting) NodeEndpoints costs per answer."""
     cases = [("produce_v10_1_partition", 0, 10, produce_response_body(10, partitions=1))]
@@ -232,14 +236,7 @@ def bench_node_endpoints() -> list[dict[str, Any]]:
             repeats=7,
             number=2000,
         )
-        records.append(
-            {
-                "name": f"node_endpoints_{label}",
-                "value": round(per_call * 1e6, 2),
-                "unit": "us",
-                "target": None,
-            }
-        )
+        records.append(_microseconds(f"node_endpoints_{label}", per_call))
     return records
 
 
@@ -288,12 +285,7 @@ def bench_produce_walk() -> list[dict[str, Any]]:
                 number=20000 if topics == 1 else 1000,
             )
             records.append(
-                {
-                    "name": f"produce_walk_v{version}_{topics}x{partitions}_partitions",
-                    "value": round(per_call * 1e6, 2),
-                    "unit": "us",
-                    "target": None,
-                }
+                _microseconds(f"produce_walk_v{version}_{topics}x{partitions}_partitions", per_call)
             )
     for version in (8, 9):
         framed = produce_request_frame(version, 10, 10, 16384)
@@ -304,12 +296,7 @@ def bench_produce_walk() -> list[dict[str, Any]]:
         assert run() is not None
         per_call = _best_seconds(run, repeats=7, number=500)
         records.append(
-            {
-                "name": f"produce_walk_streamed_v{version}_10x10_partitions_16k_pieces",
-                "value": round(per_call * 1e6, 2),
-                "unit": "us",
-                "target": None,
-            }
+            _microseconds(f"produce_walk_streamed_v{version}_10x10_partitions_16k_pieces", per_call)
         )
     return records
 
