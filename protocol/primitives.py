@@ -8,13 +8,10 @@ header, a Metadata body) re-raise with their own reason.
 from __future__ import annotations
 
 import struct
-from collections.abc import Generator
-from typing import TypeVar
 
 from sluice.protocol.errors import ProtocolError
 
 Buffer = bytes | bytearray | memoryview
-_T = TypeVar("_T")
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -128,44 +125,3 @@ def _skip_sized(buf: Buffer, pos: int, length: int, what: str) -> int:
         if pos > len(buf):
             raise ProtocolError("truncated", what)
     return pos
-
-
-# ---- the same readers, as steps of an incremental walk ------------------------------------------------
-# A walk fed its bytes in pieces (protocol/produce_stream.py) is a generator that yields what it needs
-# next: n > 0 asks for the next n bytes (sent back as a buffer), -n asks to skip n bytes (None is sent
-# back). These are the readers above as such steps; a malformed value raises ProtocolError as they do.
-Steps = Generator[int, Buffer | None, _T]
-
-
-def uvarint_steps() -> Steps[int]:
-    result = shift = 0
-    while True:
-        piece = yield 1
-        assert piece is not None
-        byte = piece[0]
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result
-        shift += 7
-        if shift > _MAX_VARINT_SHIFT:
-            raise ProtocolError("bad_varint", "unsigned varint longer than 5 bytes")
-
-
-def length_steps(flexible: bool, wide: bool) -> Steps[int]:
-    """A length or count, -1 for null: compact (unsigned varint of length + 1) in flexible versions, else
-    an int32 when `wide`, an int16 otherwise."""
-    if flexible:
-        return (yield from uvarint_steps()) - 1
-    piece = yield 4 if wide else 2
-    assert piece is not None
-    length: int = (INT32_UNPACK if wide else INT16_UNPACK)(piece)[0]
-    return length
-
-
-def tagged_fields_steps() -> Steps[None]:
-    """Skip a tagged-field block."""
-    for _ in range((yield from uvarint_steps())):
-        yield from uvarint_steps()  # the tag
-        size = yield from uvarint_steps()
-        if size:
-            yield -size

@@ -1,5 +1,5 @@
-"""What a Produce request writes where, read from the one walk of its structure (protocol/record_sets.py,
-kept per request by protocol/produce_stream.py):
+"""What a Produce request writes where, read from the one walk of its structure (protocol/produce_stream.py,
+kept per request):
 (topic, record bytes) per partition for the quotas that charge by topic, each topic's partition indexes for
 an answer that must list them.
 

@@ -1,17 +1,11 @@
-"""The topic/partition structure of a Produce request or a Fetch response, walked without decoding a record.
+"""The topic/partition structure of a Fetch response, walked without decoding a record, and the names the
+Produce walk (protocol/produce_stream.py) shares with it.
 
-Usage records report each entity's traffic per topic, and the quotas that charge by topic need each
-partition's record bytes, on the hot path. The data path never decodes Produce or Fetch bodies, so only
-their structure is walked, with struct offsets over one buffer, skipping each partition's record set by
-its length (the `records` field: its byte length, 0 when null). Every version Kafka knows is covered:
+Usage records report each entity's traffic per topic, on the hot path. The data path never decodes Fetch
+bodies, so only their structure is walked, with struct offsets over one buffer, skipping each partition's
+record set by its length (the `records` field: its byte length, 0 when null). Every version Kafka knows is
+covered:
 
-Produce request body (after the request header)
-    v3+  transactional_id   nullable string (compact from v9)
-         acks int16, timeout_ms int32
-         topics [ name string (v0-12) | topic_id uuid (v13+),
-                  partitions [ index int32, records nullable bytes, tagged fields (v9+) ],
-                  tagged fields (v9+) ]
-         tagged fields (v9+)
 Fetch response body (after the response header)
     v1+  throttle_time_ms int32;  v7+ error_code int16, session_id int32
          topics [ topic string (v0-12) | topic_id uuid (v13+),
@@ -41,61 +35,29 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import API_SPECS, FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import Buffer, read_uvarint, skip_tagged_fields
 
-__all__ = [
-    "LAST_WITH_TOPIC_NAMES",
-    "Partitions",
-    "ProduceBody",
-    "Topic",
-    "TopicBytes",
-    "fetch_topic_bytes",
-    "produce_topic_bytes",
-    "walk_produce_body",
-]
+__all__ = ["LAST_WITH_TOPIC_NAMES", "Topic", "TopicBytes", "fetch_topic_bytes"]
 
-PRODUCE_MAX = API_SPECS[ApiKey.PRODUCE].max_version
-PRODUCE_FLEXIBLE_FROM = FLEXIBLE_FROM[ApiKey.PRODUCE]
 _FETCH_MAX = API_SPECS[ApiKey.FETCH].max_version
 _FETCH_FLEXIBLE_FROM = FLEXIBLE_FROM[ApiKey.FETCH]
-FIRST_TRANSACTIONAL = 3  # Produce's transactional_id
 # The newest version of Produce and Fetch naming topics by name; later ones name them by id (KIP-516).
 LAST_WITH_TOPIC_NAMES = 12
 _UUID = 16
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
-_ACKS_TIMEOUT = struct.Struct(">hi").unpack_from
-_ACKS_TIMEOUT_COUNT = struct.Struct(">hii").unpack_from
-_INDEX_SIZE = struct.Struct(">ii").unpack_from
 _T = TypeVar("_T")
 
 # A topic's name (v0-12) or its 16-byte id (v13+).
 Topic = str | bytes
 # [(topic, record bytes)], one entry per topic.
 TopicBytes = list[tuple[Topic, int]]
-
-
-# A topic's partitions in a Produce request: (index, record bytes; 0 when null) each.
-Partitions = list[tuple[int, int]]
-
-
-class ProduceBody(NamedTuple):
-    """What a Produce request's body holds, short of its records."""
-
-    acks: int
-    timeout_ms: int
-    topics: TopicBytes  # each topic in request order, with its record bytes
-    partitions: list[Partitions]  # the partitions of each of `topics`, in the same order
-
-
-# A NamedTuple's own constructor is Python code; the walks build one per request.
-_new_body = tuple.__new__
 
 
 def _length(buf: Buffer, pos: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
@@ -219,92 +181,6 @@ def _classic_topics(
         total, pos = _classic_partitions(buf, pos, end, fixed, aborted, replica)
         found.append((topic, total))
     return found, pos
-
-
-def walk_produce_body(api_version: int, body: Buffer) -> ProduceBody:
-    """The walk of a Produce request body (after the request header, to the frame's end).
-    ProtocolError('bad_produce_request') when malformed, ('unsupported_version') beyond the API table."""
-    if not 0 <= api_version <= PRODUCE_MAX:
-        raise ProtocolError("unsupported_version", f"Produce v{api_version}")
-    if api_version < PRODUCE_FLEXIBLE_FROM:
-        return _finish("bad_produce_request", _classic_produce, body, api_version)
-    return _finish("bad_produce_request", _flexible_produce, body, api_version)
-
-
-def _classic_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceBody, int]:
-    """The versions most clients speak: no helper call per partition."""
-    pos = 0
-    if api_version >= FIRST_TRANSACTIONAL:
-        length = _I16(buf, 0)[0]
-        pos = 2 + (length if length > 0 else 0)
-        if length < -1:
-            raise ValueError(f"transactional_id length {length}")
-    acks, timeout_ms, count = _ACKS_TIMEOUT_COUNT(buf, pos)
-    pos += 10
-    if count < -1:
-        raise ValueError(f"array length {count}")
-    topics: TopicBytes = []
-    by_topic: list[Partitions] = []
-    for _ in range(count):
-        topic, pos = _classic_name(buf, pos)
-        count = _I32(buf, pos)[0]
-        pos += 4
-        if count < -1:
-            raise ValueError(f"array length {count}")
-        partitions: list[tuple[int, int]] = []
-        total = 0
-        for _ in range(count):
-            index, size = _INDEX_SIZE(buf, pos)
-            pos += 8
-            if size > 0:
-                pos += size
-                if pos > end:
-                    raise IndexError("records")
-                total += size
-            elif size < 0:
-                if size < -1:
-                    raise ValueError(f"records length {size}")
-                size = 0
-            partitions.append((index, size))
-        topics.append((topic, total))
-        by_topic.append(partitions)
-    return _new_body(ProduceBody, (acks, timeout_ms, topics, by_topic)), pos
-
-
-def _flexible_produce(buf: Buffer, end: int, api_version: int) -> tuple[ProduceBody, int]:
-    by_id = api_version > LAST_WITH_TOPIC_NAMES
-    pos = 0
-    if api_version >= FIRST_TRANSACTIONAL:
-        length, pos = _length(buf, pos, end, True, False)
-        if length < -1:
-            raise ValueError(f"transactional_id length {length}")
-        if length > 0:
-            pos += length
-    acks, timeout_ms = _ACKS_TIMEOUT(buf, pos)
-    topics: TopicBytes = []
-    by_topic: list[Partitions] = []
-    count, pos = _count(buf, pos + 6, end, True)
-    for _ in range(count):
-        topic, pos = _topic(buf, pos, end, True, by_id)
-        partitions: list[tuple[int, int]] = []
-        total = 0
-        count, pos = _count(buf, pos, end, True)
-        for _ in range(count):
-            index = _I32(buf, pos)[0]
-            size, pos = _records(buf, pos + 4, end, True)
-            pos = skip_tagged_fields(buf, pos)
-            partitions.append((index, size))
-            total += size
-        pos = skip_tagged_fields(buf, pos)
-        topics.append((topic, total))
-        by_topic.append(partitions)
-    pos = skip_tagged_fields(buf, pos)
-    return _new_body(ProduceBody, (acks, timeout_ms, topics, by_topic)), pos
-
-
-def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
-    """[(topic, record bytes)] of a Produce request body, one entry per topic in the request."""
-    return walk_produce_body(api_version, body).topics
 
 
 def _fetch_partition_fixed(api_version: int) -> int:

@@ -6,10 +6,10 @@ as it arrives is observed as it goes by (`protocol/produce_stream.py`), so usage
 proxy read a request whole. Per Fetch response as sent to the
 client: its size (body + 4, what `consumer_byte_rate` is charged) and the record-set bytes per topic. The
 topic breakdown walks the topic/partition structure without decoding a record
-(`protocol/record_sets.py`); a body it cannot walk is left to the broker (or the client) to refuse, and
-only the breakdown is lost. Topic bytes are kept per broker: the node the connection reaches
-(proxy/cluster/broker_nodes.py), None where it cannot be told. Throttles, CPU time and partition mutations
-come from the quota filters, which charge them.
+(`protocol/produce_stream.py`, `protocol/record_sets.py`); a body it cannot walk is left to the broker
+(or the client) to refuse, and only the breakdown is lost. Topic bytes are kept per broker: the node the
+connection reaches (proxy/cluster/broker_nodes.py), None where it cannot be told. Throttles, CPU time and
+partition mutations come from the quota filters, which charge them.
 
 It runs after the quota filters, so it counts what was forwarded and what the client got.
 

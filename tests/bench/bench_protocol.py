@@ -1,6 +1,7 @@
 """Benchmarks for protocol/: Metadata broker rewrite, frame splitting + header parsing, feed throughput,
-patching throttle_time_ms in Produce and Fetch responses, and the NodeEndpoints walk every Produce v10+ and
-Fetch v16+ answer takes (the common answer, with none, and one naming two new leaders); and, from
+patching throttle_time_ms in Produce and Fetch responses, the NodeEndpoints walk every Produce v10+ and
+Fetch v16+ answer takes (the common answer, with none, and one naming two new leaders), the Produce walk
+over a whole body and over a request streamed in pieces (protocol/produce_stream.py); and, from
 tests/bench/bench_chain.py, what the server's whole filter chain costs a small request and its answer.
 
 Run: `.venv/bin/python tests/bench/bench_protocol.py` prints one JSON object per line.
@@ -19,12 +20,13 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import MetadataResponse
-from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from sluice.protocol.broker_addresses import rewrite_broker_addresses, rewrite_metadata_with_codec
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request_header, frame, parse_request_header
 from sluice.protocol.node_endpoints import rewrite_node_endpoints
+from sluice.protocol.produce_stream import ProduceTopicStream, walk_produce_body
 from sluice.protocol.throttle_field import patch_throttle_ms
 
 METADATA_TARGET_MS = 1.0
@@ -213,6 +215,10 @@ def _fetch_partitions_body(version: int, partitions: int, endpoints: bool) -> by
     return bytes(message.encode(version=version))
 
 
+def _microseconds(name: str, seconds: float) -> dict[str, Any]:
+    return {"name": name, "value": round(seconds * 1e6, 2), "unit": "us", "target": None}
+
+
 def bench_node_endpoints() -> list[dict[str, Any]]:
     """What finding (and, when present, rewriting) NodeEndpoints costs per answer."""
     cases = [("produce_v10_1_partition", 0, 10, produce_response_body(10, partitions=1))]
@@ -230,13 +236,67 @@ def bench_node_endpoints() -> list[dict[str, Any]]:
             repeats=7,
             number=2000,
         )
+        records.append(_microseconds(f"node_endpoints_{label}", per_call))
+    return records
+
+
+def produce_request_frame(version: int, topics: int, partitions: int, record_bytes: int) -> bytes:
+    """A framed Produce request: `topics` x `partitions` record sets of `record_bytes` each."""
+    topic_cls = ProduceRequest.TopicProduceData
+    data = [
+        topic_cls(
+            name=f"topic-{t:02d}",
+            partition_data=[
+                topic_cls.PartitionProduceData(index=p, records=b"r" * record_bytes)
+                for p in range(partitions)
+            ],
+        )
+        for t in range(topics)
+    ]
+    request = ProduceRequest(version=version, acks=-1, timeout_ms=30000, topic_data=data)
+    if version >= 3:
+        request.transactional_id = None
+    return frame(encode_request_header(0, version, 7, "bench") + bytes(request.encode(version=version)))
+
+
+def _streamed(version: int, header_size: int, pieces: list[memoryview]) -> Callable[[], object]:
+    size = sum(len(piece) for piece in pieces)
+
+    def run() -> object:
+        stream = ProduceTopicStream(version, header_size, size)
+        for piece in pieces:
+            stream.feed(piece)
+        return stream.result()
+
+    return run
+
+
+def bench_produce_walk() -> list[dict[str, Any]]:
+    """The one Produce walk: over a whole body (what the filters of a request share), for the classic
+    versions most clients speak and the flexible ones, and fed a large request in 16 KiB pieces."""
+    records = []
+    for version in (3, 8, 9):
+        for topics, partitions, record_bytes in ((1, 1, 200), (10, 10, 1024)):
+            framed = produce_request_frame(version, topics, partitions, record_bytes)
+            body = memoryview(framed)[4 + parse_request_header(framed).size :]
+            per_call = _best_seconds(
+                lambda v=version, b=body: walk_produce_body(v, b),
+                repeats=7,
+                number=20000 if topics == 1 else 1000,
+            )
+            records.append(
+                _microseconds(f"produce_walk_v{version}_{topics}x{partitions}_partitions", per_call)
+            )
+    for version in (8, 9):
+        framed = produce_request_frame(version, 10, 10, 16384)
+        header = parse_request_header(framed)
+        pieces = [memoryview(framed)[at : at + 16384] for at in range(0, len(framed), 16384)]
+
+        run = _streamed(version, header.size, pieces)
+        assert run() is not None
+        per_call = _best_seconds(run, repeats=7, number=500)
         records.append(
-            {
-                "name": f"node_endpoints_{label}",
-                "value": round(per_call * 1e6, 2),
-                "unit": "us",
-                "target": None,
-            }
+            _microseconds(f"produce_walk_streamed_v{version}_10x10_partitions_16k_pieces", per_call)
         )
     return records
 
@@ -255,6 +315,7 @@ def run() -> list[dict[str, Any]]:
     )
     results.append(bench_throttle_patch("patch_throttle_fetch_v12", 1, 12, fetch_response_body(12)))
     results.extend(bench_node_endpoints())
+    results.extend(bench_produce_walk())
     from bench_chain import run as chain_rows  # imports this module: loaded once this one is
 
     results.extend(chain_rows())

@@ -464,7 +464,11 @@ def _targets() -> list[Target]:
             lambda v, d: produce_topics.produce_partitions(d, headers.parse_request_header(d)),
             _request_frames(0, ProduceRequest),
         ),
-        Target("record_sets.produce_topic_bytes", record_sets.produce_topic_bytes, _samples(ProduceRequest)),
+        Target(
+            "produce_stream.produce_topic_bytes",
+            produce_stream.produce_topic_bytes,
+            _samples(ProduceRequest),
+        ),
         Target(
             "produce_stream.walk_produce_body", produce_stream.walk_produce_body, _samples(ProduceRequest)
         ),
@@ -699,11 +703,6 @@ NOT_DECODERS = {
     "vetted_max_versions",
     # Sums what produce_partition_sizes decoded (fuzzed with it).
     "topic_sizes",
-    # Steps of an incremental walk, reading only what the walk sends them: the Produce walk drives them
-    # (ProduceTopicStream, which test_produce_stream.py checks against walk_produce_body cut anywhere).
-    "uvarint_steps",
-    "length_steps",
-    "tagged_fields_steps",
     # Arithmetic on two limits a request decoder already read (cap_fetch_request, fuzzed, calls it).
     "capped_limits",
     # Encoders and builders: their input is the proxy's own values.

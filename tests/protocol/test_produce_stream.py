@@ -1,8 +1,10 @@
-"""protocol/produce_stream.py: the per-topic record bytes of a Produce fed in pieces equal the one-buffer
-walk's (record_sets.produce_topic_bytes), for every version, wherever the pieces are cut."""
+"""protocol/produce_stream.py: the one Produce walk fed in pieces gives what it gives fed the whole body at
+once (acks, timeout, every topic's and partition's record bytes), for every version, wherever the pieces
+are cut."""
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 import pytest
@@ -11,8 +13,8 @@ from hypothesis import strategies as st
 from kafka.protocol.producer import ProduceRequest
 
 from sluice.protocol.headers import encode_request_header, frame, parse_request_header
-from sluice.protocol.produce_stream import ProduceTopicStream
-from sluice.protocol.record_sets import produce_topic_bytes
+from sluice.protocol.primitives import INT32_PACK, encode_uvarint
+from sluice.protocol.produce_stream import ProduceTopicStream, produce_topic_bytes, walk_produce_body
 
 Topic = ProduceRequest.TopicProduceData
 Partition = Topic.PartitionProduceData
@@ -34,14 +36,18 @@ def produce_frame(version: int, transactional_id: str | None = "tx-ünï") -> by
     return frame(encode_request_header(0, version, 7, "producer-1") + body)
 
 
-def streamed(framed: bytes, cuts: list[int]) -> list | None:
+def fed(framed: bytes, cuts: list[int]) -> ProduceTopicStream:
     header = parse_request_header(framed)
     stream = ProduceTopicStream(header.api_version, header.size, len(framed))
     start = 0
     for cut in [*sorted(cuts), len(framed)]:
         stream.feed(memoryview(framed)[start:cut])
         start = cut
-    return stream.result()
+    return stream
+
+
+def streamed(framed: bytes, cuts: list[int]) -> list | None:
+    return fed(framed, cuts).result()
 
 
 def whole(framed: bytes) -> list:
@@ -64,6 +70,42 @@ def test_any_cuts_give_the_same_breakdown(version: int, data: st.DataObject) -> 
     framed = produce_frame(version, data.draw(st.one_of(st.none(), st.text(max_size=40))))
     cuts = data.draw(st.lists(st.integers(0, len(framed)), max_size=30))
     assert streamed(framed, cuts) == whole(framed)
+
+
+_LAYOUTS = st.lists(st.lists(st.one_of(st.none(), st.integers(0, 3000)), max_size=6), min_size=0, max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    version=st.integers(0, 13),
+    layout=_LAYOUTS,
+    acks=st.sampled_from([-1, 0, 1]),
+    timeout_ms=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
+def test_pieces_of_any_split_walk_as_the_whole_body(
+    version: int, layout: list[list[int | None]], acks: int, timeout_ms: int, data: st.DataObject
+) -> None:
+    """Any request, cut anywhere: the walk fed the pieces ends with the very result of the walk over the
+    whole body (acks, timeout_ms, each topic's record bytes, each partition's index and record bytes)."""
+    topics = [
+        Topic(
+            **({"topic_id": uuid.UUID(int=i + 1)} if version >= 13 else {"name": f"t{i}" * (i + 1)}),
+            partition_data=[
+                Partition(index=p * 7, records=None if n is None else b"r" * n) for p, n in enumerate(sizes)
+            ],
+        )
+        for i, sizes in enumerate(layout)
+    ]
+    request = ProduceRequest(version=version, acks=acks, timeout_ms=timeout_ms, topic_data=topics)
+    if version >= 3:
+        request.transactional_id = data.draw(st.one_of(st.none(), st.text(max_size=300)))
+    framed = frame(encode_request_header(0, version, 7, "p") + bytes(request.encode(version=version)))
+    header = parse_request_header(framed)
+    whole_body = walk_produce_body(version, memoryview(framed)[4 + header.size :])
+    assert (whole_body.acks, whole_body.timeout_ms) == (acks, timeout_ms)
+    cuts = data.draw(st.lists(st.integers(0, len(framed)), max_size=40))
+    assert fed(framed, cuts).walked() == whole_body
 
 
 @pytest.mark.parametrize("version", [0, 3, 9, 13])
@@ -130,3 +172,71 @@ def test_the_filters_of_one_request_share_one_walk_of_its_body(monkeypatch: pyte
     # The next request, even byte for byte the same, is walked for itself.
     produce_topic_sizes(framed, parse_request_header(framed))
     assert walks == [9, 9]
+
+
+def _tagged(*fields: tuple[int, bytes]) -> bytes:
+    """A tagged-field block, from protocol/'s own varint encoder (kafka-python writes none in Produce)."""
+    return encode_uvarint(len(fields)) + b"".join(
+        encode_uvarint(tag) + encode_uvarint(len(value)) + value for tag, value in fields
+    )
+
+
+def test_tagged_fields_anywhere_are_passed_over_cut_at_every_point() -> None:
+    """Flexible versions may carry tagged fields after each partition, each topic and the body (Kafka
+    defines none for Produce yet; a newer client may send some): the walk passes over them, whole or cut
+    at any byte, as over an empty block."""
+    body = (
+        encode_uvarint(0)  # null transactional_id
+        + struct.pack(">h", 1)  # acks
+        + INT32_PACK(1500)
+        + encode_uvarint(2 + 1)  # two topics
+        + encode_uvarint(len(b"orders") + 1)
+        + b"orders"
+        + encode_uvarint(2 + 1)  # two partitions
+        + INT32_PACK(4)
+        + encode_uvarint(300 + 1)
+        + b"r" * 300
+        + _tagged((5, b"abc"), (6, b""))
+        + INT32_PACK(9)
+        + encode_uvarint(0)  # null records
+        + _tagged((0, b"z" * 200))
+        + _tagged((7, b"zz"))
+        + encode_uvarint(len(b"audit") + 1)
+        + b"audit"
+        + encode_uvarint(1 + 1)
+        + INT32_PACK(0)
+        + encode_uvarint(20 + 1)
+        + b"a" * 20
+        + _tagged()
+        + _tagged()
+        + _tagged((9, b"q" * 130))
+    )
+    expected = (1, 1500, [("orders", 300), ("audit", 20)], [[(4, 300), (9, 0)], [(0, 20)]])
+    assert walk_produce_body(9, body) == expected
+    framed = frame(encode_request_header(0, 9, 7, "p") + body)
+    for cut in range(len(framed) + 1):
+        assert fed(framed, [cut]).walked() == expected, cut
+    assert fed(framed, list(range(len(framed)))).walked() == expected  # a byte at a time
+
+
+def test_a_field_longer_than_the_walk_keeps_costs_the_breakdown_not_memory() -> None:
+    """A streamed walk keeps only the bytes of a field a piece cuts. A topic name longer than 64 KiB (Kafka
+    refuses names over 249 characters) cut by a piece is not gathered: that request gets no breakdown, and
+    the walk never holds more than 64 KiB of it. The whole-body walk, which keeps nothing, still reads it."""
+    name = "n" * 70_000
+    request = ProduceRequest(
+        version=9,
+        acks=1,
+        timeout_ms=5,
+        topic_data=[Topic(name=name, partition_data=[Partition(index=0, records=b"r" * 10)])],
+    )
+    request.transactional_id = None
+    framed = frame(encode_request_header(0, 9, 7, "p") + bytes(request.encode(version=9)))
+    assert whole(framed) == [(name, 10)]
+    assert streamed(framed, []) == [(name, 10)]  # one piece: nothing cut, nothing kept
+    header = parse_request_header(framed)
+    stream = ProduceTopicStream(9, header.size, len(framed))
+    for start in range(0, len(framed), 4096):
+        stream.feed(memoryview(framed)[start : start + 4096])
+        assert len(stream._kept) <= 1 << 16
+    assert stream.result() is None

@@ -13,7 +13,8 @@ from kafka.protocol.producer import ProduceRequest
 
 from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.record_sets import fetch_topic_bytes, produce_topic_bytes
+from sluice.protocol.produce_stream import produce_topic_bytes
+from sluice.protocol.record_sets import fetch_topic_bytes
 
 PRODUCE_VERSIONS = range(14)
 FETCH_VERSIONS = range(19)
