@@ -44,9 +44,19 @@ def fleet_config(
     }
 
 
-def read_usage(bootstrap: str, topic: str = DEFAULT_TOPIC, timeout_s: float = 60.0) -> list[UsageBatch]:
+def read_usage(
+    bootstrap: str,
+    topic: str = DEFAULT_TOPIC,
+    timeout_s: float = 60.0,
+    duplicates: list[UsageBatch] | None = None,
+) -> list[UsageBatch]:
     """Every batch on the usage topic, read from the start with a real Kafka client up to the end offsets
-    it has when called: the processes that published have stopped, so that is every batch there is."""
+    it has when called: the processes that published have stopped, so that is every batch there is.
+
+    Delivery is at least once (docs/usage-records.md): a publisher's produce retried on a loaded machine
+    can write a message twice, and counting both would add an interval's bytes that were admitted once. So
+    a message equal to one already read for the same instance and interval is dropped, as the docs tell a
+    reader to (the parts of a split batch differ in their rows, and are kept); `duplicates` gets them."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
@@ -57,6 +67,7 @@ def read_usage(bootstrap: str, topic: str = DEFAULT_TOPIC, timeout_s: float = 60
         }
     )
     batches: list[UsageBatch] = []
+    seen: set[bytes] = set()
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         ends = {}
@@ -71,7 +82,14 @@ def read_usage(bootstrap: str, topic: str = DEFAULT_TOPIC, timeout_s: float = 60
             message = consumer.poll(0.5)
             if message is None or message.error():
                 continue
-            batches.append(decode_batch(message.value()))
+            value = message.value()
+            batch = decode_batch(value)
+            if value in seen:  # the whole message: instance, interval and rows
+                if duplicates is not None:
+                    duplicates.append(batch)
+            else:
+                seen.add(value)
+                batches.append(batch)
             if message.offset() + 1 >= ends.get(message.partition(), 0):
                 ends.pop(message.partition(), None)
         assert not ends, f"the usage topic was not read to its end within {timeout_s} s: {ends}"

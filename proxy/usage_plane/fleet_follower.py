@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from sluice.quota.fleet import FleetQuotas
+from sluice.quota.usage_duplicates import RecentMessages
 from sluice.quota.usage_records import UsageBatch, UsageRecordError, decode_batch
 
 from ..kafka_client import FetchResult, KafkaClientError, OffsetOutOfRange
@@ -63,6 +64,7 @@ class FollowerStats:
     batches: int = 0  # read from the topic (own ones included)
     rows_charged: int = 0
     bad_records: int = 0
+    duplicates: int = 0  # messages written twice by a retried produce, read and skipped
 
 
 class FleetFollower:
@@ -91,6 +93,7 @@ class FleetFollower:
         self.stats = FollowerStats()
         self._tasks: list[asyncio.Task[None]] = []
         self._bad_reasons: set[str] = set()
+        self._recent = RecentMessages()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -140,11 +143,14 @@ class FleetFollower:
                 continue
             wait = _RETRY_S[0]
             for record in result.records:
-                self._charge(record.value)
+                self._charge(partition, record.value)
             offset = max(offset, result.next_offset)
 
-    def _charge(self, value: bytes | None) -> None:
+    def _charge(self, partition: int, value: bytes | None) -> None:
         self.stats.batches += 1
+        if value is not None and self._recent.repeated(partition, value):
+            self.stats.duplicates += 1  # at-least-once delivery: charged when first read
+            return
         try:
             batch = decode_batch(value or b"")
         except UsageRecordError as exc:

@@ -86,6 +86,11 @@ class UsageCollector(Collector):
         if self._follower is not None:
             yield _counter("sluice_fleet_rows_charged", "Entity rows charged", self._follower.rows_charged)
             yield _counter(
+                "sluice_fleet_duplicates_skipped",
+                "Usage messages read twice (a publisher's retried produce) and charged once",
+                self._follower.duplicates,
+            )
+            yield _counter(
                 "sluice_fleet_bad_records",
                 "Records on the usage topic that are not usage batches",
                 self._follower.bad_records,

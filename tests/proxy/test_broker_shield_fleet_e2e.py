@@ -26,6 +26,8 @@ from shield_harness import PacedProducer
 from throttle_harness import metric_value
 from waiting import wait_until
 
+from sluice.quota.usage_records import UsageBatch
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fleet")]
 
 THRESHOLD = 300_000
@@ -75,7 +77,8 @@ def test_two_processes_hold_a_broker_at_one_threshold() -> None:
                 producer.stop()
             for proxy in proxies:
                 proxy.stop()
-            batches = read_usage(cluster.bootstrap)
+            duplicates: list[UsageBatch] = []
+            batches = read_usage(cluster.bootstrap, duplicates=duplicates)
         finally:
             for proxy in proxies:
                 proxy.close()
@@ -89,7 +92,8 @@ def test_two_processes_hold_a_broker_at_one_threshold() -> None:
     fleet = sum(per_second.get(s, 0) for s in range(first, first + MEASURE_S)) / MEASURE_S
     tolerance = PROCESSES * (INTERVAL_S + slowest_delivery_s) / MEASURE_S
     seen = (
-        f"fleet {fleet:.0f} B/s, threshold {THRESHOLD}, tolerance {tolerance:.1%}, stale batches {stale}; "
+        f"fleet {fleet:.0f} B/s, threshold {THRESHOLD}, tolerance {tolerance:.1%}, stale batches {stale}, "
+        f"duplicate messages dropped {len(duplicates)}; "
         f"bytes per second (end of interval) {sorted(per_second.items())}, measured from {first}"
     )
     print(seen)

@@ -97,6 +97,19 @@ async def test_others_batches_are_charged_its_own_and_foreign_records_skipped() 
     assert set(quotas.live) == {"peer-a", "peer-b"}
 
 
+async def test_a_message_written_twice_by_a_retried_produce_is_charged_once() -> None:
+    quotas = fleet()
+    written = batch("peer-a", 4000, 30_000)
+    later = batch("peer-a", 5000, 10_000)
+    # The retry re-sends what the failed produce held: the copy follows, after the next interval's too.
+    topic = FakeTopic({0: [written, later, written]})
+    follower = await follow(topic, quotas)
+    sensor = quotas.managers.produce.sensor_for("ANONYMOUS", "pump", 5_000)
+    assert sensor.measure(5_000) == 40_000 / 10  # 40 kB over the minimum 10 s window, not 70
+    assert follower.stats.rows_charged == 2
+    assert follower.stats.duplicates == 1
+
+
 async def test_reading_starts_at_the_quota_window_by_time_where_the_broker_can() -> None:
     quotas = fleet()
     topic = FakeTopic({0: [batch("peer", 1000, 1)] * 10}, by_time=7)
