@@ -22,6 +22,7 @@ from sluice.protocol.primitives import (
 from sluice.protocol.record_sets import LAST_WITH_TOPIC_NAMES, Topic
 
 _FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.PRODUCE]
+FIRST_TRANSACTIONAL = 3  # the first version with a transactional_id before acks
 REQUEST_TIMED_OUT = RequestTimedOutError.errno  # retriable: the request was not completed in time
 _NULL_ID_THEN_ACKS = struct.Struct(">hh").unpack_from
 
@@ -35,7 +36,7 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
     """
     pos = 4 + header.size
     version = header.api_version
-    if 3 <= version < _FIRST_FLEXIBLE and len(frame) >= pos + 4:
+    if FIRST_TRANSACTIONAL <= version < _FIRST_FLEXIBLE and len(frame) >= pos + 4:
         # The common case, read at once: a null transactional_id (length -1), then acks.
         null: int
         acks: int
@@ -48,10 +49,14 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
 def produce_acks_and_timeout(frame: memoryview | bytes, header: RequestHeader) -> tuple[int, int]:
     """`acks`, and `timeout_ms`: how long the client lets the broker take over the request (the Java
     client's request.timeout.ms, which is also how long it waits for the answer; librdkafka's
-    request.timeout.ms)."""
+    request.timeout.ms).
+
+    The head alone, not the body's walk (protocol/produce_stream.py, which gives the same two to the
+    filters): the request pipeline asks for every Produce, often before the rest of the request has
+    arrived, and needs nothing past these two fields."""
     pos = 4 + header.size
     try:
-        if header.api_version >= 3:
+        if header.api_version >= FIRST_TRANSACTIONAL:
             if header.api_version >= _FIRST_FLEXIBLE:
                 pos = skip_compact_nullable_string(frame, pos)
             else:

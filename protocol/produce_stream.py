@@ -37,6 +37,7 @@ from sluice.protocol.apis import API_SPECS, FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import RequestHeader
 from sluice.protocol.primitives import Buffer, read_uvarint, skip_tagged_fields
+from sluice.protocol.produce import FIRST_TRANSACTIONAL
 from sluice.protocol.record_sets import LAST_WITH_TOPIC_NAMES, Topic, TopicBytes
 
 __all__ = [
@@ -51,13 +52,16 @@ __all__ = [
 
 PRODUCE_MAX = API_SPECS[ApiKey.PRODUCE].max_version
 PRODUCE_FLEXIBLE_FROM = FLEXIBLE_FROM[ApiKey.PRODUCE]
-FIRST_TRANSACTIONAL = 3  # Produce's transactional_id
 _UUID = 16
 # The most bytes a stopped walk keeps: one field it reads rather than skips (a topic name, which Kafka
 # caps at 249 characters, a transactional id, a varint, a tagged-field block). A streamed request holding
 # a longer one gets no breakdown rather than a copy of it.
 _MAX_KEPT = 1 << 16
 _FEW = 512  # enough for any field but an overlong name or tagged field
+# The most topics and partitions one request may name. The walk keeps a tuple per partition and a list per
+# topic, 10 to 40 times the bytes they take on the wire; a request naming more than any broker leads (a
+# cluster's partitions, not one broker's) is refused as malformed rather than let take gigabytes.
+MAX_ENTRIES = 200_000
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
@@ -109,6 +113,7 @@ class ProduceWalk:
         "_acks",
         "_by_topic",
         "_count",
+        "_entries",
         "_partitions",
         "_parts",
         "_phase",
@@ -128,6 +133,7 @@ class ProduceWalk:
         self.skip = 0  # record-set bytes to pass before the walk's next byte
         self._topics: TopicBytes = []
         self._by_topic: list[Partitions] = []
+        self._entries = 0  # topics and partitions named so far
         # The rest, acks and timeout_ms and where a stopped walk stood (how many topics, the current topic
         # and its partitions), are set as the walk reads them: a walk over one buffer never stops.
 
@@ -205,6 +211,10 @@ class ProduceWalk:
                     pos = stop + 4
                     partitions = []
                     total = 0
+                    entries = self._entries + 1 + parts  # a null array (-1) names no partition
+                    if entries > MAX_ENTRIES:
+                        raise ValueError(f"more than {MAX_ENTRIES} topics and partitions in one request")
+                    self._entries = entries
                     phase = _PARTITION
                 for _ in range(parts - len(partitions)):
                     index, size = _INDEX_SIZE(buf, pos)
@@ -280,6 +290,10 @@ class ProduceWalk:
                     topic, pos, parts = name, stop, parts - 1
                     partitions = []
                     total = 0
+                    entries = self._entries + 1 + parts  # a null array (-1) names no partition
+                    if entries > MAX_ENTRIES:
+                        raise ValueError(f"more than {MAX_ENTRIES} topics and partitions in one request")
+                    self._entries = entries
                     phase = _PARTITION
                 for _ in range(parts - len(partitions)):
                     index = _I32(buf, pos)[0]
@@ -299,9 +313,15 @@ class ProduceWalk:
                         if size < -1:
                             raise ValueError(f"records length {size}")
                         size = 0
-                    pos = stop + 1 if buf[stop] == 0 else skip_tagged_fields(buf, stop)
+                    tags = buf[stop]  # a cut before the tags: the partition is read again
                     partitions.append((index, size))
                     total += size
+                    if tags == 0:
+                        pos = stop + 1
+                    else:  # tags: the partition is counted, so a cut in them resumes past its records
+                        pos, phase = stop, _PARTITION_TAGS
+                        pos = skip_tagged_fields(buf, stop)
+                        phase = _PARTITION
                 pos = pos + 1 if buf[pos] == 0 else skip_tagged_fields(buf, pos)
                 topics.append((topic, total))
                 by_topic.append(partitions)
@@ -334,6 +354,7 @@ def walk_produce_body(api_version: int, body: Buffer) -> ProduceBody:
     # __init__'s state, set here: the Python call costs a few percent of a small request's walk.
     walk = _bare_walk(ProduceWalk)
     walk._version, walk._phase, walk.skip, walk._topics, walk._by_topic = api_version, _HEAD, 0, [], []
+    walk._entries = 0
     if api_version >= PRODUCE_FLEXIBLE_FROM:
         stopped = walk._flexible_stop(body, 0)
     else:

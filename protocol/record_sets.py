@@ -18,17 +18,14 @@ Fetch response body (after the response header)
                   tagged fields (v12+) ]
          tagged fields (v12+)
 
-A Produce body's walk (`walk_produce_body`) gives everything its readers want, `acks`, `timeout_ms`, and
-each topic's partitions with their indexes and record bytes; protocol/produce_stream.py keeps it for the
-request being filtered, so the filters of one request walk its body once, and walks a request passing
-through in pieces the same way. The walk must end exactly at the end of the body, so a walk that went
-wrong cannot report wrong sizes unnoticed. Anything malformed raises ProtocolError ('bad_produce_request'
-/ 'bad_fetch_response'), a version beyond the API table's ProtocolError('unsupported_version'); nothing
-else escapes. Topics are returned as names, or (v13+, which name topics by id) as the 16-byte topic id.
+The walk must end exactly at the end of the body, so a walk that went wrong cannot report wrong sizes
+unnoticed. Anything malformed raises ProtocolError('bad_fetch_response'), a version beyond the API table's
+ProtocolError('unsupported_version'); nothing else escapes. Topics are returned as names, or (v13+, which
+name topics by id) as the 16-byte topic id. The Produce request's one walk is protocol/produce_stream.py,
+which shares this module's names for topics (`Topic`, `TopicBytes`, `LAST_WITH_TOPIC_NAMES`).
 
-Why this module is long: the two walks share their field readers, and each has a second loop for the
-non-flexible versions most clients speak, with no helper call per partition (the walks run on every
-Produce and Fetch that usage records or a topic quota read).
+The non-flexible versions most clients speak have a loop of their own with no helper call per partition
+(the walk runs on every Fetch that usage records read); the flexible ones (v12+) read compact fields.
 """
 
 from __future__ import annotations
@@ -60,45 +57,37 @@ Topic = str | bytes
 TopicBytes = list[tuple[Topic, int]]
 
 
-def _length(buf: Buffer, pos: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
-    """A length or count: compact (uvarint N+1, so null is -1) or classic (int32 when `wide`, else int16)."""
-    if flexible:
-        if pos < end and buf[pos] < 0x80:
-            return buf[pos] - 1, pos + 1
-        value, pos = read_uvarint(buf, pos)
-        return value - 1, pos
-    if wide:
-        if pos + 4 > end:
-            raise IndexError("int32")
-        return _I32(buf, pos)[0], pos + 4
-    if pos + 2 > end:
-        raise IndexError("int16")
-    return _I16(buf, pos)[0], pos + 2
+def _compact(buf: Buffer, pos: int) -> tuple[int, int]:
+    """A compact length or count: uvarint N+1, so null is -1."""
+    if pos < len(buf) and buf[pos] < 0x80:
+        return buf[pos] - 1, pos + 1
+    value, pos = read_uvarint(buf, pos)
+    return value - 1, pos
 
 
-def _count(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]:
-    count, pos = _length(buf, pos, end, flexible, True)
+def _count(buf: Buffer, pos: int) -> tuple[int, int]:
+    count, pos = _compact(buf, pos)
     if count < -1:
         raise ValueError(f"array length {count}")
     return count, pos
 
 
-def _topic(buf: Buffer, pos: int, end: int, flexible: bool, by_id: bool) -> tuple[Topic, int]:
+def _topic(buf: Buffer, pos: int, end: int, by_id: bool) -> tuple[Topic, int]:
     if by_id:
         stop = pos + _UUID
         if stop > end:
             raise IndexError("topic id")
         return bytes(buf[pos:stop]), stop
-    length, pos = _length(buf, pos, end, flexible, False)
+    length, pos = _compact(buf, pos)
     stop = pos + length
     if length < 0 or stop > end:
         raise ValueError(f"topic name length {length}")
     return str(buf[pos:stop], "utf-8"), stop
 
 
-def _records(buf: Buffer, pos: int, end: int, flexible: bool) -> tuple[int, int]:
-    """(record set length, position after it) of a nullable `records` field; null counts 0 bytes."""
-    length, pos = _length(buf, pos, end, flexible, True)
+def _records(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
+    """(record set length, position after it) of a nullable compact `records` field; null counts 0 bytes."""
+    length, pos = _compact(buf, pos)
     if length < 0:
         if length == -1:
             return 0, pos
@@ -212,29 +201,20 @@ def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
 
     def walk(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
         found: TopicBytes = []
-        topics, pos = _count(buf, head, end, flexible)
+        topics, pos = _count(buf, head)
         for _ in range(topics):
-            topic, pos = _topic(buf, pos, end, flexible, by_id)
-            partitions, pos = _count(buf, pos, end, flexible)
+            topic, pos = _topic(buf, pos, end, by_id)
+            partitions, pos = _count(buf, pos)
             total = 0
             for _ in range(partitions):
-                pos += fixed
-                if has_aborted:
-                    aborted, pos = _count(buf, pos, end, flexible)
-                    if flexible:
-                        for _ in range(aborted):
-                            pos = skip_tagged_fields(buf, pos + 16)  # producer_id, first_offset
-                    elif aborted > 0:
-                        pos += 16 * aborted
-                size, pos = _records(buf, pos + replica, end, flexible)
+                aborted, pos = _count(buf, pos + fixed)
+                for _ in range(aborted):
+                    pos = skip_tagged_fields(buf, pos + 16)  # producer_id, first_offset
+                size, pos = _records(buf, pos + replica, end)
                 total += size
-                if flexible:
-                    pos = skip_tagged_fields(buf, pos)
-            if flexible:
                 pos = skip_tagged_fields(buf, pos)
-            found.append((topic, total))
-        if flexible:
             pos = skip_tagged_fields(buf, pos)
-        return found, pos
+            found.append((topic, total))
+        return found, skip_tagged_fields(buf, pos)
 
     return _finish("bad_fetch_response", walk, body)

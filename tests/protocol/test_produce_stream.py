@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.producer import ProduceRequest
 
+from sluice.protocol import produce_stream
+from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import encode_request_header, frame, parse_request_header
 from sluice.protocol.primitives import INT32_PACK, encode_uvarint
 from sluice.protocol.produce_stream import ProduceTopicStream, produce_topic_bytes, walk_produce_body
@@ -133,7 +135,6 @@ def test_garbage_never_raises(version: int, junk: bytes, data: st.DataObject) ->
 def test_the_filters_of_one_request_share_one_walk_of_its_body(monkeypatch: pytest.MonkeyPatch) -> None:
     """Topic quotas, the broker shield, the entity gate and the usage records each read a part of the same
     Produce: its body is walked once for them all, and again only for another request (a new header)."""
-    from sluice.protocol import produce_stream
     from sluice.protocol.produce_topics import (
         produce_partition_sizes,
         produce_partitions,
@@ -219,6 +220,39 @@ def test_tagged_fields_anywhere_are_passed_over_cut_at_every_point() -> None:
     assert fed(framed, list(range(len(framed)))).walked() == expected  # a byte at a time
 
 
+def test_a_cut_in_a_partitions_tags_resumes_past_its_record_set() -> None:
+    """A piece that ends inside the tags after a partition's record set: the walk resumes at the tags, so
+    the record set is neither kept nor walked again (before, the walk went back to the partition's start,
+    kept its record set and, past 64 KiB of it, gave up the request's breakdown)."""
+    records = b"r" * 100_000
+    body = (
+        encode_uvarint(0)  # null transactional_id
+        + struct.pack(">h", 1)
+        + INT32_PACK(1500)
+        + encode_uvarint(1 + 1)
+        + encode_uvarint(len(b"orders") + 1)
+        + b"orders"
+        + encode_uvarint(1 + 1)
+        + INT32_PACK(0)
+        + encode_uvarint(len(records) + 1)
+        + records
+        + _tagged((5, b"abc"))
+        + _tagged()
+        + _tagged()
+    )
+    framed = frame(encode_request_header(0, 9, 7, "p") + body)
+    tags_at = framed.index(records) + len(records)
+    for cut in range(tags_at - 1, tags_at + 7):
+        stream = fed(framed, [cut])
+        assert stream.result() == [("orders", 100_000)], cut
+    header = parse_request_header(framed)
+    stream = ProduceTopicStream(9, header.size, len(framed))
+    stream.feed(memoryview(framed)[: tags_at + 2])
+    assert len(stream._kept) < 16  # the tags' first bytes, not the record set
+    stream.feed(memoryview(framed)[tags_at + 2 :])
+    assert stream.result() == [("orders", 100_000)]
+
+
 def test_a_field_longer_than_the_walk_keeps_costs_the_breakdown_not_memory() -> None:
     """A streamed walk keeps only the bytes of a field a piece cuts. A topic name longer than 64 KiB (Kafka
     refuses names over 249 characters) cut by a piece is not gathered: that request gets no breakdown, and
@@ -240,3 +274,21 @@ def test_a_field_longer_than_the_walk_keeps_costs_the_breakdown_not_memory() -> 
         stream.feed(memoryview(framed)[start : start + 4096])
         assert len(stream._kept) <= 1 << 16
     assert stream.result() is None
+
+
+def _many_empty_topics(count: int) -> bytes:
+    """A Produce v3 body naming `count` topics "t", each with no partition (7 bytes a topic)."""
+    head = struct.pack(">hhii", -1, 1, 1500, count)  # null transactional_id, acks, timeout, topics
+    return head + (struct.pack(">h", 1) + b"t" + struct.pack(">i", 0)) * count
+
+
+def test_a_request_naming_more_topics_and_partitions_than_any_broker_leads_is_refused() -> None:
+    """The walk keeps a tuple or a list per entry, 10 to 40 times its bytes on the wire: past MAX_ENTRIES
+    a request is malformed, whole or streamed, instead of a few megabytes taking gigabytes."""
+    at_the_limit = walk_produce_body(3, _many_empty_topics(produce_stream.MAX_ENTRIES))
+    assert len(at_the_limit.topics) == produce_stream.MAX_ENTRIES
+    over = _many_empty_topics(produce_stream.MAX_ENTRIES + 1)
+    with pytest.raises(ProtocolError, match="topics and partitions"):
+        walk_produce_body(3, over)
+    framed = frame(encode_request_header(0, 3, 7, "p") + over)
+    assert streamed(framed, list(range(0, len(framed), 65_536))) is None
