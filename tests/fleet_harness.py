@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from sluice.config.usage_settings import DEFAULT_TOPIC
+from sluice.quota.usage_duplicates import RecentMessages
 from sluice.quota.usage_records import UsageBatch, decode_batch
 
 QUOTA = 100_000
@@ -67,7 +68,7 @@ def read_usage(
         }
     )
     batches: list[UsageBatch] = []
-    seen: set[bytes] = set()
+    recent = RecentMessages()  # what the fleet follower drops, dropped here too
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         ends = {}
@@ -84,11 +85,10 @@ def read_usage(
                 continue
             value = message.value()
             batch = decode_batch(value)
-            if value in seen:  # the whole message: instance, interval and rows
+            if recent.repeated(message.partition(), value):  # instance, interval and rows all equal
                 if duplicates is not None:
                     duplicates.append(batch)
             else:
-                seen.add(value)
                 batches.append(batch)
             if message.offset() + 1 >= ends.get(message.partition(), 0):
                 ends.pop(message.partition(), None)
