@@ -10,9 +10,11 @@ get there), plus SETTLE_S for the debt those first charges bring (up to the shie
 seconds of the other's bytes) to be paid back.
 
 The tolerance is docs/fleet.md's bound for conserving token buckets, k x Q x D / T over T = 40 s, with
-k = 2 processes and D how late a process hears of the other's bytes: the 1 s publish interval plus the
-slowest delivery this run saw (sluice_fleet_delivery_delay_ms, sampled through the run; at least the
-0.4 s the docs assume for a loaded machine), so about 7 % or a little more on a busy machine."""
+k = 2 processes and D how late a process hears of the other's bytes: the longest publish interval in the
+measured span (1 s, as configured, unless a process's loop was held up: on a machine starved of CPU a
+batch once covered 4 s, its bytes heard of only after them) plus the slowest delivery this run saw
+(sluice_fleet_delivery_delay_ms, sampled through the run; at least the 0.4 s the docs assume for a
+loaded machine), so about 7 % or a little more on a busy machine."""
 
 from __future__ import annotations
 
@@ -90,9 +92,18 @@ def test_two_processes_hold_a_broker_at_one_threshold() -> None:
                 per_second[end_s] = per_second.get(end_s, 0) + row.produce_bytes
     first = heard // 1000 + 1 + SETTLE_S  # the first whole second after the event, then the settling
     fleet = sum(per_second.get(s, 0) for s in range(first, first + MEASURE_S)) / MEASURE_S
-    tolerance = PROCESSES * (INTERVAL_S + slowest_delivery_s) / MEASURE_S
+    longest_interval_s = max(
+        [INTERVAL_S]
+        + [
+            batch.interval_ms / 1000
+            for batch in batches
+            if first <= (batch.interval_start_ms + batch.interval_ms) // 1000 < first + MEASURE_S
+        ]
+    )
+    tolerance = PROCESSES * (longest_interval_s + slowest_delivery_s) / MEASURE_S
     seen = (
-        f"fleet {fleet:.0f} B/s, threshold {THRESHOLD}, tolerance {tolerance:.1%}, stale batches {stale}, "
+        f"fleet {fleet:.0f} B/s, threshold {THRESHOLD}, tolerance {tolerance:.1%} (longest interval "
+        f"{longest_interval_s:.1f} s, slowest delivery {slowest_delivery_s:.2f} s), stale batches {stale}, "
         f"duplicate messages dropped {len(duplicates)}; "
         f"bytes per second (end of interval) {sorted(per_second.items())}, measured from {first}"
     )
