@@ -10,17 +10,21 @@ figures). Three things held it:
 * the interpreter's free lists (tuples, lists, dicts... kept for reuse) and glibc's heap, which keeps freed
   memory for the next allocation: only a full collection empties the first, only `malloc_trim` the second;
 * pymalloc's arenas (1 MiB each), freed only when every object in them is: a few hundred objects that
-  outlive the spike (the event loop's own free lists keep 250 handles, timers and future iterators each)
-  pin some of the arenas the spike used.
+  outlive the spike (the event loop's own free lists keep 250 handles, timers and future iterators each,
+  the method cache a name string per entry) pin some of the arenas the spike used. Renewing them
+  (free_list_renewal.py) frees about half of those arenas; objects alive by chance in the others keep
+  them.
 
 `MemoryReturn` watches the connection count: when it has fallen by a quarter (and by at least
-MIN_FALL connections) from its high-water mark, it runs a full collection and `malloc_trim(0)`, at most
-every CHECK_S, and logs `memory_returned` with the process's resident size before and after. The
-collection walks the objects still alive, so it runs when most of a spike's connections have gone.
+MIN_FALL connections) from its high-water mark, it runs a full collection, renews the loop's free lists
+and runs `malloc_trim(0)`, at most every CHECK_S, and logs `memory_returned` with the process's resident
+size before and after. The collection walks the objects still alive, so it runs when most of a spike's
+connections have gone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import time
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..observability.log import get_logger
+from .free_list_renewal import renew_free_lists
 from .periodic import Periodic
 from .process_memory import trim_heap
 
@@ -47,6 +52,10 @@ def resident_bytes() -> int:
         return 0
 
 
+def renew_running_loops_free_lists() -> None:
+    renew_free_lists(asyncio.get_running_loop())  # the renewals returned are for tests
+
+
 class ConnectionCount(Protocol):
     """What MemoryReturn needs of the connection registry: the count now, and its high-water mark."""
 
@@ -63,11 +72,13 @@ class MemoryReturn(Periodic):
         connections: ConnectionCount,
         trim: Callable[[], bool] = trim_heap,
         resident: Callable[[], int] = resident_bytes,
+        renew: Callable[[], None] = renew_running_loops_free_lists,
     ) -> None:
         super().__init__("memory_return", CHECK_S, self._check)
         self._connections = connections
         self._trim = trim
         self._resident = resident
+        self._renew = renew
         self._again = False
 
     def _check(self, _now_ms: int) -> None:
@@ -85,6 +96,7 @@ class MemoryReturn(Periodic):
         before = self._resident()
         started = time.perf_counter()
         gc.collect()
+        self._renew()
         trimmed = self._trim()
         _log.info(
             "memory_returned",

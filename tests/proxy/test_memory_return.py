@@ -4,10 +4,10 @@ nothing), all of which then close, and the proxy logs `memory_returned`. Before,
 stayed in memory until a full run of the cyclic collector, and glibc kept what was freed: 9,900 idle
 connections took RSS from 43 to 146 MB, and it stayed at 148 MB.
 
-With Python's own allocator (the default) the proxy gives back part of what the spike took, not all:
-pymalloc frees a 1 MiB arena only when every object in it is freed, and the event loop's free lists keep
-a few hundred objects from the spike (docs/architecture.md). With PYTHONMALLOC=malloc, RSS comes back
-within BACK_WITHIN_MB of where it started."""
+With PYTHONMALLOC=malloc, RSS comes back within BACK_WITHIN_MB of where it started. With Python's own
+allocator (the default) it comes back within PYMALLOC_BACK_WITHIN_MB: pymalloc frees a 1 MiB arena only
+when every object in it is freed; renewing the event loop's free lists frees the arenas their spike-born
+objects held, but objects alive by chance keep some of the others (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ pytestmark = pytest.mark.slow  # starts processes (the test broker, the proxy)
 IDLE = 3_000
 HALF_OPEN = 2_000
 BACK_WITHIN_MB = 20
+# Measured here: 26-34 MB above the start with the free lists renewed, 40-43 MB without.
+PYMALLOC_BACK_WITHIN_MB = 36
 API_VERSIONS_V0 = encode_request(18, 0, 7, "idle", b"")
 # The start of a 100 kB Fetch v4 request (read whole: the client-quota filter reads Fetch bodies): the
 # proxy holds it while the rest is awaited.
@@ -113,7 +115,5 @@ def spike_and_return(cluster: MockCluster, allocator: str, sockets: list[socket.
         after = rss_mb(pid)
         print(f"\n{allocator}: RSS MB start {start:.0f}, peak {peak:.0f}, after {after:.0f} ({returned})")
         assert peak > start + 40  # the spike did take memory
-        if allocator == "malloc":
-            assert after <= start + BACK_WITHIN_MB, (start, peak, after)
-        else:  # measured here: 62 MB taken, 22-26 MB of it given back (none before)
-            assert peak - after >= (peak - start) / 4, (start, peak, after)
+        bound = BACK_WITHIN_MB if allocator == "malloc" else PYMALLOC_BACK_WITHIN_MB
+        assert after <= start + bound, (start, peak, after)

@@ -23,7 +23,13 @@ class Registry:
 def test_a_fall_from_the_peak_collects_and_trims_twice_then_waits_for_the_next_fall() -> None:
     registry = Registry()
     trims: list[int] = []
-    service = MemoryReturn(registry, trim=lambda: trims.append(registry.live) or True, resident=lambda: 0)
+    renewals: list[int] = []
+    service = MemoryReturn(
+        registry,
+        trim=lambda: trims.append(registry.live) or True,
+        resident=lambda: 0,
+        renew=lambda: renewals.append(registry.live),
+    )
     registry.open(4_000)
     service._check(0)
     assert trims == []  # nothing fell
@@ -36,13 +42,16 @@ def test_a_fall_from_the_peak_collects_and_trims_twice_then_waits_for_the_next_f
     service._check(0)  # the second look, as connections finish closing
     service._check(0)
     assert trims == [2_900, 2_800]
+    assert renewals == trims  # the free lists are renewed each time, never otherwise
     assert registry.peak == 2_800  # the next spike is measured from here
 
 
 def test_a_small_fall_is_left_alone_even_if_it_is_a_quarter() -> None:
     registry = Registry()
     trims: list[int] = []
-    service = MemoryReturn(registry, trim=lambda: trims.append(registry.live) or True, resident=lambda: 0)
+    service = MemoryReturn(
+        registry, trim=lambda: trims.append(registry.live) or True, resident=lambda: 0, renew=lambda: None
+    )
     registry.open(2 * MIN_FALL)
     registry.live = MIN_FALL + 1  # half of them gone, but fewer than MIN_FALL
     service._check(0)

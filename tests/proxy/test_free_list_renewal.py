@@ -1,0 +1,85 @@
+"""Renewing a free list: its objects go back to the allocator and new ones, made in pools of their own,
+take their place (proxy/process/free_list_renewal.py). Shown on asyncio's future iterators, a real free
+list of 255 objects in the C accelerator: the objects a free list holds are the ones it hands out next."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import uvloop
+
+from sluice.proxy.process.free_list_renewal import (
+    FUTURE_ITERATOR_FREE_LIST,
+    LOOP_FREE_LIST,
+    POOL_BYTES,
+    blocks_per_pool,
+    renew,
+    renew_free_lists,
+)
+
+
+@pytest.fixture
+def future() -> Iterator[asyncio.Future[None]]:
+    loop = asyncio.new_event_loop()
+    try:
+        yield loop.create_future()
+    finally:
+        loop.close()
+
+
+def fill_the_free_list(future: asyncio.Future[None]) -> None:
+    iterators = [future.__await__() for _ in range(2 * FUTURE_ITERATOR_FREE_LIST)]
+    del iterators  # the first 255 freed fill the list
+
+
+def next_made(future: asyncio.Future[None]) -> set[int]:
+    """The addresses of the iterators the free list hands out next (the objects it holds)."""
+    iterators = [future.__await__() for _ in range(FUTURE_ITERATOR_FREE_LIST)]
+    return {id(iterator) for iterator in iterators}
+
+
+def test_the_free_list_is_refilled_with_new_objects_from_pools_of_their_own(future) -> None:
+    fill_the_free_list(future)
+    renewal = renew(future.__await__, FUTURE_ITERATOR_FREE_LIST)
+    taken = {id(obj) for obj in renewal.release[:FUTURE_ITERATOR_FREE_LIST]}
+    refill = {id(obj) for obj in renewal.refill}
+    pools = {address // POOL_BYTES for address in refill}
+    made_per_pool = {pool: 0 for pool in pools}
+    for obj in renewal.refill + renewal.release[FUTURE_ITERATOR_FREE_LIST:]:
+        if id(obj) // POOL_BYTES in made_per_pool:
+            made_per_pool[id(obj) // POOL_BYTES] += 1
+    # every pool the new free list lies in was filled by new objects alone
+    assert set(made_per_pool.values()) == {blocks_per_pool(renewal.refill[0])}
+    renewal.finish()
+    handed_out = next_made(future)
+    assert handed_out == refill
+    assert handed_out.isdisjoint(taken)
+
+
+def test_a_free_list_not_renewed_gets_its_own_objects_back(future) -> None:
+    fill_the_free_list(future)
+    renewal = renew(future.__await__, FUTURE_ITERATOR_FREE_LIST, max_made=0)
+    taken = {id(obj) for obj in renewal.refill}
+    renewal.finish()
+    assert next_made(future) == taken
+
+
+def test_the_loops_handles_are_renewed_once_the_loop_has_run_the_cancelled_ones() -> None:
+    async def renewed_and_handed_out() -> tuple[set[int], set[int], set[int]]:
+        loop = asyncio.get_running_loop()
+        handles = renew_free_lists(loop)[-1]
+        taken = {id(handle) for handle in handles.release[:LOOP_FREE_LIST]}
+        refill = {id(handle) for handle in handles.refill}
+        await asyncio.sleep(0)  # the turn that skips the cancelled handles, then gives them back
+        await asyncio.sleep(0)
+        handed_out = [loop.call_soon(lambda: None) for _ in range(LOOP_FREE_LIST)]
+        return taken, refill, {id(handle) for handle in handed_out}
+
+    taken, refill, handed_out = uvloop.run(renewed_and_handed_out())
+    assert len(refill) == len(taken) == LOOP_FREE_LIST
+    # The few handles the loop made while the list was empty (the task's steps, the one giving the
+    # handles back) were freed first and took a place or two in it.
+    assert len(handed_out & refill) >= LOOP_FREE_LIST - 5
+    assert handed_out.isdisjoint(taken)
