@@ -62,12 +62,12 @@ def renew(make: Callable[[], object], size: int, max_made: int = MAX_MADE) -> Re
     taken = [make() for _ in range(size)]
     made: list[object] = []
     per_pool: Counter[int] = Counter()
+    pool_of = POOL_BYTES.__rfloordiv__  # address -> pool, with map() looping in C
     while len(made) < max_made:
-        for _ in range(BATCH):
-            obj = make()
-            made.append(obj)
-            per_pool[id(obj) // POOL_BYTES] += 1
-        capacity = blocks_per_pool(made[-1])
+        batch = [make() for _ in range(BATCH)]
+        made += batch
+        per_pool.update(map(pool_of, map(id, batch)))
+        capacity = blocks_per_pool(batch[-1])
         whole = {pool for pool, count in per_pool.items() if count == capacity}
         if len(whole) * capacity >= size:
             refill = [obj for obj in made if id(obj) // POOL_BYTES in whole][:size]

@@ -96,7 +96,9 @@ class MemoryReturn(Periodic):
         before = self._resident()
         started = time.perf_counter()
         gc.collect()
+        renewing = time.perf_counter()
         self._renew()
+        renewed = time.perf_counter()
         trimmed = self._trim()
         _log.info(
             "memory_returned",
@@ -106,4 +108,5 @@ class MemoryReturn(Periodic):
             rss_mb_after=round(self._resident() / 2**20, 1),
             heap_trimmed=trimmed,
             took_ms=round((time.perf_counter() - started) * 1000, 1),
+            free_lists_ms=round((renewed - renewing) * 1000, 1),
         )
