@@ -3,10 +3,11 @@ loop, only the proxy's own work per request (a figure that moves little with wha
 
 The chain is the one `sluice run` builds with section 2b's configuration (quotas configured, usage records
 on; `--plain`: neither), run inside the connection's RequestPipeline (its FIFO, correlation checks,
-metrics) with stand-ins for the connection's transports: `client_frames` with 16 pipelined Produce v10
-requests (one ~16 KiB record batch each, as librdkafka's 16 KiB `batch.size` sends them), then
-`broker_frames` with their 16 answers; and one Fetch v12 / v16 request and its ~94 KB answer (6 partitions
-of record batches). Each figure is the best of several repeats, per request (request + its answer).
+metrics), each read split into frames by a FrameSplitter, with stand-ins for the connection's transports:
+one read of 16 pipelined Produce v10 requests (one ~16 KiB record batch each, as librdkafka's 16 KiB
+`batch.size` sends them), then one read of their 16 answers; and one Fetch v12 / v16 request and its
+~94 KB answer (6 partitions of record batches). Each figure is the best of several repeats, per request
+(request + its answer).
 
 Run: ``.venv/bin/python tests/bench/experiments/per_request_cost.py [--plain] [--profile]``.
 """
@@ -19,6 +20,7 @@ import pstats
 import sys
 import timeit
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
@@ -173,14 +175,19 @@ def _pipeline(plain: bool) -> tuple[RequestPipeline, _Sink]:
     return pipeline, sink
 
 
-def _exchange(pipeline: RequestPipeline, sink: _Sink, requests: list[bytes], answers: list[bytes]):
-    request_views = [memoryview(r) for r in requests]
-    answer_views = [memoryview(a) for a in answers]
+def _exchange(
+    pipeline: RequestPipeline, sink: _Sink, requests: list[bytes], answers: list[bytes]
+) -> Callable[[], None]:
+    """One read of pipelined requests and one read of their answers, each split into frames as the
+    connection splits what it reads."""
+    request_bytes = memoryview(b"".join(requests)).toreadonly()
+    answer_bytes = b"".join(answers)
+    request_frames, answer_frames = FrameSplitter(1 << 26), FrameSplitter(1 << 26)
 
     def one() -> None:
-        pipeline.client_frames(request_views)
+        pipeline.client_frames(request_frames.feed(request_bytes))
         pipeline.outgoing = []
-        pipeline.broker_frames(answer_views)
+        pipeline.broker_frames(answer_frames.feed(answer_bytes))
         sink.sent.clear()
 
     one()
