@@ -312,6 +312,9 @@ class ProduceWalk:
                     size = buf[stop] - 1
                     if size < 0x7F:
                         stop += 1
+                    elif buf[stop + 1] < 0x80:  # two bytes: a record set of up to 16 KiB
+                        size = ((size + 1) & 0x7F | buf[stop + 1] << 7) - 1
+                        stop += 2
                     else:
                         size, stop = read_uvarint(buf, stop)
                         size -= 1

@@ -221,6 +221,9 @@ def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
                 size = buf[pos]  # the records' compact length, as _records reads it
                 if size < 0x80:
                     pos += 1
+                elif buf[pos + 1] < 0x80:  # two bytes: a record set of up to 16 KiB
+                    size = size & 0x7F | buf[pos + 1] << 7
+                    pos += 2
                 else:
                     size, pos = read_uvarint(buf, pos)
                 size -= 1
