@@ -200,7 +200,10 @@ class UsageRecorder(Filter):
         if header.api_key == METADATA:
             self._recording.metadata_response(header, frame)
         else:
-            self._recording.fetch_response(self.conn.user, header, frame, self._broker_node())
+            broker = self._broker
+            if broker is None:
+                broker = self._broker_node()
+            self._recording.fetch_response(self.conn.user, header, frame, broker)
         return frame
 
     def _broker_node(self) -> int | None:
