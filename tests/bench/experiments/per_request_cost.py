@@ -29,6 +29,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import bench_chain
 from bench_real_clients import CLIENT_ID, SLUICE_CONFIG
 
 from sluice.config.load import config_from_mapping
@@ -37,28 +38,16 @@ from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request, encode_response
 from sluice.proxy.data_path.request_pipeline import RequestPipeline
 from sluice.proxy.process.server import SluiceServer
-from sluice.quota import ANONYMOUS
 
 PIPELINED = 16
 PARTITIONS = 6
 
 
-class _Connection:
+class _Connection(bench_chain._Connection):
     """The connection as filters see it: unthrottled, a few µs of CPU per request to charge."""
-
-    peer, upstream_peer, listener, user = "127.0.0.1:1", "127.0.0.1:2", "bootstrap", ANONYMOUS
-
-    def now_ms(self) -> int:
-        return 1_000_000
-
-    def read_ms(self) -> int:
-        return 1_000_000
 
     def take_cpu_ns(self) -> int:
         return 20_000
-
-    def mute_remaining_ms(self) -> int:
-        return 0
 
 
 class _Gate:
