@@ -198,7 +198,9 @@ class ClientQuotas(Filter):
         now = conn.now_ms()
         self._touch("Produce", self._produce, user, client_id)
         gates = self._gates()
+        shut_gates = 0
         if gates is not None:
+            shut_gates = len(gates)  # one per entity throttled now: none is the common case
             turn, self._turn = self._turn, None
             if turn is not None:
                 if not turn.cancelled() and turn.result() is TIMED_OUT:
@@ -215,15 +217,15 @@ class ClientQuotas(Filter):
                     # and hand the broker a gap in an idempotent producer's sequence.
                     gate_shut_ms = gates.shut_for_ms(self._gate_key(user, client_id), now)
                     return self._timed_out(header, frame, gate_shut_ms)
-                # With no entity throttled there is no gate to wait at (the common case: no key to make).
-                if len(gates):
+                # With no entity throttled there is no gate to wait at (and no key to make).
+                if shut_gates:
                     turn = gates.wait(self._gate_key(user, client_id), now, deadline, self._turn_rank)
                     if turn is not None:
                         self._turn = turn
                         return Defer(turn)  # the entity is throttled: wait, uncharged, on every connection
         throttle = self._produce.record_and_get_throttle_ms(user, client_id, len(frame) - 4, now)
         if gates is not None:
-            if throttle > 0 or len(gates):  # else there is no gate to shut or to open
+            if throttle > 0 or shut_gates:  # else there is no gate to shut or to open
                 gates.admitted(self._gate_key(user, client_id), throttle, now)
             self._turn_rank = now
         if throttle <= 0:
