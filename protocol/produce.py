@@ -25,6 +25,9 @@ _FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.PRODUCE]
 FIRST_TRANSACTIONAL = 3  # the first version with a transactional_id before acks
 REQUEST_TIMED_OUT = RequestTimedOutError.errno  # retriable: the request was not completed in time
 _NULL_ID_THEN_ACKS = struct.Struct(">hh").unpack_from
+_INT16 = struct.Struct(">h").unpack_from
+_ACKS_TIMEOUT = struct.Struct(">hi").unpack_from
+_NULL_ID_ACKS_TIMEOUT = struct.Struct(">hhi").unpack_from
 
 
 def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
@@ -36,13 +39,17 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
     """
     pos = 4 + header.size
     version = header.api_version
-    if FIRST_TRANSACTIONAL <= version < _FIRST_FLEXIBLE and len(frame) >= pos + 4:
-        # The common case, read at once: a null transactional_id (length -1), then acks.
-        null: int
-        acks: int
-        null, acks = _NULL_ID_THEN_ACKS(frame, pos)
-        if null == -1:
-            return acks
+    if version >= FIRST_TRANSACTIONAL and len(frame) >= pos + 4:
+        # The common case, read at once: a null transactional_id, then acks.
+        if version >= _FIRST_FLEXIBLE:
+            if frame[pos] == 0:  # a compact null: one byte
+                acks: int = _INT16(frame, pos + 1)[0]
+                return acks
+        else:
+            null: int
+            null, acks = _NULL_ID_THEN_ACKS(frame, pos)
+            if null == -1:
+                return acks
     return produce_acks_and_timeout(frame, header)[0]
 
 
@@ -55,9 +62,20 @@ def produce_acks_and_timeout(frame: memoryview | bytes, header: RequestHeader) -
     filters): the request pipeline asks for every Produce, often before the rest of the request has
     arrived, and needs nothing past these two fields."""
     pos = 4 + header.size
+    version = header.api_version
+    if version >= FIRST_TRANSACTIONAL and len(frame) >= pos + 8:
+        # The common case, read at once: a null transactional_id, then both.
+        if version >= _FIRST_FLEXIBLE:
+            if frame[pos] == 0:  # a compact null: one byte
+                acks_and_timeout: tuple[int, int] = _ACKS_TIMEOUT(frame, pos + 1)
+                return acks_and_timeout
+        else:
+            null, acks, timeout_ms = _NULL_ID_ACKS_TIMEOUT(frame, pos)
+            if null == -1:
+                return acks, timeout_ms
     try:
-        if header.api_version >= FIRST_TRANSACTIONAL:
-            if header.api_version >= _FIRST_FLEXIBLE:
+        if version >= FIRST_TRANSACTIONAL:
+            if version >= _FIRST_FLEXIBLE:
                 pos = skip_compact_nullable_string(frame, pos)
             else:
                 pos = skip_nullable_string(frame, pos)

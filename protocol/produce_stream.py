@@ -255,7 +255,10 @@ class ProduceWalk:
         try:
             if phase == _HEAD:
                 if self._version >= FIRST_TRANSACTIONAL:
-                    length, stop = read_uvarint(buf, pos)
+                    length = buf[pos]  # one byte but for an id of 127 bytes or more
+                    stop = pos + 1
+                    if length >= 0x80:
+                        length, stop = read_uvarint(buf, pos)
                     stop += length - 1 if length > 1 else 0
                     if stop > end:
                         raise IndexError("transactional_id")
@@ -263,7 +266,9 @@ class ProduceWalk:
                 phase = _ACKS
             if phase == _ACKS:
                 acks, timeout_ms = _ACKS_TIMEOUT(buf, pos)
-                count, stop = read_uvarint(buf, pos + 6)
+                count, stop = buf[pos + 6], pos + 7
+                if count >= 0x80:
+                    count, stop = read_uvarint(buf, pos + 6)
                 count -= 1
                 self._acks, self._timeout_ms = acks, timeout_ms
                 pos = stop
@@ -279,14 +284,20 @@ class ProduceWalk:
                             raise IndexError("topic id")
                         name: Topic = bytes(buf[pos:stop])
                     else:
-                        length, start = read_uvarint(buf, pos)
+                        length, start = buf[pos], pos + 1
+                        if length >= 0x80:
+                            length, start = read_uvarint(buf, pos)
                         stop = start + length - 1
                         if length < 1:
                             raise ValueError(f"topic name length {length - 1}")
                         if stop > end:
                             raise IndexError("topic name")
                         name = str(buf[start:stop], "utf-8")
-                    parts, stop = read_uvarint(buf, stop)
+                    parts = buf[stop]
+                    if parts < 0x80:
+                        stop += 1
+                    else:
+                        parts, stop = read_uvarint(buf, stop)
                     topic, pos, parts = name, stop, parts - 1
                     partitions = []
                     total = 0
@@ -301,6 +312,9 @@ class ProduceWalk:
                     size = buf[stop] - 1
                     if size < 0x7F:
                         stop += 1
+                    elif buf[stop + 1] < 0x80:  # two bytes: a record set of up to 16 KiB
+                        size = ((size + 1) & 0x7F | buf[stop + 1] << 7) - 1
+                        stop += 2
                     else:
                         size, stop = read_uvarint(buf, stop)
                         size -= 1

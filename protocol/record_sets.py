@@ -207,13 +207,35 @@ def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
             partitions, pos = _count(buf, pos)
             total = 0
             for _ in range(partitions):
-                aborted, pos = _count(buf, pos + fixed)
+                # One-byte counts and empty tagged-field blocks, the common case, read inline (a helper
+                # call per field was most of the walk's time); anything longer takes the helpers.
+                pos += fixed
+                aborted = buf[pos] - 1
+                if aborted < 0x7F:
+                    pos += 1
+                else:
+                    aborted, pos = _count(buf, pos)
                 for _ in range(aborted):
                     pos = skip_tagged_fields(buf, pos + 16)  # producer_id, first_offset
-                size, pos = _records(buf, pos + replica, end)
-                total += size
-                pos = skip_tagged_fields(buf, pos)
-            pos = skip_tagged_fields(buf, pos)
+                pos += replica
+                size = buf[pos]  # the records' compact length, as _records reads it
+                if size < 0x80:
+                    pos += 1
+                elif buf[pos + 1] < 0x80:  # two bytes: a record set of up to 16 KiB
+                    size = size & 0x7F | buf[pos + 1] << 7
+                    pos += 2
+                else:
+                    size, pos = read_uvarint(buf, pos)
+                size -= 1
+                if size > 0:
+                    pos += size
+                    if pos > end:
+                        raise IndexError("records")
+                    total += size
+                elif size < -1:
+                    raise ValueError(f"records length {size}")
+                pos = pos + 1 if buf[pos] == 0 else skip_tagged_fields(buf, pos)
+            pos = pos + 1 if buf[pos] == 0 else skip_tagged_fields(buf, pos)
             found.append((topic, total))
         return found, skip_tagged_fields(buf, pos)
 

@@ -198,14 +198,16 @@ class ClientQuotas(Filter):
         now = conn.now_ms()
         self._touch("Produce", self._produce, user, client_id)
         gates = self._gates()
+        shut_gates = 0
         if gates is not None:
-            gate_key = self._gate_key(user, client_id)
+            shut_gates = len(gates)  # one per entity throttled now: none is the common case
             turn, self._turn = self._turn, None
             if turn is not None:
                 if not turn.cancelled() and turn.result() is TIMED_OUT:
-                    return self._timed_out(header, whole(frame), gates.shut_for_ms(gate_key, now))
+                    gate_shut_ms = gates.shut_for_ms(self._gate_key(user, client_id), now)
+                    return self._timed_out(header, whole(frame), gate_shut_ms)
                 # Otherwise the gate let this request in: charge it now.
-            elif not isinstance(frame, FrameHead):
+            elif type(frame) is not FrameHead:
                 # (A large Produce already on its way as it arrives cannot wait: it is charged now, and the
                 # throttle it earns, on the entity's shared sensor, shuts the gate that much longer.)
                 deadline = produce_deadline_ms(header, frame, self.conn.read_ms())
@@ -213,14 +215,18 @@ class ClientQuotas(Filter):
                     # Held (behind a mute, or behind one that timed out) past its client's timeout: the
                     # client sent it again, or will; forwarding it would charge a copy nobody waits for,
                     # and hand the broker a gap in an idempotent producer's sequence.
-                    return self._timed_out(header, frame, gates.shut_for_ms(gate_key, now))
-                turn = gates.wait(gate_key, now, deadline, self._turn_rank)
-                if turn is not None:
-                    self._turn = turn
-                    return Defer(turn)  # the entity is throttled: wait, uncharged, on every connection
+                    gate_shut_ms = gates.shut_for_ms(self._gate_key(user, client_id), now)
+                    return self._timed_out(header, frame, gate_shut_ms)
+                # With no entity throttled there is no gate to wait at (and no key to make).
+                if shut_gates:
+                    turn = gates.wait(self._gate_key(user, client_id), now, deadline, self._turn_rank)
+                    if turn is not None:
+                        self._turn = turn
+                        return Defer(turn)  # the entity is throttled: wait, uncharged, on every connection
         throttle = self._produce.record_and_get_throttle_ms(user, client_id, len(frame) - 4, now)
         if gates is not None:
-            gates.admitted(gate_key, throttle, now)
+            if throttle > 0 or shut_gates:  # else there is no gate to shut or to open
+                gates.admitted(self._gate_key(user, client_id), throttle, now)
             self._turn_rank = now
         if throttle <= 0:
             return frame
@@ -287,7 +293,9 @@ class ClientQuotas(Filter):
             return frame
         charges_request = self._request_rules.enabled_bits != 0
         charges_fetch = key in _FETCHES and self._fetch_rules.enabled_bits != 0
-        muted_ms = max(conn.mute_remaining_ms(), request.throttle_ms)
+        muted_ms = conn.mute_remaining_ms()
+        if muted_ms < request.throttle_ms:
+            muted_ms = request.throttle_ms
         if not (charges_request or charges_fetch or muted_ms):
             return frame  # nothing to charge, nothing to tell (no quota of these keys is configured)
         now = conn.now_ms()
@@ -320,6 +328,8 @@ class ClientQuotas(Filter):
                     "Fetch", self._fetch.tags_for(user, client_id), fetch_throttle, now, (user, client_id)
                 )
 
+        if muted_ms <= 0 and fetch_throttle <= 0 and request_throttle <= 0:
+            return frame  # no throttle to tell, in either mode (the common case)
         # A Produce was charged as it was forwarded: its response carries that throttle (as a broker's
         # would), or what is left of the connection's mute if that is longer.
         delays = self._delays(header)

@@ -1,0 +1,216 @@
+"""Python µs per request on the data path with real-client-shaped traffic, in process: no sockets, no event
+loop, only the proxy's own work per request (a figure that moves little with what else runs).
+
+The chain is the one `sluice run` builds with section 2b's configuration (quotas configured, usage records
+on; `--plain`: neither), run inside the connection's RequestPipeline (its FIFO, correlation checks,
+metrics), each read split into frames by a FrameSplitter, with stand-ins for the connection's transports:
+one read of 16 pipelined Produce v10 requests (one ~16 KiB record batch each, as librdkafka's 16 KiB
+`batch.size` sends them), then one read of their 16 answers; and one Fetch v12 / v16 request and its
+~94 KB answer (6 partitions of record batches). Each figure is the best of several repeats, per request
+(request + its answer).
+
+Run: ``.venv/bin/python tests/bench/experiments/per_request_cost.py [--plain] [--profile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import timeit
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bench_chain
+from bench_real_clients import CLIENT_ID, SLUICE_CONFIG
+
+from sluice.config.load import config_from_mapping
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.frames import FrameSplitter
+from sluice.protocol.headers import encode_request, encode_response
+from sluice.proxy.data_path.request_pipeline import RequestPipeline
+from sluice.proxy.process.server import SluiceServer
+
+PIPELINED = 16
+PARTITIONS = 6
+
+
+class _Connection(bench_chain._Connection):
+    """The connection as filters see it: unthrottled, a few µs of CPU per request to charge."""
+
+    def take_cpu_ns(self) -> int:
+        return 20_000
+
+
+class _Gate:
+    muted = False
+    holding_responses = False
+
+    def expect_response(self) -> None:
+        pass
+
+    def response_sent(self) -> None:
+        pass
+
+
+class _Sink:
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def send_response(self, frame: object, delay_ms: int) -> None:
+        self.sent.append(frame)
+
+    def deliver_reply(self, reply: object, body: bytes) -> None:
+        raise AssertionError("no own requests here")
+
+
+def _records(count: int, size: int) -> bytes:
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=count * (size + 100))
+    for i in range(count):
+        builder.append(i, None, b"v" * size, [])
+    builder.close()
+    return bytes(builder.buffer())
+
+
+def _produce(correlation_id: int, partition: int) -> bytes:
+    partition_data = ProduceRequest.TopicProduceData.PartitionProduceData(
+        index=partition, records=_records(16, 1000)
+    )
+    request = ProduceRequest[10](
+        transactional_id=None,
+        acks=1,
+        timeout_ms=30000,
+        topic_data=[ProduceRequest.TopicProduceData(name="bench-topic", partition_data=[partition_data])],
+    )
+    body = bytes(request.encode(version=10))
+    return encode_request(ApiKey.PRODUCE, 10, correlation_id, CLIENT_ID, body)
+
+
+def _produce_answer(correlation_id: int, partition: int) -> bytes:
+    partition_cls = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+    topic = ProduceResponse.TopicProduceResponse(
+        name="bench-topic",
+        partition_responses=[
+            partition_cls(
+                index=partition, error_code=0, base_offset=1000, log_append_time_ms=-1, log_start_offset=0
+            )
+        ],
+    )
+    body = bytes(ProduceResponse(version=10, responses=[topic], throttle_time_ms=0).encode(version=10))
+    return encode_response(ApiKey.PRODUCE, 10, correlation_id, body)
+
+
+def _fetch(version: int, correlation_id: int) -> bytes:
+    request = FetchRequest[version](
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=52428800,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    body = bytes(request.encode(version=version))
+    return encode_request(ApiKey.FETCH, version, correlation_id, CLIENT_ID, body)
+
+
+def _fetch_answer(version: int, correlation_id: int) -> bytes:
+    topic_cls = FetchResponse.FetchableTopicResponse
+    records = _records(16, 1000)
+    partitions = [
+        topic_cls.PartitionData(
+            partition_index=p,
+            error_code=0,
+            high_watermark=10_000,
+            last_stable_offset=10_000,
+            log_start_offset=0,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=records,
+        )
+        for p in range(PARTITIONS)
+    ]
+    topic = topic_cls(topic="bench-topic", topic_id=uuid.UUID(int=1), partitions=partitions)
+    message = FetchResponse(
+        version=version, throttle_time_ms=0, error_code=0, session_id=7, responses=[topic], node_endpoints=[]
+    )
+    return encode_response(ApiKey.FETCH, version, correlation_id, bytes(message.encode(version=version)))
+
+
+def _pipeline(plain: bool) -> tuple[RequestPipeline, _Sink]:
+    extra = {} if plain else SLUICE_CONFIG
+    config = config_from_mapping(
+        {"listen": "127.0.0.1:9092", "upstream": {"bootstrap": ["127.0.0.1:19092"]}, **extra}
+    )
+    server = SluiceServer(config)
+    filters = server.settings.chain.for_connection(_Connection(), lambda _ms: None)  # type: ignore[arg-type]
+    sink = _Sink()
+    pipeline = RequestPipeline(
+        filters, _Gate(), sink, server.settings.metrics, FrameSplitter(1 << 26), FrameSplitter(1 << 26)
+    )
+    pipeline.upstream_ready()
+    return pipeline, sink
+
+
+def _exchange(
+    pipeline: RequestPipeline, sink: _Sink, requests: list[bytes], answers: list[bytes]
+) -> Callable[[], None]:
+    """One read of pipelined requests and one read of their answers, each split into frames as the
+    connection splits what it reads."""
+    request_bytes = memoryview(b"".join(requests)).toreadonly()
+    answer_bytes = b"".join(answers)
+    request_frames, answer_frames = FrameSplitter(1 << 26), FrameSplitter(1 << 26)
+
+    def one() -> None:
+        pipeline.client_frames(request_frames.feed(request_bytes))
+        pipeline.outgoing = []
+        pipeline.broker_frames(answer_frames.feed(answer_bytes))
+        sink.sent.clear()
+
+    one()
+    return one
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--plain", action="store_true", help="no quota, no usage records")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--number", type=int, default=500)
+    args = parser.parse_args()
+    pipeline, sink = _pipeline(args.plain)
+    cases = {
+        "produce_v10_16k": (
+            [_produce(i, i % PARTITIONS) for i in range(PIPELINED)],
+            [_produce_answer(i, i % PARTITIONS) for i in range(PIPELINED)],
+            PIPELINED,
+        ),
+        "fetch_v12_94k": ([_fetch(12, 100)], [_fetch_answer(12, 100)], 1),
+        "fetch_v16_94k": ([_fetch(16, 101)], [_fetch_answer(16, 101)], 1),
+    }
+    for name, (requests, answers, count) in cases.items():
+        one = _exchange(pipeline, sink, requests, answers)
+        best = min(timeit.repeat(one, number=args.number, repeat=7)) / args.number / count * 1e6
+        print(f"{name}: {best:.2f} us per request")
+        if args.profile:
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(args.number):
+                one()
+            profile.disable()
+            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
