@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from ..observability.log import get_logger
+
+_log = get_logger("sluice.services")
+
 
 class Periodic:
     """Calls `tick(now_ms)` every `interval_s` from start until stop, on the loop's clock."""
@@ -27,5 +31,11 @@ class Periodic:
         self._timer = loop.call_later(self._interval_s, self._run, loop)
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._tick(int(loop.time() * 1000))
+        try:
+            self._tick(int(loop.time() * 1000))
+        except Exception:
+            # A tick that fails is logged and the next one still comes: a service that stopped at its first
+            # error (the broker shield's control loop, the memory return) would leave nothing running and
+            # nothing to show it.
+            _log.exception("periodic_tick_failed", service=self.name)
         self._schedule(loop)
