@@ -56,6 +56,7 @@ _PRODUCE = ApiKey.PRODUCE
 # Every field given: the tuple made directly, without the NamedTuple's own __new__ (Python code, half the
 # cost of an entry, and one is made per request).
 _new_in_flight = tuple.__new__
+assert len(InFlight._fields) == 7, "_expect makes an InFlight with every field: give it the new one"
 # acks=0 correlation ids remembered, to recognise a broker that answers them anyway.
 ACKS0_REMEMBERED = 1024
 # The proxy's own requests count up from here, clear of the client's ids (Kafka clients count up from 0).

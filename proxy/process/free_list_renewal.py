@@ -23,7 +23,9 @@ pool reads as whole, and the free list gets its own objects back.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +36,8 @@ POOL_HEADER_BYTES = 48
 BLOCK_ALIGNMENT = 16
 LOOP_FREE_LIST = 250  # uvloop's Handle and TimerHandle free lists
 FUTURE_ITERATOR_FREE_LIST = 255  # asyncio's (C) future iterators
-MAX_MADE = 12_288  # new objects per free list at most: a few milliseconds of the loop's time
+# New objects per free list at most: the worst case, every list making them all, held a loaded loop 58 ms.
+MAX_MADE = 12_288
 BATCH = 256
 
 
@@ -93,15 +96,38 @@ def _nothing() -> None:
 
 
 def renew_free_lists(loop: asyncio.AbstractEventLoop) -> list[Renewal]:
-    """Renew the loop's free lists (its handles' the next turn) and empty the method cache; the renewals
-    (future iterators, timers, handles) are returned for a test to look at."""
+    """Renew the loop's free lists (its handles' and timers' over the next turns) and empty the method
+    cache; the renewals (future iterators, timers, handles) are returned for a test to look at. Nothing is
+    done where Python's objects do not come from pymalloc (PYTHONMALLOC=malloc: no pools to empty, and
+    every list would make its MAX_MADE objects for nothing, 27-29 ms), nor on a loop in debug mode, where
+    every handle made records a stack (12,288 of them held the loop 0.4 s)."""
+    if loop.get_debug() or not _pymalloc_in_use():
+        return []
     future = loop.create_future()
     iterators = renew(future.__await__, FUTURE_ITERATOR_FREE_LIST)
     timers = renew(partial(_cancelled_timer, loop), LOOP_FREE_LIST)
     handles = renew(partial(_cancelled_handle, loop), LOOP_FREE_LIST)
     iterators.finish()
-    timers.finish()
     # The loop's queue holds the cancelled handles until it runs them (by skipping), in order: after them.
     loop.call_soon(handles.finish)
-    sys._clear_type_cache()
+    # A cancelled uvloop timer is held by its libuv handle until that handle's close callback, at the end
+    # of this turn, and libuv closes the last first: given back now, the free list would take the last
+    # timers made, not `refill`. The turn after this one runs after those callbacks.
+    loop.call_soon(loop.call_soon, timers.finish)
+    _clear_method_cache()
     return [iterators, timers, handles]
+
+
+def _pymalloc_in_use() -> bool:
+    # The interpreter chose its allocator from this variable when it started.
+    return os.environ.get("PYTHONMALLOC", "pymalloc") in ("", "pymalloc", "pymalloc_debug")
+
+
+def _clear_method_cache() -> None:
+    # sys._clear_type_cache is deprecated from Python 3.13 (warning from 3.14) in favour of
+    # sys._clear_internal_caches, which also empties the method cache.
+    clear = getattr(sys, "_clear_internal_caches", None) or getattr(sys, "_clear_type_cache", None)
+    if clear is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            clear()

@@ -97,7 +97,12 @@ class MemoryReturn(Periodic):
         started = time.perf_counter()
         gc.collect()
         renewing = time.perf_counter()
-        self._renew()
+        try:
+            self._renew()
+        except Exception:
+            # The renewal leans on the allocator's and the loop's free lists as this Python has them; if it
+            # fails, the trim (what gives glibc's heap back) still runs.
+            _log.exception("free_list_renewal_failed")
         renewed = time.perf_counter()
         trimmed = self._trim()
         _log.info(

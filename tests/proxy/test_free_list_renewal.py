@@ -83,3 +83,41 @@ def test_the_loops_handles_are_renewed_once_the_loop_has_run_the_cancelled_ones(
     # handles back) were freed first and took a place or two in it.
     assert len(handed_out & refill) >= LOOP_FREE_LIST - 5
     assert handed_out.isdisjoint(taken)
+
+
+def test_the_loops_timers_are_renewed_once_their_libuv_handles_have_closed() -> None:
+    # A cancelled uvloop timer is freed only by its libuv handle's close callback, last closed first: were
+    # the renewal to give its timers back at once, the free list would take the last ones made instead.
+    async def renewed_and_handed_out() -> tuple[set[int], set[int], set[int]]:
+        loop = asyncio.get_running_loop()
+        timers = renew_free_lists(loop)[1]
+        taken = {id(timer) for timer in timers.release[:LOOP_FREE_LIST]}
+        refill = {id(timer) for timer in timers.refill}
+        for _ in range(3):  # the closing callbacks' turn, then the one giving the timers back
+            await asyncio.sleep(0)
+        handed_out = [loop.call_later(100, lambda: None) for _ in range(LOOP_FREE_LIST)]
+        ids = {id(timer) for timer in handed_out}
+        for timer in handed_out:
+            timer.cancel()
+        return taken, refill, ids
+
+    taken, refill, handed_out = uvloop.run(renewed_and_handed_out())
+    assert len(refill) == len(taken) == LOOP_FREE_LIST
+    assert len(handed_out & refill) >= LOOP_FREE_LIST - 5
+    assert handed_out.isdisjoint(taken)
+
+
+def test_a_loop_in_debug_mode_is_left_alone() -> None:
+    async def renewed() -> list[object]:
+        return list(renew_free_lists(asyncio.get_running_loop()))
+
+    assert uvloop.run(renewed(), debug=True) == []
+
+
+def test_nothing_is_renewed_where_objects_do_not_come_from_pymalloc(monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONMALLOC", "malloc")
+
+    async def renewed() -> list[object]:
+        return list(renew_free_lists(asyncio.get_running_loop()))
+
+    assert uvloop.run(renewed()) == []

@@ -4,6 +4,8 @@ closing; never while the count holds or grows."""
 
 from __future__ import annotations
 
+import structlog
+
 from sluice.proxy.process.memory_return import MIN_FALL, MemoryReturn
 
 
@@ -56,3 +58,21 @@ def test_a_small_fall_is_left_alone_even_if_it_is_a_quarter() -> None:
     registry.live = MIN_FALL + 1  # half of them gone, but fewer than MIN_FALL
     service._check(0)
     assert trims == []
+
+
+def test_a_renewal_that_fails_is_logged_and_the_heap_is_still_trimmed() -> None:
+    registry = Registry()
+    trims: list[int] = []
+
+    def failing_renewal() -> None:
+        raise AttributeError("this Python has no such free list")
+
+    service = MemoryReturn(
+        registry, trim=lambda: trims.append(registry.live) or True, resident=lambda: 0, renew=failing_renewal
+    )
+    registry.open(4_000)
+    registry.live = 2_000
+    with structlog.testing.capture_logs() as logs:
+        service._check(0)
+    assert trims == [2_000]
+    assert [entry["event"] for entry in logs] == ["free_list_renewal_failed", "memory_returned"]
