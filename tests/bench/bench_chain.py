@@ -94,11 +94,14 @@ def _produce_request() -> memoryview:
     return memoryview(encode_request(ApiKey.PRODUCE, 12, 1, CLIENT_ID, bytes(request.encode(version=12))))
 
 
-def _fetch_request() -> memoryview:
-    request = FetchRequest[16](
+def fetch_request(
+    version: int = 16, correlation_id: int = 1, max_bytes: int = 1 << 20, client_id: str = CLIENT_ID
+) -> bytes:
+    """A Fetch request naming no topic (an incremental session's usual one), as a client sends it."""
+    request = FetchRequest[version](
         max_wait_ms=500,
         min_bytes=1,
-        max_bytes=1 << 20,
+        max_bytes=max_bytes,
         isolation_level=0,
         session_id=0,
         session_epoch=-1,
@@ -106,7 +109,8 @@ def _fetch_request() -> memoryview:
         forgotten_topics_data=[],
         rack_id="",
     )
-    return memoryview(encode_request(ApiKey.FETCH, 16, 1, CLIENT_ID, bytes(request.encode(version=16))))
+    body = bytes(request.encode(version=version))
+    return encode_request(ApiKey.FETCH, version, correlation_id, client_id, body)
 
 
 def _fetch_answer(version: int) -> bytes:
@@ -152,7 +156,7 @@ def run() -> list[dict[str, Any]]:
     produce = ApiKey.PRODUCE
     return [
         _request_row("chain_produce_request", plain, _produce_request()),
-        _request_row("chain_fetch_request", plain, _fetch_request()),
+        _request_row("chain_fetch_request", plain, memoryview(fetch_request())),
         _answer_row("chain_produce_v9_answer", plain, produce, 9, produce_response_body(9, partitions=1)),
         _answer_row("chain_produce_v12_answer", plain, produce, 12, produce_response_body(12, partitions=1)),
         _answer_row(

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -111,19 +111,7 @@ def _produce_answer(correlation_id: int, partition: int) -> bytes:
 
 
 def _fetch(version: int, correlation_id: int) -> bytes:
-    request = FetchRequest[version](
-        max_wait_ms=500,
-        min_bytes=1,
-        max_bytes=52428800,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
-    body = bytes(request.encode(version=version))
-    return encode_request(ApiKey.FETCH, version, correlation_id, CLIENT_ID, body)
+    return bench_chain.fetch_request(version, correlation_id, max_bytes=52428800, client_id=CLIENT_ID)
 
 
 def _fetch_answer(version: int, correlation_id: int) -> bytes:
