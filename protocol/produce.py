@@ -24,10 +24,16 @@ from sluice.protocol.record_sets import LAST_WITH_TOPIC_NAMES, Topic
 _FIRST_FLEXIBLE = FLEXIBLE_FROM[ApiKey.PRODUCE]
 FIRST_TRANSACTIONAL = 3  # the first version with a transactional_id before acks
 REQUEST_TIMED_OUT = RequestTimedOutError.errno  # retriable: the request was not completed in time
-_NULL_ID_THEN_ACKS = struct.Struct(">hh").unpack_from
 _INT16 = struct.Struct(">h").unpack_from
 _ACKS_TIMEOUT = struct.Struct(">hi").unpack_from
-_NULL_ID_ACKS_TIMEOUT = struct.Struct(">hhi").unpack_from
+
+
+def _past_null_transactional_id(frame: memoryview | bytes, pos: int, version: int) -> int:
+    """Where acks starts when the transactional_id at `pos` is null (the common case: a compact null is
+    one byte, a classic one two), else -1: the id is there or not all of it has arrived."""
+    if version >= _FIRST_FLEXIBLE:
+        return pos + 1 if len(frame) > pos and frame[pos] == 0 else -1
+    return pos + 2 if len(frame) >= pos + 2 and _INT16(frame, pos)[0] == -1 else -1
 
 
 def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
@@ -38,18 +44,11 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
     string in flexible versions (v9+).
     """
     pos = 4 + header.size
-    version = header.api_version
-    if version >= FIRST_TRANSACTIONAL and len(frame) >= pos + 4:
-        # The common case, read at once: a null transactional_id, then acks.
-        if version >= _FIRST_FLEXIBLE:
-            if frame[pos] == 0:  # a compact null: one byte
-                acks: int = _INT16(frame, pos + 1)[0]
-                return acks
-        else:
-            null: int
-            null, acks = _NULL_ID_THEN_ACKS(frame, pos)
-            if null == -1:
-                return acks
+    if header.api_version >= FIRST_TRANSACTIONAL:
+        at = _past_null_transactional_id(frame, pos, header.api_version)
+        if at >= 0 and len(frame) >= at + 2:
+            acks: int = _INT16(frame, at)[0]
+            return acks
     return produce_acks_and_timeout(frame, header)[0]
 
 
@@ -63,16 +62,11 @@ def produce_acks_and_timeout(frame: memoryview | bytes, header: RequestHeader) -
     arrived, and needs nothing past these two fields."""
     pos = 4 + header.size
     version = header.api_version
-    if version >= FIRST_TRANSACTIONAL and len(frame) >= pos + 8:
-        # The common case, read at once: a null transactional_id, then both.
-        if version >= _FIRST_FLEXIBLE:
-            if frame[pos] == 0:  # a compact null: one byte
-                acks_and_timeout: tuple[int, int] = _ACKS_TIMEOUT(frame, pos + 1)
-                return acks_and_timeout
-        else:
-            null, acks, timeout_ms = _NULL_ID_ACKS_TIMEOUT(frame, pos)
-            if null == -1:
-                return acks, timeout_ms
+    if version >= FIRST_TRANSACTIONAL:
+        at = _past_null_transactional_id(frame, pos, version)
+        if at >= 0 and len(frame) >= at + 6:
+            acks_and_timeout: tuple[int, int] = _ACKS_TIMEOUT(frame, at)
+            return acks_and_timeout
     try:
         if version >= FIRST_TRANSACTIONAL:
             if version >= _FIRST_FLEXIBLE:
