@@ -83,8 +83,7 @@ class UsageRecording:
     ) -> None:
         usage = self.usage(user, header.client_id)
         key = header.api_key
-        requests = usage.requests
-        requests[key] = requests.get(key, 0) + 1  # EntityUsage.add_request, inline: every request comes here
+        usage.add_request(key)
         if key != PRODUCE:
             return
         usage.produce_bytes += len(frame) - 4
