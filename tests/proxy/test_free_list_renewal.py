@@ -72,8 +72,11 @@ def test_the_loops_handles_are_renewed_once_the_loop_has_run_the_cancelled_ones(
         handles = renew_free_lists(loop)[-1]
         taken = {id(handle) for handle in handles.release[:LOOP_FREE_LIST]}
         refill = {id(handle) for handle in handles.refill}
-        await asyncio.sleep(0)  # the turn that skips the cancelled handles, then gives them back
-        await asyncio.sleep(0)
+        # The event: the renewal gave the handles back. The loop runs call_soon callbacks in the order they
+        # were queued, so one queued now runs after the renewal's handles.finish.
+        given_back = loop.create_future()
+        loop.call_soon(given_back.set_result, None)
+        await given_back
         handed_out = [loop.call_soon(lambda: None) for _ in range(LOOP_FREE_LIST)]
         return taken, refill, {id(handle) for handle in handed_out}
 
@@ -93,8 +96,11 @@ def test_the_loops_timers_are_renewed_once_their_libuv_handles_have_closed() -> 
         timers = renew_free_lists(loop)[1]
         taken = {id(timer) for timer in timers.release[:LOOP_FREE_LIST]}
         refill = {id(timer) for timer in timers.refill}
-        for _ in range(3):  # the closing callbacks' turn, then the one giving the timers back
-            await asyncio.sleep(0)
+        # The event: the renewal gave the timers back, a turn after this one (after libuv's close
+        # callbacks); a callback queued the same way, after it, runs after timers.finish.
+        given_back = loop.create_future()
+        loop.call_soon(loop.call_soon, given_back.set_result, None)
+        await given_back
         handed_out = [loop.call_later(100, lambda: None) for _ in range(LOOP_FREE_LIST)]
         ids = {id(timer) for timer in handed_out}
         for timer in handed_out:
