@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Any
 
 from sluice.config.usage_settings import DEFAULT_TOPIC
@@ -154,10 +155,28 @@ def admitted_rate(series: dict[int, int], start_ms: int, end_ms: int) -> float:
     if seconds:
         first_second = min(seconds)
         per_second = [seconds.get(s, 0) for s in range(first_second, max(seconds) + 1)]
-        dips = _dips(per_second)
+        dips = _regular(_dips(per_second))
         if len(dips) >= 2 and (dips[-1] - dips[0]) * 2 >= (end_ms - start_ms) / 1000:
             return sum(per_second[dips[0] : dips[-1]]) / (dips[-1] - dips[0])
     return slope(series, start_ms, end_ms)
+
+
+def _regular(dips: list[int]) -> list[int]:
+    """The dips less those at either end whose period is under 3/4 of the median period: traffic still
+    settling after a death bursts at shorter intervals before the comb steadies (a real run's survivors:
+    bursts 5 and 7 s apart, then every 12 s), and a span that begins with such a period holds one burst
+    too many or too few for its length (0.92 Q over its dips, 0.994 over the whole span, 0.98 over the
+    steady periods)."""
+    while len(dips) >= 3:
+        gaps = sorted(b - a for a, b in pairwise(dips))
+        shortest_whole = gaps[len(gaps) // 2] * 3 / 4
+        if dips[1] - dips[0] < shortest_whole:
+            dips = dips[1:]
+        elif dips[-1] - dips[-2] < shortest_whole:
+            dips = dips[:-1]
+        else:
+            break
+    return dips
 
 
 def _dips(per_second: list[int], reach_s: int = 4) -> list[int]:

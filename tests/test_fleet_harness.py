@@ -84,3 +84,15 @@ def test_without_whole_periods_over_half_the_span_the_slope_is_taken(bursts_at: 
     """One burst, or two only 12 s apart in 60 s: no span of whole periods covers half the time."""
     series = _bursts_at(bursts_at, 900_000, 30_000)
     assert admitted_rate(series, START_MS, START_MS + 60_000) == slope(series, START_MS, START_MS + 60_000)
+
+
+def test_a_short_period_of_traffic_still_settling_is_left_out() -> None:
+    """A real run's survivors of a death, from 13 s after it (kB per second): bursts 5 and 7 s apart,
+    then every 12 s. The 7 s period admitted 0.7 Q; a span from its start held three bursts in 31 s
+    (0.92 Q) where the whole 42 s held 0.994 Q. The span runs over the steady periods."""
+    kilobytes = [10, 20, 293, 111, 142, 51, 81, 243, 30, 101, 30, 40, 10, 40, 233, 172, 131, 61, 121, 172]
+    kilobytes += [81, 30, 71, 30, 40, 51, 212, 222, 61, 101, 162, 111, 71, 20, 71, 51, 10, 71, 222, 202]
+    kilobytes += [101, 91]
+    series = _series(kb * 1000 for kb in kilobytes)
+    steady_periods = sum(kilobytes[14:38]) * 1000 / 24
+    assert admitted_rate(series, START_MS, START_MS + 42_000) == pytest.approx(steady_periods)
