@@ -17,6 +17,11 @@ Options (Spark's Kafka-source names where there is one):
   the offsets options);
 * `maxRecordsPerPartition` (default 50000 messages) and `minPartitions` (default 1);
 * `timeoutMs` (default 30000): metadata calls, and how long a read may see no progress before failing.
+
+Delivery to the usage topic is at least once: a publisher's retried produce may write a message twice
+(docs/usage-records.md). A message equal to one of the 1,024 before it on its partition is a copy and
+gives no rows, as the fleet follower skips it (`quota/usage_duplicates.py`); each slice reads those 1,024
+before its start too, only to remember them, so a copy is dropped wherever a slice or a read begins.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import TYPE_CHECKING, overload
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from sluice.quota.usage_duplicates import DEFAULT_REMEMBERED, RecentMessages
 from sluice.quota.usage_records import UsageRecordError
 
 from .kafka_offsets import OffsetRange, OffsetSpecError, parse_offsets, plan_ranges, resolve_offset
@@ -197,15 +203,18 @@ class UsageReader(DataSourceReader):
 def read_slice(
     offsets: OffsetRange, config: Mapping[str, str], timeout_s: float, skip_bad: bool = False
 ) -> Iterator[tuple[object, ...]]:
-    """Every record of `offsets`, once, as usage-table rows; stops at the slice's end."""
+    """Every record of `offsets`, once, as usage-table rows, copies left out; stops at the slice's end."""
     from confluent_kafka import KafkaError, TopicPartition
 
     if offsets.size == 0:
         return
     topic, partition, start, end = offsets.topic, offsets.partition, offsets.start, offsets.end
+    recent = RecentMessages()
+    copies = 0
     consumer = _consumer(config)
     try:
-        consumer.assign([TopicPartition(topic, partition, start)])
+        # From the messages a copy may repeat (an offset before the log's start resets to its start).
+        consumer.assign([TopicPartition(topic, partition, max(0, start - DEFAULT_REMEMBERED))])
         idle_polls = 0
         max_idle_polls = max(1, int(timeout_s / 0.5))
         done = False
@@ -235,13 +244,15 @@ def read_slice(
                 if offset >= end:
                     done = True
                     break
-                if offset < start:
+                value = message.value()
+                if value is not None and recent.repeated(partition, value):
+                    copies += offset >= start
                     continue
+                if offset < start:
+                    continue  # read only to be remembered
                 where = f"topic {topic} partition {partition} offset {offset}"
                 try:
-                    yield from message_rows(
-                        message.value(), where, kafka_partition=partition, kafka_offset=offset
-                    )
+                    yield from message_rows(value, where, kafka_partition=partition, kafka_offset=offset)
                 except UsageRecordError as exc:
                     if not skip_bad:
                         raise UsageSourceError(f"{SOURCE_NAME}: {exc}") from None
@@ -251,6 +262,11 @@ def read_slice(
                     break
     finally:
         consumer.close()
+    if copies:
+        print(
+            f"sluice-usage: {topic}[{partition}]: left out {copies} copies of messages read before",
+            file=sys.stderr,
+        )
 
 
 class UsageSource(DataSource):

@@ -15,7 +15,7 @@ from sluice.pipeline.kafka_offsets import plan_ranges
 from sluice.pipeline.usage_export import export_usage, usage_lines
 from sluice.quota.usage_records import VERSION, UsageBatch, UsageRow, encode_batch
 
-TOPIC, BAD_TOPIC, PARTITIONS = "_sluice_usage", "usage-with-bad", 4
+TOPIC, BAD_TOPIC, COPIES_TOPIC, PARTITIONS = "_sluice_usage", "usage-with-bad", "usage-with-copies", 4
 SPEC = SynthSpec(entities=5, duration_s=300, interval_s=1, instances=3, jitter_pct=3)
 KEY = [
     "interval_start_ms",
@@ -31,7 +31,7 @@ KEY = [
 
 @pytest.fixture(scope="module")
 def cluster():
-    with MockCluster(brokers=3, topics={TOPIC: PARTITIONS, BAD_TOPIC: 1}) as c:
+    with MockCluster(brokers=3, topics={TOPIC: PARTITIONS, BAD_TOPIC: 1, COPIES_TOPIC: 1}) as c:
         yield c
 
 
@@ -97,8 +97,10 @@ def test_min_partitions_and_offset_ranges(spark, cluster, published) -> None:
     assert offsets == {(0, o) for o in range(10, 20)}
 
 
-def _batch(version: int = 1) -> bytes:
-    batch = UsageBatch("i-1", 1_772_409_600_000, 1000, (UsageRow("ANONYMOUS", "c", produce_bytes=5),))
+def _batch(version: int = 1, interval: int = 0, produce_bytes: int = 5) -> bytes:
+    """One instance's usage message for its `interval`-th second."""
+    start_ms = 1_772_409_600_000 + interval * 1000
+    batch = UsageBatch("i-1", start_ms, 1000, (UsageRow("ANONYMOUS", "c", produce_bytes=produce_bytes),))
     document = json.loads(encode_batch(batch))
     document["version"] = version
     return json.dumps(document).encode()
@@ -106,13 +108,34 @@ def _batch(version: int = 1) -> bytes:
 
 def test_a_record_of_a_newer_version_or_not_a_record_is_refused_naming_where(spark, cluster) -> None:
     newer = VERSION + 1
-    produce_lines(cluster.bootstrap, BAD_TOPIC, [_batch(), _batch(newer), b"not json", _batch()], 1)
+    values = [_batch(), _batch(newer, interval=1), b"not json", _batch(interval=3)]
+    produce_lines(cluster.bootstrap, BAD_TOPIC, values, 1)
     with pytest.raises(
         Exception, match=rf"partition 0 offset 1: usage record version {newer} was written by a newer"
     ):
         read(spark, cluster, topic=BAD_TOPIC).collect()
     skipped = read(spark, cluster, topic=BAD_TOPIC, badRecords="skip").collect()
     assert [r.kafka_offset for r in skipped] == [0, 3]
+
+
+def test_a_message_written_twice_is_read_once_wherever_a_slice_or_a_read_begins(spark, cluster) -> None:
+    """A publisher's retry writes a message again after others (docs/usage-records.md); the copy gives no
+    rows, also when it falls in a later slice than its original or past the offset a read starts from.
+    Two messages of one interval that differ (a split batch's parts) are both kept."""
+    originals = [_batch(interval=i) for i in range(30)]
+    values = originals[:12] + originals[3:6] + originals[12:] + [originals[29]]
+    values.append(_batch(interval=29, produce_bytes=7))  # the same interval, other rows: not a copy
+    produce_lines(cluster.bootstrap, COPIES_TOPIC, values, 1)
+
+    def admitted(**options: object) -> Counter:
+        rows = read(spark, cluster, topic=COPIES_TOPIC, **options).collect()
+        return Counter((r.interval_start_ms - 1_772_409_600_000) // 1000 for r in rows)
+
+    once = Counter({i: 1 for i in range(29)} | {29: 2})
+    assert admitted() == once
+    assert admitted(maxRecordsPerPartition=4) == once  # the copies at 12..14 in slices after their originals
+    # From offset 13, the middle of the copies: what it reads is each interval once, no copy counted.
+    assert admitted(startingOffsets='{"0": 13}') == Counter({i: 1 for i in range(12, 29)} | {29: 2})
 
 
 def test_a_missing_topic_and_bad_options_are_named(spark, cluster) -> None:
