@@ -52,10 +52,12 @@ INTERVAL_S = 1.0
 # docs/fleet.md, token bucket: D, the publish interval plus the delivery (the produce and the follower's
 # fetch, a few ms to 100 ms; up to 0.4 s allowed here, for a loaded machine).
 DELAY_S = INTERVAL_S + 0.4
-# docs/fleet.md, "Error bounds", sampled window: what the end-to-end fleet measured over 50 s of whole
-# periods and the survivors' 42 s (nine runs: -6.1 % .. +5.1 %), with room on both sides: the failure
-# this guards against, a fleet not hearing of itself, overshoots by +21 %.
-WINDOW_BOUNDS = (-0.08, 0.08)
+# docs/fleet.md, "Error bounds", sampled window: below, the simulation of these spans with reports
+# delivered up to 1.2 s late, as on a loaded machine (three processes down to -8.8 %, the survivors -7.4 %),
+# with room for the whole-period measurement; above, what end-to-end runs measured (up to +5.1 %) with room.
+# The failures this guards against lie far outside: a fleet not hearing of itself overshoots by +21 %,
+# survivors still leaving the dead process its share admit 2/3 Q.
+WINDOW_BOUNDS = (-0.12, 0.08)
 
 
 @dataclass(frozen=True)
