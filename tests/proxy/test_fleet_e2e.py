@@ -55,7 +55,8 @@ DELAY_S = INTERVAL_S + 0.4
 # docs/fleet.md, "Error bounds", sampled window: below, the simulation of these spans with reports
 # delivered up to 1.2 s late, as on a loaded machine (three processes down to -8.8 %, the survivors -7.4 %),
 # with room for the whole-period measurement; above, what end-to-end runs measured (up to +5.1 %) with room.
-# The failure this guards against lies far outside: a fleet not hearing of itself overshoots by +21 %.
+# The failures this guards against lie outside: a fleet not hearing of itself overshoots by +21 %;
+# survivors never taking the dead process for gone fall short by 13-54 % (simulated; docs/fleet.md).
 WINDOW_BOUNDS = (-0.12, 0.08)
 
 
