@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from sluice.protocol.headers import forget_client_ids
+
 from ..observability.log import get_logger
 from .free_list_renewal import renew_free_lists
 from .periodic import Periodic
@@ -73,12 +75,14 @@ class MemoryReturn(Periodic):
         trim: Callable[[], bool] = trim_heap,
         resident: Callable[[], int] = resident_bytes,
         renew: Callable[[], None] = renew_running_loops_free_lists,
+        forget: Callable[[], None] = forget_client_ids,
     ) -> None:
         super().__init__("memory_return", CHECK_S, self._check)
         self._connections = connections
         self._trim = trim
         self._resident = resident
         self._renew = renew
+        self._forget = forget
         self._again = False
 
     def _check(self, _now_ms: int) -> None:
@@ -95,6 +99,7 @@ class MemoryReturn(Periodic):
         connections.peak = live
         before = self._resident()
         started = time.perf_counter()
+        self._forget()
         gc.collect()
         renewing = time.perf_counter()
         try:

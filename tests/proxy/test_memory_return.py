@@ -33,10 +33,15 @@ BACK_WITHIN_MB = 20
 # Measured here (about 30 runs, load 9-11): 24-35 MB above the start with the free lists renewed, 38-43
 # MB without; the renewal itself is tested in test_free_list_renewal.py.
 PYMALLOC_BACK_WITHIN_MB = 38
-API_VERSIONS_V0 = encode_request(18, 0, 7, "idle", b"")
 # The start of a 100 kB Fetch v4 request (read whole: the client-quota filter reads Fetch bodies): the
 # proxy holds it while the rest is awaited.
 HALF_REQUEST = (100_000).to_bytes(4, "big") + b"\x00\x01\x00\x04\x00\x00\x00\x01\xff\xff" + b"x" * 3_000
+
+
+def api_versions_v0(client: int) -> bytes:
+    """An ApiVersions v0 request from the `client`th idle client: each has its own client id, as the
+    clients of a real spike would (the proxy caches the ids it decodes)."""
+    return encode_request(18, 0, 7, f"idle-{client}", b"")
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +95,8 @@ def spike_and_return(cluster: MockCluster, allocator: str, sockets: list[socket.
         start = rss_mb(pid)
         idle = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(IDLE)]
         sockets += idle
-        for sock in idle:
-            sock.sendall(API_VERSIONS_V0)
+        for client, sock in enumerate(idle):
+            sock.sendall(api_versions_v0(client))
         for sock in idle:  # answered: each has its upstream connection, then stays silent
             sock.settimeout(30)
             assert sock.recv(65536)
