@@ -16,7 +16,8 @@ after the return are noted too, and those still at the same address later are ma
 object whose replacement took the very block it freed reads as old as well).
 
 Run: ``.venv/bin/python tests/bench/experiments/memory_pins.py [--out DIR]``; ``--summarize --out DIR``
-prints an earlier run's report again.
+prints an earlier run's report again. MEMORY_PINS_REORDER=density|start runs an experiment after each
+renewal (`reorder_used_pools`).
 """
 
 from __future__ import annotations
@@ -371,6 +372,57 @@ class Probe:
         self.write("after", report)
 
 
+# The pools objects alive at the first tick were in (for MEMORY_PINS_REORDER=start).
+START_POOLS: set[int] = set()
+
+
+def filler_maker(size: int) -> Any:
+    """Objects taking one `size`-byte block each: large ints for 32 bytes, bytes objects above."""
+    if size == 32:
+        return (1 << 40).__add__
+    length = size - 33
+    return lambda _i: bytes(length)
+
+
+def reorder_used_pools(limit: int = 20_000) -> int:
+    """An experiment (MEMORY_PINS_REORDER), not in the product: fill every partly used pool of every size
+    class with fillers (until a pool holds fillers only: pymalloc carves one only when no used pool has
+    room), then free them so that chosen pools end at the heads of pymalloc's used-pool lists, which take
+    the next allocations: the fullest of live objects ("density"), or the pools of the objects alive at
+    start, fullest first ("start"). Returns the fillers made."""
+    fillers: list[object] = []
+    for size in range(32, 513, 16):
+        capacity = (POOL - 48) // size
+        make = filler_maker(size)
+        start = len(fillers)
+        per_pool: dict[int, int] = {}
+        whole = False
+        while not whole and len(fillers) - start < limit:
+            for i in range(64):
+                filler = make(i)
+                fillers.append(filler)
+                pool = id(filler) // POOL
+                count = per_pool.get(pool, 0) + 1
+                per_pool[pool] = count
+                whole = whole or count == capacity
+        del per_pool
+    counts: dict[int, int] = {}
+    for filler in fillers:
+        pool = id(filler) // POOL
+        counts[pool] = counts.get(pool, 0) + 1
+    # Freed from the end: the pools to end at the heads (a pool goes there when a block is freed in it
+    # while it is full) are freed last.
+    if os.environ.get("MEMORY_PINS_REORDER") == "start":
+        fillers.sort(key=lambda f: (id(f) // POOL not in START_POOLS, counts[id(f) // POOL]))
+    else:
+        fillers.sort(key=lambda f: counts[id(f) // POOL])
+    made = len(fillers)
+    counts.clear()
+    while fillers:
+        fillers.pop()
+    return made
+
+
 def run_child(out: Path) -> None:
     import asyncio
 
@@ -381,11 +433,24 @@ def run_child(out: Path) -> None:
     original = memory_return.MemoryReturn._check
 
     def watched(self: Any, now_ms: int) -> None:
+        if os.environ.get("MEMORY_PINS_REORDER") and not hasattr(self, "_reordering"):
+            self._reordering = True
+            renew = self._renew
+
+            def renew_and_reorder() -> None:
+                renew()
+                reorder_used_pools()
+
+            self._renew = renew_and_reorder
         live = len(self._connections)
         again = self._again
         original(self, now_ms)
         if probe.start_arenas is None:
             probe.start()
+            if os.environ.get("MEMORY_PINS_REORDER") == "start":
+                gc.unfreeze()
+                START_POOLS.update(id(o) // POOL for o in gc.get_objects())
+                gc.freeze()
         if live > probe.peak_live and live >= 1000:
             probe.peak_live = live
             probe.peak(live)
