@@ -89,6 +89,23 @@ def test_rss_returns_after_a_spike_of_idle_and_half_open_connections(cluster, al
         spike_and_return(cluster, allocator, sockets)
 
 
+def open_spike(proxy: ProxyProcess, sockets: list[socket.socket]) -> None:
+    """Open the idle connections (each answered once) and the half-open ones, kept in `sockets`, until the
+    proxy counts them all."""
+    idle = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(IDLE)]
+    sockets += idle
+    for client, sock in enumerate(idle):
+        sock.sendall(api_versions_v0(client))
+    for sock in idle:  # answered: each has its upstream connection, then stays silent
+        sock.settimeout(30)
+        assert sock.recv(65536)
+    half_open = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(HALF_OPEN)]
+    sockets += half_open
+    for sock in half_open:
+        sock.sendall(HALF_REQUEST)
+    wait_for_metric(proxy, "sluice_connections_active", IDLE + HALF_OPEN)
+
+
 def spike_and_return(cluster: MockCluster, allocator: str, sockets: list[socket.socket]) -> None:
     """Open the idle and half-open connections (kept in `sockets`), close them, and measure RSS."""
     # Half-open connections have not proven themselves: they would be closed after 10 s of a frame.
@@ -96,21 +113,10 @@ def spike_and_return(cluster: MockCluster, allocator: str, sockets: list[socket.
     with ProxyProcess(cluster.bootstrap, extra_config=patient, log_level="info") as proxy:
         pid = proxy.process.pid
         start = rss_mb(pid)
-        idle = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(IDLE)]
-        sockets += idle
-        for client, sock in enumerate(idle):
-            sock.sendall(api_versions_v0(client))
-        for sock in idle:  # answered: each has its upstream connection, then stays silent
-            sock.settimeout(30)
-            assert sock.recv(65536)
-        half_open = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(HALF_OPEN)]
-        sockets += half_open
-        for sock in half_open:
-            sock.sendall(HALF_REQUEST)
-        wait_for_metric(proxy, "sluice_connections_active", IDLE + HALF_OPEN)
+        open_spike(proxy, sockets)
         peak = rss_mb(pid)
         since = len(proxy.events())
-        for sock in idle + half_open:
+        for sock in sockets:
             sock.close()
         wait_for_metric(proxy, "sluice_connections_active", 0)
 

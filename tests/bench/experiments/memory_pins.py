@@ -31,15 +31,12 @@ import os
 import socket
 import sys
 import tempfile
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 POOL = 16 * 1024
 ARENA = 1 << 20
-IDLE = 3_000
-HALF_OPEN = 2_000
 
 
 # ---- the child: the proxy, watched from inside -------------------------------------------------------
@@ -474,7 +471,7 @@ def run_driver(out: Path) -> None:
     sys.path[:0] = [str(tests), str(tests / "proxy")]
     from mock_cluster_process import MockCluster
     from proxy_process import ProxyProcess
-    from test_memory_return import HALF_REQUEST, api_versions_v0, rss_mb, wait_for_metric
+    from test_memory_return import HALF_OPEN, IDLE, open_spike, rss_mb, wait_for_metric
     from waiting import wait_until
 
     out.mkdir(parents=True, exist_ok=True)
@@ -492,20 +489,10 @@ def run_driver(out: Path) -> None:
         wait_until(lambda: (out / "start.json").exists(), "the start snapshot", 30, interval_s=0.1)
         start = rss_mb(pid)
         try:
-            idle = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(IDLE)]
-            sockets += idle
-            for client, sock in enumerate(idle):
-                sock.sendall(api_versions_v0(client))
-            for sock in idle:
-                sock.settimeout(30)
-                assert sock.recv(65536)
-            half_open = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(HALF_OPEN)]
-            sockets += half_open
-            for sock in half_open:
-                sock.sendall(HALF_REQUEST)
-            wait_for_metric(proxy, "sluice_connections_active", IDLE + HALF_OPEN)
+            open_spike(proxy, sockets)
             peak = rss_mb(pid)
-            time.sleep(2.5)  # the probe's peak figures come at the memory return's next tick
+            # The probe's peak figures come at the memory return's next tick.
+            wait_until(lambda: peak_seen(out) == IDLE + HALF_OPEN, "the peak snapshot", 30, interval_s=0.1)
         finally:
             for sock in sockets:
                 sock.close()
@@ -514,6 +501,13 @@ def run_driver(out: Path) -> None:
         after = rss_mb(pid)
         print(f"RSS MB start {start:.0f}, peak {peak:.0f}, after (probe included) {after:.0f}")
     summarize(out)
+
+
+def peak_seen(out: Path) -> int:
+    """The most connections the probe's peak figures were taken with (0 before any)."""
+    with contextlib.suppress(OSError, ValueError):
+        return int(json.loads((out / "peak.json").read_text())["live"])
+    return 0
 
 
 def summarize(out: Path) -> None:
