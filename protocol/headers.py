@@ -94,6 +94,13 @@ def parse_request_header(frame: memoryview | bytes) -> RequestHeader:
     return _new_header(RequestHeader, (api_key, api_version, correlation_id, client_id, pos - _PREFIX))
 
 
+def forget_client_ids() -> None:
+    """Empty the client-id cache. After a spike of connections its entries are the spike's clients', each
+    a few small objects that would keep one of the allocator's arenas from being freed
+    (proxy/process/memory_return.py); the ids still in use are decoded again at their next request."""
+    _client_id_cache.clear()
+
+
 def _decode_client_id(raw: memoryview | bytes) -> str:
     # The key is a (small) bytes copy, so the cache never pins a frame in memory.
     key = bytes(raw)

@@ -15,7 +15,7 @@ from sluice.config.load import load_config
 from sluice.config.model import DEFAULT_IDLE_TIMEOUT_S, ProxyConfig
 
 from ..listeners.listeners import raise_open_file_limit
-from ..observability.log import configure_logging, get_logger
+from ..observability.log import assemble_loggers, configure_logging, get_logger
 from ..process.process_memory import return_large_buffers_to_os
 from ..process.readiness import notify_ready
 from ..process.workers import check_workers, run_workers
@@ -163,6 +163,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     configure_logging(config.log.level, config.log.format)
+    assemble_loggers()
     for key in unresolved:
         get_logger().warning(
             "upstream_unresolved", key=key, detail="does not resolve now; tried again on every connection"

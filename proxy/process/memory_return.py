@@ -9,17 +9,18 @@ figures). Three things held it:
   (proxy/data_path/connection.py), so its objects go at once;
 * the interpreter's free lists (tuples, lists, dicts... kept for reuse) and glibc's heap, which keeps freed
   memory for the next allocation: only a full collection empties the first, only `malloc_trim` the second;
-* pymalloc's arenas (1 MiB each), freed only when every object in them is: a few hundred objects that
-  outlive the spike (the event loop's own free lists keep 250 handles, timers and future iterators each,
-  the method cache a name string per entry) pin some of the arenas the spike used. Renewing them
-  (free_list_renewal.py) frees about half of those arenas; objects alive by chance in the others keep
-  them.
+* pymalloc's arenas (1 MiB each), freed only when every object in them is: objects that outlive the
+  spike pin some of the arenas it used. Some it can renew: the event loop's own free lists (250 handles,
+  timers and future iterators each) and the method cache (free_list_renewal.py); the client ids the
+  spike's clients left in the decoding cache it forgets. Objects the proxy keeps making (a timer each
+  tick, the quota store's fetch) take the blocks their predecessors freed, in the spike's pools, and keep
+  those arenas (docs/architecture.md has the probe's figures).
 
 `MemoryReturn` watches the connection count: when it has fallen by a quarter (and by at least
-MIN_FALL connections) from its high-water mark, it runs a full collection, renews the loop's free lists
-and runs `malloc_trim(0)`, at most every CHECK_S, and logs `memory_returned` with the process's resident
-size before and after. The collection walks the objects still alive, so it runs when most of a spike's
-connections have gone.
+MIN_FALL connections) from its high-water mark, it forgets the client ids, runs a full collection, renews
+the loop's free lists and runs `malloc_trim(0)`, at most every CHECK_S, and logs `memory_returned` with
+the process's resident size before and after. The collection walks the objects still alive, so it runs
+when most of a spike's connections have gone.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import os
 import time
 from collections.abc import Callable
 from typing import Protocol
+
+from sluice.protocol.headers import forget_client_ids
 
 from ..observability.log import get_logger
 from .free_list_renewal import renew_free_lists
@@ -73,12 +76,14 @@ class MemoryReturn(Periodic):
         trim: Callable[[], bool] = trim_heap,
         resident: Callable[[], int] = resident_bytes,
         renew: Callable[[], None] = renew_running_loops_free_lists,
+        forget: Callable[[], None] = forget_client_ids,
     ) -> None:
         super().__init__("memory_return", CHECK_S, self._check)
         self._connections = connections
         self._trim = trim
         self._resident = resident
         self._renew = renew
+        self._forget = forget
         self._again = False
 
     def _check(self, _now_ms: int) -> None:
@@ -95,6 +100,7 @@ class MemoryReturn(Periodic):
         connections.peak = live
         before = self._resident()
         started = time.perf_counter()
+        self._forget()
         gc.collect()
         renewing = time.perf_counter()
         try:

@@ -8,12 +8,18 @@ megabytes still comes from mmap and goes back when freed, while the many buffers
 of up to 256 KiB, a Fetch answer of a few hundred kB joined from its reads) reuse the heap instead of
 costing an mmap, an munmap and a page fault per 4 KiB each time; what they leave in the heap after a
 spike is given back by the memory_return service's trim. Measured: docs/benchmarks.md (section 2b).
+
+The C library and its two functions are looked up once, at start-up (`return_large_buffers_to_os`): a
+lookup runs `ldconfig -p` (ctypes' find_library) and makes a class for the library's functions, and made
+at each trim, after a spike of connections, its objects (cyclic, so left to the collector) took blocks in
+the arenas the spike had used and kept pymalloc from freeing them.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the type of a C function, known to the checker's stubs only
@@ -23,23 +29,43 @@ _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 MMAP_THRESHOLD_BYTES = 1024 * 1024
 
 
-def _libc_function(name: str) -> _NamedFuncPointer | None:
+@functools.cache
+def _libc_function(name: str, *argtypes: type[ctypes._SimpleCData[int]]) -> _NamedFuncPointer | None:
+    """The C library's function `name` returning a C int, or None where it is not there (not glibc)."""
+    library = _libc()
+    if library is None:
+        return None
+    try:
+        function = library[name]
+    except AttributeError:
+        return None
+    function.argtypes = list(argtypes)
+    function.restype = ctypes.c_int
+    return function
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
     library = ctypes.util.find_library("c")
     if library is None:
         return None
     try:
-        return ctypes.CDLL(library)[name]
-    except (OSError, AttributeError):  # not glibc
+        return ctypes.CDLL(library)
+    except OSError:
         return None
 
 
+def _malloc_trim() -> _NamedFuncPointer | None:
+    return _libc_function("malloc_trim", ctypes.c_size_t)
+
+
 def return_large_buffers_to_os() -> bool:
-    """Fix the mmap threshold (which also stops glibc raising it); True when it was set."""
-    mallopt = _libc_function("mallopt")
+    """Fix the mmap threshold (which also stops glibc raising it); True when it was set. Also looks up
+    malloc_trim, for `trim_heap`."""
+    _malloc_trim()
+    mallopt = _libc_function("mallopt", ctypes.c_int, ctypes.c_int)
     if mallopt is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     done: int = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)  # restype c_int
     return done == 1
 
@@ -48,10 +74,8 @@ def trim_heap() -> bool:
     """glibc's malloc_trim(0): give the operating system the free pages anywhere in the heap (glibc keeps
     freed memory for later allocations otherwise). True when memory was returned; False when none was, or
     elsewhere than glibc."""
-    malloc_trim = _libc_function("malloc_trim")
+    malloc_trim = _malloc_trim()
     if malloc_trim is None:
         return False
-    malloc_trim.argtypes = [ctypes.c_size_t]
-    malloc_trim.restype = ctypes.c_int
     returned: int = malloc_trim(0)  # restype c_int
     return returned == 1

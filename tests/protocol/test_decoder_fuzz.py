@@ -725,6 +725,8 @@ NOT_DECODERS = {
     "rfc2253_name",
     # Asks whether the proxy's own read buffer is still exported; it reads none of the buffer's bytes.
     "buffer_in_use",
+    # Empties the client-id cache; it takes no argument.
+    "forget_client_ids",
 }
 
 FUZZED = {name.split(".")[-1].split("[")[0] for name in (t.name for t in TARGETS)}

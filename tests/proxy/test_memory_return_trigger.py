@@ -1,11 +1,14 @@
 """When MemoryReturn collects and trims: after the connection count has fallen by a quarter (and by at
 least MIN_FALL) from its high-water mark, and once more on the next check, as closed connections finish
-closing; never while the count holds or grows."""
+closing; never while the count holds or grows. And what it forgets: the client ids the spike's clients
+brought."""
 
 from __future__ import annotations
 
 import structlog
 
+from sluice.protocol import headers
+from sluice.protocol.headers import encode_request, parse_request_header
 from sluice.proxy.process.memory_return import MIN_FALL, MemoryReturn
 
 
@@ -76,3 +79,16 @@ def test_a_renewal_that_fails_is_logged_and_the_heap_is_still_trimmed() -> None:
         service._check(0)
     assert trims == [2_000]
     assert [entry["event"] for entry in logs] == ["free_list_renewal_failed", "memory_returned"]
+
+
+def test_the_client_ids_a_spike_brought_are_forgotten_when_memory_is_returned() -> None:
+    registry = Registry()
+    service = MemoryReturn(registry, trim=lambda: True, resident=lambda: 0, renew=lambda: None)
+    registry.open(4_000)
+    for client in range(300):  # each of the spike's clients with its own id, cached as it is decoded
+        parse_request_header(encode_request(18, 0, client, f"client-{client}", b""))
+    assert len(headers._client_id_cache) >= 300
+    registry.live = 2_000
+    service._check(0)
+    assert headers._client_id_cache == {}
+    assert parse_request_header(encode_request(18, 0, 1, "client-1", b"")).client_id == "client-1"
