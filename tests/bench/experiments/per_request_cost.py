@@ -3,7 +3,8 @@ loop, only the proxy's own work per request (a figure that moves little with wha
 
 The chain is the one `sluice run` builds with section 2b's configuration (quotas configured, usage records
 on; `--plain`: neither), run inside the connection's RequestPipeline (its FIFO, correlation checks,
-metrics), each read split into frames by a FrameSplitter, with stand-ins for the connection's transports:
+metrics), each read split into frames by a FrameSplitter, with stand-ins for the connection's transports,
+for a connection to one broker's listener that asked Metadata first (so the topic's id has a name):
 one read of 16 pipelined Produce v10 requests (one ~16 KiB record batch each, as librdkafka's 16 KiB
 `batch.size` sends them), then one read of their 16 answers; and one Fetch v12 / v16 request and its
 ~94 KB answer (6 partitions of record batches). Each figure is the best of several repeats, per request
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -36,15 +38,21 @@ from sluice.config.load import config_from_mapping
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request, encode_response
+from sluice.proxy.cluster.broker_nodes import BROKER_LISTENER_PREFIX
 from sluice.proxy.data_path.request_pipeline import RequestPipeline
 from sluice.proxy.process.server import SluiceServer
 
 PIPELINED = 16
 PARTITIONS = 6
+TOPIC_ID = uuid.UUID(int=1)
 
 
 class _Connection(bench_chain._Connection):
-    """The connection as filters see it: unthrottled, a few µs of CPU per request to charge."""
+    """The connection as filters see it: unthrottled, a few µs of CPU per request to charge, on the
+    listener of one broker (where a client's produce and fetch traffic goes; a bootstrap connection's
+    broker may be unknown, and the usage records look for it again per request)."""
+
+    listener = f"{BROKER_LISTENER_PREFIX}1"
 
     def take_cpu_ns(self) -> int:
         return 20_000
@@ -130,11 +138,33 @@ def _fetch_answer(version: int, correlation_id: int) -> bytes:
         )
         for p in range(PARTITIONS)
     ]
-    topic = topic_cls(topic="bench-topic", topic_id=uuid.UUID(int=1), partitions=partitions)
+    topic = topic_cls(topic="bench-topic", topic_id=TOPIC_ID, partitions=partitions)
     message = FetchResponse(
         version=version, throttle_time_ms=0, error_code=0, session_id=7, responses=[topic], node_endpoints=[]
     )
     return encode_response(ApiKey.FETCH, version, correlation_id, bytes(message.encode(version=version)))
+
+
+def _metadata_exchange() -> tuple[bytes, bytes]:
+    """A Metadata v12 request and its answer naming the bench topic's id: what a client asks before it
+    fetches by topic id (Fetch v13+), from which the usage records learn the topic's name."""
+    request = MetadataRequest[12](topics=None, allow_auto_topic_creation=False)
+    answer = MetadataResponse(
+        version=12,
+        throttle_time_ms=0,
+        brokers=[],
+        cluster_id="bench",
+        controller_id=1,
+        topics=[
+            MetadataResponse.MetadataResponseTopic(
+                error_code=0, name="bench-topic", topic_id=TOPIC_ID, is_internal=False, partitions=[]
+            )
+        ],
+    )
+    return (
+        encode_request(ApiKey.METADATA, 12, 99, CLIENT_ID, bytes(request.encode(version=12))),
+        encode_response(ApiKey.METADATA, 12, 99, bytes(answer.encode(version=12))),
+    )
 
 
 def _pipeline(plain: bool) -> tuple[RequestPipeline, _Sink]:
@@ -149,6 +179,12 @@ def _pipeline(plain: bool) -> tuple[RequestPipeline, _Sink]:
         filters, _Gate(), sink, server.settings.metrics, FrameSplitter(1 << 26), FrameSplitter(1 << 26)
     )
     pipeline.upstream_ready()
+    request, answer = _metadata_exchange()
+    pipeline.client_frames([memoryview(request)])
+    pipeline.outgoing = []
+    pipeline.broker_frames([memoryview(answer)])
+    assert len(sink.sent) == 1, "the Metadata answer went through"
+    sink.sent.clear()
     return pipeline, sink
 
 
