@@ -320,7 +320,9 @@ class ClientQuotas(Filter):
                 user, client_id, cpu_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now
             )
             usage = self._stats.usage
-            if usage is not None:
+            # Most answers of a read take no CPU time of their own (the read's is measured once, after
+            # it, and goes to the first answer of the next): nothing to add, no entity to look up.
+            if usage is not None and cpu_ns:
                 usage.usage(user, client_id).cpu_time_ns += cpu_ns
             if request_throttle > 0:
                 self._stats.record_quota(
