@@ -39,7 +39,7 @@ from sluice.protocol.primitives import (
     read_uvarint,
     skip_tagged_fields,
 )
-from sluice.protocol.response_walks import fetch_responses_end, produce_responses_end, share_responses_end
+from sluice.protocol.response_walks import fetch_responses, produce_responses_end, share_responses_end
 from sluice.protocol.schema_table import KNOWN_APIS
 
 __all__ = [
@@ -87,9 +87,9 @@ def rewrite_node_endpoints(
     out (what `sluice_addresses_rewritten_total` counts).
 
     The body begins at `start` in `body` (a caller holding the whole frame passes it and the body's offset,
-    saving a view per answer); what is returned is the new body alone. `remember`: a Produce answer's walk
-    is kept for the throttle patch that may follow (protocol/response_walks.py, which says for which
-    frames)."""
+    saving a view per answer); what is returned is the new body alone. `remember`: the answer's walk is kept
+    for the filters that may read it next (a Produce answer's for the throttle patch, a Fetch answer's
+    topics for the usage records; protocol/response_walks.py says for which frames)."""
     found = _find(api_key, api_version, body, start, remember)
     if found is None:
         return None, 0
@@ -129,7 +129,7 @@ def _find(api_key: int, api_version: int, body: Buffer, start: int, remember: bo
             if api_key == _PRODUCE:
                 pos = produce_responses_end(api_version, body, start, remember) + 4  # and throttle_time_ms
             else:
-                pos = fetch_responses_end(body, start)
+                pos = fetch_responses(api_version, body, start, remember)[1]
             if pos == len(body) - 1 and body[pos] == 0:
                 return None  # the usual empty top-level tagged block: no NodeEndpoints
             return _in_tagged_block(body, pos)

@@ -25,7 +25,9 @@ name topics by id) as the 16-byte topic id. The Produce request's one walk is pr
 which shares this module's names for topics (`Topic`, `TopicBytes`, `LAST_WITH_TOPIC_NAMES`).
 
 The non-flexible versions most clients speak have a loop of their own with no helper call per partition
-(the walk runs on every Fetch that usage records read); the flexible ones (v12+) read compact fields.
+(the walk runs on every Fetch that usage records read); the flexible ones (v12+) are walked by
+protocol/response_walks.py's `fetch_responses`, the walk the NodeEndpoints rewrite of a v16+ answer makes:
+one walk serves both.
 """
 
 from __future__ import annotations
@@ -37,15 +39,13 @@ from typing import TypeVar
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import API_SPECS, FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.primitives import Buffer, read_uvarint, skip_tagged_fields
+from sluice.protocol.primitives import Buffer, skip_tagged_fields
+from sluice.protocol.response_walks import LAST_WITH_TOPIC_NAMES, fetch_responses
 
 __all__ = ["LAST_WITH_TOPIC_NAMES", "Topic", "TopicBytes", "fetch_topic_bytes"]
 
 _FETCH_MAX = API_SPECS[ApiKey.FETCH].max_version
 _FETCH_FLEXIBLE_FROM = FLEXIBLE_FROM[ApiKey.FETCH]
-# The newest version of Produce and Fetch naming topics by name; later ones name them by id (KIP-516).
-LAST_WITH_TOPIC_NAMES = 12
-_UUID = 16
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
@@ -55,47 +55,6 @@ _T = TypeVar("_T")
 Topic = str | bytes
 # [(topic, record bytes)], one entry per topic.
 TopicBytes = list[tuple[Topic, int]]
-
-
-def _compact(buf: Buffer, pos: int) -> tuple[int, int]:
-    """A compact length or count: uvarint N+1, so null is -1."""
-    if pos < len(buf) and buf[pos] < 0x80:
-        return buf[pos] - 1, pos + 1
-    value, pos = read_uvarint(buf, pos)
-    return value - 1, pos
-
-
-def _count(buf: Buffer, pos: int) -> tuple[int, int]:
-    count, pos = _compact(buf, pos)
-    if count < -1:
-        raise ValueError(f"array length {count}")
-    return count, pos
-
-
-def _topic(buf: Buffer, pos: int, end: int, by_id: bool) -> tuple[Topic, int]:
-    if by_id:
-        stop = pos + _UUID
-        if stop > end:
-            raise IndexError("topic id")
-        return bytes(buf[pos:stop]), stop
-    length, pos = _compact(buf, pos)
-    stop = pos + length
-    if length < 0 or stop > end:
-        raise ValueError(f"topic name length {length}")
-    return str(buf[pos:stop], "utf-8"), stop
-
-
-def _records(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
-    """(record set length, position after it) of a nullable compact `records` field; null counts 0 bytes."""
-    length, pos = _compact(buf, pos)
-    if length < 0:
-        if length == -1:
-            return 0, pos
-        raise ValueError(f"records length {length}")
-    pos += length
-    if pos > end:
-        raise IndexError("records")
-    return length, pos
 
 
 def _finish(reason: str, walk: Callable[..., tuple[_T, int]], buf: Buffer, *args: object) -> _T:
@@ -186,57 +145,23 @@ def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
     """[(topic, record bytes)] of a Fetch response body, one entry per topic in the response."""
     if not 0 <= api_version <= _FETCH_MAX:
         raise ProtocolError("unsupported_version", f"Fetch v{api_version}")
-    flexible = api_version >= _FETCH_FLEXIBLE_FROM
-    by_id = api_version > LAST_WITH_TOPIC_NAMES
+    if api_version >= _FETCH_FLEXIBLE_FROM:
+        # The one walk of a flexible answer's responses (which the NodeEndpoints rewrite of a v16+ answer
+        # makes too), then the top-level tagged fields; called directly, not through _finish (a call less).
+        try:
+            found, pos = fetch_responses(api_version, body)
+            pos = skip_tagged_fields(body, pos)
+        except ProtocolError as exc:
+            raise ProtocolError("bad_fetch_response", exc.detail or exc.reason) from None
+        if pos != len(body):
+            raise ProtocolError("bad_fetch_response", f"{len(body) - pos} bytes after the topics")
+        return found
     fixed = _fetch_partition_fixed(api_version)
     has_aborted = api_version >= 4
     replica = 4 if api_version >= 11 else 0
     head = (4 if api_version >= 1 else 0) + (6 if api_version >= 7 else 0)
-    if not flexible:
 
-        def classic(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
-            return _classic_topics(buf, head, end, fixed, has_aborted, replica)
+    def classic(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
+        return _classic_topics(buf, head, end, fixed, has_aborted, replica)
 
-        return _finish("bad_fetch_response", classic, body)
-
-    def walk(buf: Buffer, end: int) -> tuple[TopicBytes, int]:
-        found: TopicBytes = []
-        topics, pos = _count(buf, head)
-        for _ in range(topics):
-            topic, pos = _topic(buf, pos, end, by_id)
-            partitions, pos = _count(buf, pos)
-            total = 0
-            for _ in range(partitions):
-                # One-byte counts and empty tagged-field blocks, the common case, read inline (a helper
-                # call per field was most of the walk's time); anything longer takes the helpers.
-                pos += fixed
-                aborted = buf[pos] - 1
-                if aborted < 0x7F:
-                    pos += 1
-                else:
-                    aborted, pos = _count(buf, pos)
-                for _ in range(aborted):
-                    pos = skip_tagged_fields(buf, pos + 16)  # producer_id, first_offset
-                pos += replica
-                size = buf[pos]  # the records' compact length, as _records reads it
-                if size < 0x80:
-                    pos += 1
-                elif buf[pos + 1] < 0x80:  # two bytes: a record set of up to 16 KiB
-                    size = size & 0x7F | buf[pos + 1] << 7
-                    pos += 2
-                else:
-                    size, pos = read_uvarint(buf, pos)
-                size -= 1
-                if size > 0:
-                    pos += size
-                    if pos > end:
-                        raise IndexError("records")
-                    total += size
-                elif size < -1:
-                    raise ValueError(f"records length {size}")
-                pos = pos + 1 if buf[pos] == 0 else skip_tagged_fields(buf, pos)
-            pos = pos + 1 if buf[pos] == 0 else skip_tagged_fields(buf, pos)
-            found.append((topic, total))
-        return found, skip_tagged_fields(buf, pos)
-
-    return _finish("bad_fetch_response", walk, body)
+    return _finish("bad_fetch_response", classic, body)

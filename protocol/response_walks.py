@@ -30,10 +30,12 @@ from sluice.protocol.primitives import Buffer, read_uvarint, skip_compact_nullab
 from sluice.protocol.schema_table import RESPONSE_FIELDS
 
 __all__ = [
+    "LAST_WITH_TOPIC_NAMES",
     "WALKED_FIELDS",
-    "fetch_responses_end",
+    "fetch_responses",
     "produce_responses_end",
     "share_responses_end",
+    "walked_fetch_topics",
     "walked_produce_responses_end",
 ]
 
@@ -41,11 +43,16 @@ _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
 _SHARE_FETCH, _SHARE_ACKNOWLEDGE = ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
 _PRODUCE_FIRST_WITH_TOPIC_ID = 13
 _UUID = 16
+# The newest version of Produce and Fetch naming topics by name; later ones name them by id (KIP-516).
+LAST_WITH_TOPIC_NAMES = 12
+# [(topic name, or topic id from Fetch v13, record bytes)]: protocol/record_sets.py's TopicBytes, which
+# imports this module.
+_TopicBytes = list[tuple[str | bytes, int]]
 # v9+ partition: index int32, error_code int16, base_offset, log_append_time_ms, log_start_offset int64s.
 _PRODUCE_PARTITION_FIXED = 4 + 2 + 8 + 8 + 8
 # Fetch v16+ partition: index int32, error_code int16, high_watermark, last_stable_offset, log_start_offset.
 _FETCH_PARTITION_FIXED = 4 + 2 + 8 + 8 + 8
-assert _FETCH_PARTITION_FIXED == 30  # written out in fetch_responses_end
+assert _FETCH_PARTITION_FIXED == 30  # written out in fetch_responses
 _ABORTED_TRANSACTION = 8 + 8  # producer_id, first_offset
 _ACQUIRED_RECORDS = 8 + 8 + 2  # first_offset, last_offset, delivery_count
 _LEADER_ID_AND_EPOCH = 4 + 4
@@ -57,6 +64,8 @@ _RANGES = tuple(range(n) for n in range(_SMALL))
 
 # The last Produce answer walked: (the object, where its body starts, its version, where its responses end).
 _last: tuple[object, int, int, int] = (None, -1, -1, -1)
+# The last Fetch answer walked with `remember`: (the object, where its body starts, its version, its topics).
+_last_fetch: tuple[object, int, int, _TopicBytes] = (None, -1, -1, [])
 
 
 def produce_responses_end(api_version: int, body: Buffer, start: int = 0, remember: bool = False) -> int:
@@ -109,17 +118,40 @@ def walked_produce_responses_end(api_version: int, body: Buffer, start: int = 0)
     return produce_responses_end(api_version, body, start)
 
 
-def fetch_responses_end(body: Buffer, start: int = 0) -> int:
-    """Offset in `body` after the responses of a Fetch v16+ answer whose body begins at `start`:
-    throttle_time_ms, error_code, session_id, then per topic a topic id and partitions (the fixed fields,
-    aborted transactions, preferred read replica, records, tagged fields), tagged fields."""
+def fetch_responses(
+    api_version: int, body: Buffer, start: int = 0, remember: bool = False
+) -> tuple[_TopicBytes, int]:
+    """The topics of a flexible Fetch answer (v12+) whose body begins at `start`, each with its record bytes,
+    and the offset in `body` after its responses (where the top-level tagged fields begin):
+    throttle_time_ms, error_code, session_id, then per topic a name (v12) or a topic id (v13+) and
+    partitions (the fixed fields, aborted transactions, preferred read replica, records, tagged fields),
+    tagged fields. One walk serves both readers of a Fetch v16+ answer: the NodeEndpoints rewrite (the end)
+    and, after it, the usage records (the topics), which ask `walked_fetch_topics` for the walk
+    `remember` kept (as `produce_responses_end` keeps a Produce answer's, for the same frames)."""
+    global _last_fetch
+    by_id = api_version > LAST_WITH_TOPIC_NAMES
+    end = len(body)
+    found: _TopicBytes = []
     try:
         pos = start + 4 + 2 + 4
         b = body[pos]
         topics, pos = (b - 1, pos + 1) if 0 < b < 0x80 else _count(body, pos)
         for _ in _RANGES[topics] if topics < _SMALL else range(topics):
-            b = body[pos + 16]  # after the topic id
-            partitions, pos = (b - 1, pos + 17) if 0 < b < 0x80 else _count(body, pos + 16)
+            if by_id:
+                stop = pos + _UUID
+                if stop > end:
+                    raise IndexError("topic id")
+                topic: str | bytes = bytes(body[pos:stop])
+            else:
+                b = body[pos]
+                length, pos = (b - 1, pos + 1) if 0 < b < 0x80 else _count(body, pos)
+                stop = pos + length
+                if length < 0 or stop > end:
+                    raise ProtocolError("bad_topic_name", f"topic name length {length}")
+                topic = str(body[pos:stop], "utf-8")
+            b = body[stop]
+            partitions, pos = (b - 1, stop + 1) if 0 < b < 0x80 else _count(body, stop)
+            total = 0
             for _ in _RANGES[partitions] if partitions < _SMALL else range(partitions):
                 pos += 30  # _FETCH_PARTITION_FIXED, written out: a global lookup per partition shows
                 if body[pos] <= 1:  # aborted transactions: null or empty
@@ -129,23 +161,46 @@ def fetch_responses_end(body: Buffer, start: int = 0) -> int:
                     for _ in range(aborted):
                         pos = _skip_tags(body, pos + _ABORTED_TRANSACTION)
                     pos += 4
-                b = body[pos]  # records: compact nullable bytes, length + 1 as a varint
+                # records: compact nullable bytes, length + 1 as a varint (past the end of the body, the
+                # tagged fields' read after them fails)
+                b = body[pos]
                 if b < 0x80:
-                    pos += b or 1
+                    if b > 1:
+                        pos += b
+                        total += b - 1
+                    else:
+                        pos += 1
                 else:
                     c = body[pos + 1]
                     if c < 0x80:  # up to 16 KiB
-                        pos += 1 + ((b & 0x7F) | c << 7)
+                        size = ((b & 0x7F) | c << 7) - 1
+                        pos += 2
                     else:
-                        length_plus_one, pos = read_uvarint(body, pos)
-                        pos += length_plus_one - 1
+                        size, pos = read_uvarint(body, pos)
+                        size -= 1
+                    if size > 0:
+                        pos += size
+                        total += size
                 pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
             pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
+            found.append((topic, total))
     except IndexError:
         raise ProtocolError("truncated", "Fetch responses") from None
-    if pos > len(body):
+    except UnicodeDecodeError as exc:
+        raise ProtocolError("bad_topic_name", str(exc)) from None
+    if pos > end:
         raise ProtocolError("truncated", "Fetch responses")
-    return pos
+    if remember:
+        _last_fetch = (body, start, api_version, found)
+    return found, pos
+
+
+def walked_fetch_topics(api_version: int, body: Buffer, start: int) -> _TopicBytes | None:
+    """The topics `fetch_responses` found in this very answer when it remembered its walk, else None."""
+    walked, walked_start, walked_version, found = _last_fetch
+    if walked is body and walked_start == start and walked_version == api_version:
+        return found
+    return None
 
 
 def _share_fetch_partition_end(body: Buffer, pos: int) -> int:

@@ -67,7 +67,8 @@ class BrokerAddressRewrite(Filter):
             # Flexible versions: the header is the correlation id and (nearly always) no tagged fields.
             header_size = 5 if frame[8] == 0 else response_header_size(key, version, frame)
             try:
-                # remember: ClientQuotas may patch this answer's throttle next (frames are views of bytes).
+                # remember: ClientQuotas may patch a Produce answer's throttle next, and the usage records
+                # read a Fetch answer's topics (frames are views of bytes).
                 new_body, rewritten = rewrite_node_endpoints(
                     key, version, frame, self._directory.advertise, 4 + header_size, True
                 )

@@ -72,7 +72,14 @@ from sluice.protocol.throttle_field import (
     read_throttle_ms,
     throttle_field_at,
 )
-from sluice.quota import ClientQuotaManager, QuotaManagers, kip219_throttle_ms, pre_kip219_throttle_ms
+from sluice.quota import (
+    NANOS_TO_PERCENTAGE_PER_SECOND,
+    ClientQuotaManager,
+    QuotaManagers,
+    QuotaRules,
+    kip219_throttle_ms,
+    pre_kip219_throttle_ms,
+)
 
 from ..data_path.entity_gate import TIMED_OUT, EntityGates, produce_deadline_ms, timed_out_answer
 from ..filter_api.contract import (
@@ -155,7 +162,9 @@ class ClientQuotas(Filter):
         self._mode = shared.mode
         self._fetch_throttle = shared.fetch_throttle
         self._stats = shared.stats
-        self._gates = shared.gates  # gives None for Kafka's per-connection mute only
+        # The entity gates every connection shares (made at the first connection, on the event loop);
+        # None for Kafka's per-connection mute only.
+        self._gates = shared.gates()
         # This connection's place in its entity's queue, while its Produce waits for the gate, and its rank
         # there: when it was last let in (or opened), so the entity's connections are served in turn.
         self._turn: asyncio.Future[object] | None = None
@@ -181,10 +190,13 @@ class ClientQuotas(Filter):
             return self._cap_fetch(header, whole(frame))
         return frame
 
-    def _touch(self, kind: str, manager: ClientQuotaManager, user: str, client_id: str | None) -> None:
-        """The entity's throttle series exist from its first charge on, not only once it is throttled."""
+    def _touch(
+        self, kind: str, manager: ClientQuotaManager, rules: QuotaRules, user: str, client_id: str | None
+    ) -> None:
+        """The entity's throttle series exist from its first charge on, not only once it is throttled
+        (`rules`: the manager's, bound once per connection)."""
         key = (kind, user, client_id)
-        version = manager.rules.version
+        version = rules.version
         touched = self._touched
         if touched.get(key) != version:
             if len(touched) >= _TOUCHED_LIMIT:
@@ -196,8 +208,8 @@ class ClientQuotas(Filter):
         conn = self.conn
         user, client_id = conn.user, header.client_id
         now = conn.now_ms()
-        self._touch("Produce", self._produce, user, client_id)
-        gates = self._gates()
+        self._touch("Produce", self._produce, self._produce_rules, user, client_id)
+        gates = self._gates
         shut_gates = 0
         if gates is not None:
             shut_gates = len(gates)  # one per entity throttled now: none is the common case
@@ -210,7 +222,7 @@ class ClientQuotas(Filter):
             elif type(frame) is not FrameHead:
                 # (A large Produce already on its way as it arrives cannot wait: it is charged now, and the
                 # throttle it earns, on the entity's shared sensor, shuts the gate that much longer.)
-                deadline = produce_deadline_ms(header, frame, self.conn.read_ms())
+                deadline = produce_deadline_ms(header, frame, conn.read_ms())
                 if deadline is not None and now >= deadline:
                     # Held (behind a mute, or behind one that timed out) past its client's timeout: the
                     # client sent it again, or will; forwarding it would charge a copy nobody waits for,
@@ -242,7 +254,7 @@ class ClientQuotas(Filter):
 
     def _leave_gate(self, header: RequestHeader) -> None:
         turn, self._turn = self._turn, None
-        gates = self._gates()
+        gates = self._gates
         if gates is not None and turn is not None and not turn.cancelled() and turn.result() is None:
             # It was let in: the next waiter's turn comes now rather than after the resume grace.
             gates.admitted(self._gate_key(self.conn.user, header.client_id), 0, self.conn.now_ms())
@@ -301,11 +313,16 @@ class ClientQuotas(Filter):
         now = conn.now_ms()
         request_throttle = 0
         if charges_request:
-            self._touch("Request", self._request, user, client_id)
+            self._touch("Request", self._request, self._request_rules, user, client_id)
             cpu_ns = conn.take_cpu_ns()
-            request_throttle = self._request.record_request_time_ns(user, client_id, cpu_ns, now)
+            # RequestQuotaManager.record_request_time_ns, without its call: the same value recorded.
+            request_throttle = self._request.record_and_get_throttle_ms(
+                user, client_id, cpu_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now
+            )
             usage = self._stats.usage
-            if usage is not None:
+            # Most answers of a read take no CPU time of their own (the read's is measured once, after
+            # it, and goes to the first answer of the next): nothing to add, no entity to look up.
+            if usage is not None and cpu_ns:
                 usage.usage(user, client_id).cpu_time_ns += cpu_ns
             if request_throttle > 0:
                 self._stats.record_quota(
@@ -321,7 +338,7 @@ class ClientQuotas(Filter):
             header_size = response_header_size(key, header.api_version, frame)
             # FetchResponse.sizeOf: the body as serialised, + 4 (spec 2.7); ShareFetch is charged alike.
             fetch_size = len(frame) - 4 - header_size + 4
-            self._touch("Fetch", self._fetch, user, client_id)
+            self._touch("Fetch", self._fetch, self._fetch_rules, user, client_id)
             fetch_throttle = self._fetch.record_and_get_throttle_ms(user, client_id, fetch_size, now)
             if fetch_throttle > 0:
                 self._stats.record_quota(

@@ -32,6 +32,7 @@ from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, response_header_size
 from sluice.protocol.produce_stream import ProduceTopicStream, produce_body
 from sluice.protocol.record_sets import TopicBytes, fetch_topic_bytes
+from sluice.protocol.response_walks import walked_fetch_topics
 from sluice.protocol.topic_metadata import TOPIC_IDS_METADATA_VERSION, decode_topic_partitions
 from sluice.quota.usage_ledger import EntityUsage, UsageLedger
 
@@ -110,10 +111,13 @@ class UsageRecording:
         except ProtocolError:
             return
         usage.fetch_bytes += len(frame) - 4 - header_size + 4
-        try:
-            found = fetch_topic_bytes(header.api_version, memoryview(frame)[4 + header_size :])
-        except ProtocolError:
-            return
+        # The walk the NodeEndpoints rewrite made of this very answer (v16+), if it made one.
+        found = walked_fetch_topics(header.api_version, frame, 4 + header_size)
+        if found is None:
+            try:
+                found = fetch_topic_bytes(header.api_version, memoryview(frame)[4 + header_size :])
+            except ProtocolError:
+                return
         usage.add_topics(self._named(found), True, broker)
 
     def metadata_response(self, header: RequestHeader, frame: Frame) -> None:

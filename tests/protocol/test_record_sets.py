@@ -11,10 +11,13 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest
 
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.errors import ProtocolError
+from sluice.protocol.node_endpoints import rewrite_node_endpoints
 from sluice.protocol.produce_stream import produce_topic_bytes
 from sluice.protocol.record_sets import fetch_topic_bytes
+from sluice.protocol.response_walks import walked_fetch_topics
 
 PRODUCE_VERSIONS = range(14)
 FETCH_VERSIONS = range(19)
@@ -196,3 +199,19 @@ def test_fuzz_mutated_valid_bodies(key, flips, truncate: bool) -> None:
         body = body[: flips[0][0] % len(body)]
     scan = produce_topic_bytes if kind == "produce" else fetch_topic_bytes
     _only_protocol_errors(scan, version, bytes(body))
+
+
+@pytest.mark.parametrize("version", [16, 18])
+def test_the_topics_of_a_fetch_answer_walked_for_its_node_endpoints_are_read_without_a_second_walk(
+    version: int,
+) -> None:
+    frame = b"\x00" * 9 + fetch_body(version)  # a size, a correlation id and an empty tagged block first
+    unchanged = rewrite_node_endpoints(ApiKey.FETCH, version, frame, lambda n, h, p: (h, p), 9, True)
+    assert unchanged == (None, 0)
+    assert walked_fetch_topics(version, frame, 9) == _expected(version)
+    assert walked_fetch_topics(version, bytes(bytearray(frame)), 9) is None  # equal bytes, another object
+    assert walked_fetch_topics(version - 1, frame, 9) is None
+    assert walked_fetch_topics(version, frame, 10) is None
+    # Walked without `remember` (as fetch_topic_bytes walks): the remembered walk stays.
+    assert fetch_topic_bytes(version, fetch_body(version, layout=LAYOUT[:1])) == _expected(version)[:1]
+    assert walked_fetch_topics(version, frame, 9) == _expected(version)
