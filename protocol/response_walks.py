@@ -65,6 +65,7 @@ _RANGES = tuple(range(n) for n in range(_SMALL))
 # The last Produce answer walked: (the object, where its body starts, its version, where its responses end).
 _last: tuple[object, int, int, int] = (None, -1, -1, -1)
 # The last Fetch answer walked with `remember`: (the object, where its body starts, its version, its topics).
+# Kept until the usage records take it (walked_fetch_topics) or the next walk replaces it.
 _last_fetch: tuple[object, int, int, _TopicBytes] = (None, -1, -1, [])
 
 
@@ -195,9 +196,16 @@ def fetch_responses(
     return found, pos
 
 
+_NO_FETCH_WALK: tuple[object, int, int, _TopicBytes] = (None, -1, -1, [])
+
+
 def walked_fetch_topics(api_version: int, body: Buffer, start: int) -> _TopicBytes | None:
-    """The topics `fetch_responses` found in this very answer when it remembered its walk, else None."""
+    """The topics `fetch_responses` found in this very answer when it remembered its walk, else None.
+    Taken once: the walk kept is let go, and with it the answer it holds (a Fetch answer may be megabytes;
+    the identity check needs the object alive while it is kept, so it cannot be kept by address alone)."""
+    global _last_fetch
     walked, walked_start, walked_version, found = _last_fetch
+    _last_fetch = _NO_FETCH_WALK
     if walked is body and walked_start == start and walked_version == api_version:
         return found
     return None

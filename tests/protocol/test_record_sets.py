@@ -206,12 +206,18 @@ def test_the_topics_of_a_fetch_answer_walked_for_its_node_endpoints_are_read_wit
     version: int,
 ) -> None:
     frame = b"\x00" * 9 + fetch_body(version)  # a size, a correlation id and an empty tagged block first
-    unchanged = rewrite_node_endpoints(ApiKey.FETCH, version, frame, lambda n, h, p: (h, p), 9, True)
-    assert unchanged == (None, 0)
+
+    def walk() -> None:
+        unchanged = rewrite_node_endpoints(ApiKey.FETCH, version, frame, lambda n, h, p: (h, p), 9, True)
+        assert unchanged == (None, 0)
+
+    walk()
     assert walked_fetch_topics(version, frame, 9) == _expected(version)
-    assert walked_fetch_topics(version, bytes(bytearray(frame)), 9) is None  # equal bytes, another object
-    assert walked_fetch_topics(version - 1, frame, 9) is None
-    assert walked_fetch_topics(version, frame, 10) is None
+    assert walked_fetch_topics(version, frame, 9) is None  # taken once: the answer is let go
+    for other in ((version, bytes(bytearray(frame)), 9), (version - 1, frame, 9), (version, frame, 10)):
+        walk()
+        assert walked_fetch_topics(*other) is None  # equal bytes in another object, another version or start
     # Walked without `remember` (as fetch_topic_bytes walks): the remembered walk stays.
+    walk()
     assert fetch_topic_bytes(version, fetch_body(version, layout=LAYOUT[:1])) == _expected(version)[:1]
     assert walked_fetch_topics(version, frame, 9) == _expected(version)
