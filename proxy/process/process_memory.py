@@ -9,6 +9,13 @@ of up to 256 KiB, a Fetch answer of a few hundred kB joined from its reads) reus
 costing an mmap, an munmap and a page fault per 4 KiB each time; what they leave in the heap after a
 spike is given back by the memory_return service's trim. Measured: docs/benchmarks.md (section 2b).
 
+The trim threshold is fixed with it, at twice the mmap threshold (glibc's own pairing while it moves the
+thresholds itself; fixing one leaves the other at its 128 KiB default): glibc shrinks the heap whenever
+more than the trim threshold lies free at its top, so at 128 KiB each Fetch answer of a few hundred kB
+freed at the top gave its pages back, and the next one faulted them in again: 340 page faults per MiB
+of Fetch answers with 64 KiB batches, none at 2 MiB (docs/benchmarks.md, section 2b). At most 2 MiB stays
+free at the top; the memory_return service's trim returns it after a spike.
+
 The C library and its two functions are looked up once, at start-up (`return_large_buffers_to_os`): a
 lookup runs `ldconfig -p` (ctypes' find_library) and makes a class for the library's functions, and made
 at each trim, after a spike of connections, its objects (cyclic, so left to the collector) took blocks in
@@ -25,8 +32,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the type of a C function, known to the checker's stubs only
     from ctypes import _NamedFuncPointer
 
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+_M_TRIM_THRESHOLD = -1  # glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 1024 * 1024
+TRIM_THRESHOLD_BYTES = 2 * MMAP_THRESHOLD_BYTES
 
 
 @functools.cache
@@ -60,14 +69,15 @@ def _malloc_trim() -> _NamedFuncPointer | None:
 
 
 def return_large_buffers_to_os() -> bool:
-    """Fix the mmap threshold (which also stops glibc raising it); True when it was set. Also looks up
-    malloc_trim, for `trim_heap`."""
+    """Fix the mmap and trim thresholds (which also stops glibc moving them); True when both were set.
+    Also looks up malloc_trim, for `trim_heap`."""
     _malloc_trim()
     mallopt = _libc_function("mallopt", ctypes.c_int, ctypes.c_int)
     if mallopt is None:
         return False
-    done: int = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)  # restype c_int
-    return done == 1
+    mmap_set: int = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)  # restype c_int
+    trim_set: int = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    return mmap_set == 1 and trim_set == 1
 
 
 def trim_heap() -> bool:
