@@ -129,7 +129,7 @@ def _find(api_key: int, api_version: int, body: Buffer, start: int, remember: bo
             if api_key == _PRODUCE:
                 pos = produce_responses_end(api_version, body, start, remember) + 4  # and throttle_time_ms
             else:
-                pos = fetch_responses(api_version, body, start, remember)[1]
+                pos = fetch_responses(api_version, body, start, remember, remember)[1]
             if pos == len(body) - 1 and body[pos] == 0:
                 return None  # the usual empty top-level tagged block: no NodeEndpoints
             return _in_tagged_block(body, pos)

@@ -120,7 +120,7 @@ def walked_produce_responses_end(api_version: int, body: Buffer, start: int = 0)
 
 
 def fetch_responses(
-    api_version: int, body: Buffer, start: int = 0, remember: bool = False
+    api_version: int, body: Buffer, start: int = 0, remember: bool = False, topics_wanted: bool = True
 ) -> tuple[_TopicBytes, int]:
     """The topics of a flexible Fetch answer (v12+) whose body begins at `start`, each with its record bytes,
     and the offset in `body` after its responses (where the top-level tagged fields begin):
@@ -128,7 +128,9 @@ def fetch_responses(
     partitions (the fixed fields, aborted transactions, preferred read replica, records, tagged fields),
     tagged fields. One walk serves both readers of a Fetch v16+ answer: the NodeEndpoints rewrite (the end)
     and, after it, the usage records (the topics), which ask `walked_fetch_topics` for the walk
-    `remember` kept (as `produce_responses_end` keeps a Produce answer's, for the same frames)."""
+    `remember` kept (as `produce_responses_end` keeps a Produce answer's, for the same frames).
+    `topics_wanted=False` (the rewrite, when no usage records read the topics) lists none: only the end is
+    found, at the cost of the walk before the topics were kept (no copy of a topic id, no list)."""
     global _last_fetch
     by_id = api_version > LAST_WITH_TOPIC_NAMES
     end = len(body)
@@ -142,14 +144,13 @@ def fetch_responses(
                 stop = pos + _UUID
                 if stop > end:
                     raise IndexError("topic id")
-                topic: str | bytes = bytes(body[pos:stop])
             else:
-                b = body[pos]
+                b = body[pos]  # a compact string, length + 1: 0 is null, which a topic name never is
                 length, pos = (b - 1, pos + 1) if 0 < b < 0x80 else _count(body, pos)
                 stop = pos + length
-                if length < 0 or stop > end:
+                if b == 0 or length < 0 or stop > end:
                     raise ProtocolError("bad_topic_name", f"topic name length {length}")
-                topic = str(body[pos:stop], "utf-8")
+            named_at = pos
             b = body[stop]
             partitions, pos = (b - 1, stop + 1) if 0 < b < 0x80 else _count(body, stop)
             total = 0
@@ -184,7 +185,9 @@ def fetch_responses(
                         total += size
                 pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
             pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
-            found.append((topic, total))
+            if topics_wanted:
+                named = body[named_at:stop]
+                found.append((bytes(named) if by_id else str(named, "utf-8"), total))
     except IndexError:
         raise ProtocolError("truncated", "Fetch responses") from None
     except UnicodeDecodeError as exc:

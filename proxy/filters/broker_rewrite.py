@@ -37,7 +37,7 @@ from ..filter_api.contract import TABLE_SIZE, ConnectionInfo, Filter, FilterFact
 from .frames import with_body
 from .unadvertised_requests import unoffered_version
 
-_METADATA = ApiKey.METADATA
+_METADATA, _PRODUCE = ApiKey.METADATA, ApiKey.PRODUCE
 _REWRITTEN: Mapping[int, int] = {**REWRITABLE_MAX_VERSIONS, **NODE_ENDPOINTS_MAX_VERSIONS}
 # Per API key (the index), the first version whose answers may carry NodeEndpoints; -1 for the others.
 _ENDPOINTS_FROM = [NODE_ENDPOINTS_FROM.get(key, -1) for key in range(TABLE_SIZE)]
@@ -48,12 +48,15 @@ class BrokerAddressRewrite(Filter):
     max_versions: ClassVar[Mapping[int, int]] = _REWRITTEN
     rewrites_addresses: ClassVar[Mapping[int, int]] = _REWRITTEN
 
-    __slots__ = ("_counts", "_directory")
+    __slots__ = ("_counts", "_directory", "_fetch_topics_read")
 
-    def __init__(self, conn: ConnectionInfo, directory: BrokerDirectory, counts: list[int]) -> None:
+    def __init__(
+        self, conn: ConnectionInfo, directory: BrokerDirectory, counts: list[int], fetch_topics_read: bool
+    ) -> None:
         super().__init__(conn)
         self._directory = directory
         self._counts = counts
+        self._fetch_topics_read = fetch_topics_read
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame:
         header = request.header
@@ -68,9 +71,10 @@ class BrokerAddressRewrite(Filter):
             header_size = 5 if frame[8] == 0 else response_header_size(key, version, frame)
             try:
                 # remember: ClientQuotas may patch a Produce answer's throttle next, and the usage records
-                # read a Fetch answer's topics (frames are views of bytes).
+                # (when there are any) read a Fetch answer's topics (frames are views of bytes).
+                remember = key == _PRODUCE or self._fetch_topics_read
                 new_body, rewritten = rewrite_node_endpoints(
-                    key, version, frame, self._directory.advertise, 4 + header_size, True
+                    key, version, frame, self._directory.advertise, 4 + header_size, remember
                 )
             except ProtocolError as exc:
                 if exc.reason == "unsupported_version":
@@ -113,10 +117,15 @@ class _Counted:
 class BrokerAddressRewriteFactory(FilterFactory):
     filter_class = BrokerAddressRewrite
 
-    def __init__(self, directory: BrokerDirectory, counts: list[int] | None = None) -> None:
+    def __init__(
+        self, directory: BrokerDirectory, counts: list[int] | None = None, *, fetch_topics_read: bool = True
+    ) -> None:
         self._directory = directory
         # Addresses rewritten or left out, by API key (ProxyMetrics.addresses_rewritten).
         self.counts = counts if counts is not None else [0] * TABLE_SIZE
+        # Whether a filter after this one reads a Fetch answer's topics (the usage records): its walk of a
+        # v16+ answer then lists them and keeps them for it; else it only finds where the answer ends.
+        self._fetch_topics_read = fetch_topics_read
 
     def create(self, conn: ConnectionInfo) -> BrokerAddressRewrite:
-        return BrokerAddressRewrite(conn, self._directory, self.counts)
+        return BrokerAddressRewrite(conn, self._directory, self.counts, self._fetch_topics_read)

@@ -231,7 +231,9 @@ class SluiceServer:
         return [
             *gate,
             SaslInspectorFactory(self.config.sasl.oauthbearer_principal_claim),
-            BrokerAddressRewriteFactory(self.directory, self.metrics.addresses_rewritten),
+            BrokerAddressRewriteFactory(
+                self.directory, self.metrics.addresses_rewritten, fetch_topics_read=self.usage is not None
+            ),
             ApiVersionsClampFactory(self.config.protocol.unvetted_apis),
             *admin,
             MutationQuotasFactory(

@@ -221,3 +221,13 @@ def test_the_topics_of_a_fetch_answer_walked_for_its_node_endpoints_are_read_wit
     walk()
     assert fetch_topic_bytes(version, fetch_body(version, layout=LAYOUT[:1])) == _expected(version)[:1]
     assert walked_fetch_topics(version, frame, 9) == _expected(version)
+
+
+def test_a_null_topic_name_in_a_fetch_v12_answer_is_refused() -> None:
+    """A topic name is a compact string that is never null (length + 1 = 0)."""
+    name = LAYOUT[0][0]
+    body = fetch_body(12)
+    at = 4 + 2 + 4 + 1  # throttle_time_ms, error_code, session_id, the topics' count: the first name
+    assert body[at] == len(name) + 1 and body[at + 1 : at + 1 + len(name)] == name.encode()
+    with pytest.raises(ProtocolError):
+        fetch_topic_bytes(12, body[:at] + b"\x00" + body[at + 1 + len(name) :])

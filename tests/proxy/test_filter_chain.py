@@ -304,3 +304,28 @@ def test_a_throttled_produce_answer_is_walked_once_for_its_node_endpoints_and_it
     assert isinstance(out, bytes)  # KIP-219: sent at once (the connection is muted after it)
     assert struct.unpack_from(">i", out, len(out) - 5)[0] == 250  # the throttle, told
     assert walks == [12]
+
+
+@pytest.mark.parametrize("read", [True, False])
+def test_the_rewrite_keeps_a_fetch_answers_topics_only_when_a_filter_reads_them(read: bool) -> None:
+    """With usage records the rewrite's walk of a Fetch v16 answer lists its topics and keeps them for them;
+    without, nothing reads them, and the walk only finds where the answer ends (no list, nothing held)."""
+    import uuid
+
+    from kafka.protocol.consumer import FetchResponse
+
+    from sluice.protocol.response_walks import walked_fetch_topics
+
+    directory = BrokerDirectory("127.0.0.1", lambda node: 9000 + node, lambda _n: None)
+    chain = FilterChain([BrokerAddressRewriteFactory(directory, fetch_topics_read=read)])
+    filters = chain.for_connection(Connection(), lambda _ms: None)
+    topic_id = b"\x07" * 16
+    partition = FetchResponse.FetchableTopicResponse.PartitionData(
+        partition_index=0, error_code=0, high_watermark=1, records=b"\x01" * 300
+    )
+    topic = FetchResponse.FetchableTopicResponse(topic_id=uuid.UUID(bytes=topic_id), partitions=[partition])
+    body = bytes(FetchResponse(version=16, throttle_time_ms=0, responses=[topic]).encode(version=16))
+    frame = encode_response(ApiKey.FETCH, 16, 1, body)
+    out = filters.on_response(InFlight(RequestHeader(ApiKey.FETCH, 16, 1, CLIENT, 0)), frame)
+    assert out is frame  # no NodeEndpoints: the answer as it came
+    assert walked_fetch_topics(16, frame, 4 + 5) == ([(topic_id, 300)] if read else None)
