@@ -56,7 +56,8 @@ DELAY_S = INTERVAL_S + 0.4
 # delivered up to 1.2 s late, as on a loaded machine (three processes down to -8.8 %, the survivors -7.4 %),
 # with room for the whole-period measurement; above, what end-to-end runs measured (up to +5.1 %) with room.
 # The failures this guards against lie outside: a fleet not hearing of itself overshoots by +21 %;
-# survivors never taking the dead process for gone fall short by 13-54 % (simulated; docs/fleet.md).
+# survivors never taking the dead process for gone fall short by 13-55 % (simulated; docs/fleet.md), so
+# their test also asserts that each survivor hears from one peer only.
 WINDOW_BOUNDS = (-0.12, 0.08)
 
 
@@ -121,14 +122,15 @@ def _producer(bootstrap: str) -> FlatOutProducer:
     )
 
 
-def _print_fleet_metrics(proxy: ProxyProcess) -> None:
-    """What this process heard of the others, for the output of a failed run: late or stale reports are
-    what moves a fleet off its quota."""
+def _fleet_peers(proxy: ProxyProcess) -> int:
+    """How many other processes this one hears from, after printing what it heard of them for the output
+    of a failed run: late or stale reports are what moves a fleet off its quota."""
     text = proxy.metrics_text()
     names = ("peers", "delivery_delay_ms", "batches_charged_total", "batches_stale_total")
     print(
         f"{proxy.bootstrap}:", ", ".join(f"{n} {metric_value(text, f'sluice_fleet_{n}'):.0f}" for n in names)
     )
+    return int(metric_value(text, "sluice_fleet_peers"))
 
 
 def _run_fleet(cluster, config, *, run_s: float, processes: int = 3, kill_at_s: float | None = None):
@@ -147,11 +149,10 @@ def _run_fleet(cluster, config, *, run_s: float, processes: int = 3, kill_at_s: 
         time.sleep(max(0.0, run_s - (_wall_ms() - t0) / 1000))  # the run is the measurement
         for producer in producers[1 if kill_at_s is not None else 0 :]:
             producer.stop_now()  # the measurement is over
-        for proxy in proxies[1 if kill_at_s is not None else 0 :]:
-            _print_fleet_metrics(proxy)
+        peers = [_fleet_peers(proxy) for proxy in proxies[1 if kill_at_s is not None else 0 :]]
         for proxy in proxies:
             proxy.stop()
-        return t0, killed_at, read_usage(cluster.bootstrap)
+        return t0, killed_at, read_usage(cluster.bootstrap), peers
     finally:
         for proxy in proxies:
             proxy.close()
@@ -174,7 +175,7 @@ def _print_per_second(series: dict[int, int], t0: int) -> None:
 @pytest.mark.parametrize("plan", PLANS)
 def test_three_processes_hold_one_quota(cluster, plan: Plan) -> None:
     """Takes a minute or more: the start, then the span the sensor's bound holds over."""
-    t0, _, batches = _run_fleet(cluster, plan.config(), run_s=plan.run_s)
+    t0, _, batches, _ = _run_fleet(cluster, plan.config(), run_s=plan.run_s)
     series = admitted_per_interval(batches)
     _print_per_second(series, t0)
     rate = admitted_rate(series, t0 + plan.start_s * 1000, t0 + plan.run_s * 1000)
@@ -186,7 +187,7 @@ def test_three_processes_hold_one_quota(cluster, plan: Plan) -> None:
 def test_without_sharing_three_processes_admit_three_quotas(cluster) -> None:
     """Takes most of a minute: the start, then 30 s of three buckets each at its quota."""
     run_s = BUCKET.start_s + 30
-    t0, _, batches = _run_fleet(cluster, BUCKET.config(sharing=False), run_s=run_s)
+    t0, _, batches, _ = _run_fleet(cluster, BUCKET.config(sharing=False), run_s=run_s)
     rate = slope(admitted_per_interval(batches), t0 + BUCKET.start_s * 1000, t0 + run_s * 1000)
     # Each bucket on its own, as a single process holds it (docs/quotas.md: within one request): 3 Q.
     _assert_within("sharing off: the fleet", rate, (-0.05, 0.05), quotas=3)
@@ -199,8 +200,11 @@ def test_one_process_dies_and_the_others_converge_within_one_quota_window(cluste
     # One quota window (N x W) after the death, plus the two seconds it takes to notice it.
     converged_s = kill_s + plan.samples + 2
     span_s = 42 if plan.sensor == "window" else 30  # a sampled window: four of its ~11 s periods
-    t0, killed_at, batches = _run_fleet(cluster, plan.config(), kill_at_s=kill_s, run_s=converged_s + span_s)
+    t0, killed_at, batches, peers = _run_fleet(
+        cluster, plan.config(), kill_at_s=kill_s, run_s=converged_s + span_s
+    )
     assert killed_at is not None
+    assert peers == [1, 1]  # each survivor took the dead process for gone and hears only the other
     survivors = instances_with_traffic([b for b in batches if b.interval_start_ms > killed_at + 2000])
     assert len(survivors) == 2
     series = admitted_per_interval(batches, instances=survivors)
