@@ -20,8 +20,9 @@ Options (Spark's Kafka-source names where there is one):
 
 Delivery to the usage topic is at least once: a publisher's retried produce may write a message twice
 (docs/usage-records.md). A message equal to one of the 1,024 before it on its partition is a copy and
-gives no rows, as the fleet follower skips it (`quota/usage_duplicates.py`); each slice reads those 1,024
-before its start too, only to remember them, so a copy is dropped wherever a slice or a read begins.
+gives no rows, as the fleet follower skips it (`quota/usage_duplicates.py`); each slice reads the 1,024
+offsets before its start too, only to remember them, so a copy is dropped wherever a slice or a read
+begins (at most 1,024 more messages read per slice: keep `maxRecordsPerPartition` well above that).
 """
 
 from __future__ import annotations
