@@ -73,7 +73,6 @@ from sluice.protocol.throttle_field import (
     throttle_field_at,
 )
 from sluice.quota import (
-    NANOS_TO_PERCENTAGE_PER_SECOND,
     ClientQuotaManager,
     QuotaManagers,
     QuotaRules,
@@ -315,10 +314,7 @@ class ClientQuotas(Filter):
         if charges_request:
             self._touch("Request", self._request, self._request_rules, user, client_id)
             cpu_ns = conn.take_cpu_ns()
-            # RequestQuotaManager.record_request_time_ns, without its call: the same value recorded.
-            request_throttle = self._request.record_and_get_throttle_ms(
-                user, client_id, cpu_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now
-            )
+            request_throttle = self._request.record_request_time_ns(user, client_id, cpu_ns, now)
             usage = self._stats.usage
             # Most answers of a read take no CPU time of their own (the read's is measured once, after
             # it, and goes to the first answer of the next): nothing to add, no entity to look up.
