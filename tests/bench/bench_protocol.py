@@ -161,24 +161,37 @@ def produce_response_body(version: int, partitions: int = 10) -> bytes:
     return bytes(message.encode(version=version))
 
 
-def fetch_response_body(version: int, record_bytes: int = 16384) -> bytes:
+def fetch_response_body(
+    version: int,
+    record_bytes: int = 16384,
+    *,
+    records: bytes | None = None,
+    partitions: int = 1,
+    topic_id: uuid.UUID | None = None,
+) -> bytes:
+    """A Fetch answer's body: one topic, `bench-topic` (and `topic_id`, for the versions naming topics by
+    id), with `partitions` partitions of `records` each (default `record_bytes` zero bytes)."""
     topic_cls = FetchResponse.FetchableTopicResponse
-    partition = topic_cls.PartitionData(
-        partition_index=0,
-        error_code=0,
-        high_watermark=1000,
-        last_stable_offset=1000,
-        log_start_offset=0,
-        aborted_transactions=None,
-        preferred_read_replica=-1,
-        records=b"\x00" * record_bytes,
-    )
+    data = [
+        topic_cls.PartitionData(
+            partition_index=p,
+            error_code=0,
+            high_watermark=1000,
+            last_stable_offset=1000,
+            log_start_offset=0,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=b"\x00" * record_bytes if records is None else records,
+        )
+        for p in range(partitions)
+    ]
+    identity = {"topic_id": topic_id} if topic_id is not None else {}
     message = FetchResponse(
         version=version,
         throttle_time_ms=0,
         error_code=0,
         session_id=7,
-        responses=[topic_cls(topic="bench-topic", partitions=[partition])],
+        responses=[topic_cls(topic="bench-topic", partitions=data, **identity)],
     )
     return bytes(message.encode(version=version))
 

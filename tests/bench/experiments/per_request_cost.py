@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
@@ -33,6 +32,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_chain
+from bench_protocol import fetch_response_body
 from bench_real_clients import CLIENT_ID, SLUICE_CONFIG
 
 from sluice.config.load import config_from_mapping
@@ -130,26 +130,8 @@ def _fetch(version: int, correlation_id: int) -> bytes:
 
 
 def _fetch_answer(version: int, correlation_id: int) -> bytes:
-    topic_cls = FetchResponse.FetchableTopicResponse
-    records = _records(16, 1000)
-    partitions = [
-        topic_cls.PartitionData(
-            partition_index=p,
-            error_code=0,
-            high_watermark=10_000,
-            last_stable_offset=10_000,
-            log_start_offset=0,
-            aborted_transactions=None,
-            preferred_read_replica=-1,
-            records=records,
-        )
-        for p in range(PARTITIONS)
-    ]
-    topic = topic_cls(topic="bench-topic", topic_id=TOPIC_ID, partitions=partitions)
-    message = FetchResponse(
-        version=version, throttle_time_ms=0, error_code=0, session_id=7, responses=[topic], node_endpoints=[]
-    )
-    return encode_response(ApiKey.FETCH, version, correlation_id, bytes(message.encode(version=version)))
+    body = fetch_response_body(version, records=_records(16, 1000), partitions=PARTITIONS, topic_id=TOPIC_ID)
+    return encode_response(ApiKey.FETCH, version, correlation_id, body)
 
 
 def _metadata_exchange() -> tuple[bytes, bytes]:
