@@ -14,6 +14,7 @@ from sluice.config.errors import ConfigError
 from sluice.config.load import load_config
 from sluice.config.model import DEFAULT_IDLE_TIMEOUT_S, ProxyConfig
 
+from ..allocator import allocator_in_use
 from ..listeners.listeners import raise_open_file_limit
 from ..observability.log import assemble_loggers, configure_logging, get_logger
 from ..process.process_memory import return_large_buffers_to_os
@@ -184,6 +185,7 @@ def run_command(args: argparse.Namespace) -> int:
         open_files_raised_from=was if was != open_files else None,
         reserved_open_files=config.reserved_open_files,
         mmap_large_buffers=return_large_buffers_to_os(),
+        python_allocator=allocator_in_use(),
     )
     if workers > 1:
         return run_workers(

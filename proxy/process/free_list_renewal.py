@@ -23,13 +23,14 @@ pool reads as whole, and the free list gets its own objects back.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+
+from ..allocator import pymalloc_in_use
 
 POOL_BYTES = 16 * 1024  # pymalloc's pool (Python 3.10 on); a block's pool is its address // POOL_BYTES
 POOL_HEADER_BYTES = 48
@@ -101,7 +102,7 @@ def renew_free_lists(loop: asyncio.AbstractEventLoop) -> list[Renewal]:
     done where Python's objects do not come from pymalloc (PYTHONMALLOC=malloc: no pools to empty, and
     every list would make its MAX_MADE objects for nothing, 27-29 ms), nor on a loop in debug mode, where
     every handle made records a stack (12,288 of them held the loop 0.4 s)."""
-    if loop.get_debug() or not _pymalloc_in_use():
+    if loop.get_debug() or not pymalloc_in_use():
         return []
     future = loop.create_future()
     iterators = renew(future.__await__, FUTURE_ITERATOR_FREE_LIST)
@@ -116,11 +117,6 @@ def renew_free_lists(loop: asyncio.AbstractEventLoop) -> list[Renewal]:
     loop.call_soon(loop.call_soon, timers.finish)
     _clear_method_cache()
     return [iterators, timers, handles]
-
-
-def _pymalloc_in_use() -> bool:
-    # The interpreter chose its allocator from this variable when it started.
-    return os.environ.get("PYTHONMALLOC", "pymalloc") in ("", "pymalloc", "pymalloc_debug")
 
 
 def _clear_method_cache() -> None:
