@@ -194,7 +194,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     # --help, --version, no command or an unknown one: argparse answers and exits.
     top_level_parser().parse_args(argv)
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -33,6 +33,7 @@ from mock_cluster_process import MockCluster
 from process_stats import open_fds, raise_fd_limit, rss_bytes
 
 from sluice.protocol.headers import encode_request_header, frame
+from sluice.proxy.process.memory_return import CHECK_S as MEMORY_RETURN_CHECK_S
 
 TARGET_KB = 30.0
 CONNECTIONS = 5_000
@@ -100,7 +101,9 @@ def _hold(name: str, pid: int, port: int, count: int, mock_pid: int) -> dict[str
             sock.close()
     # The next measurement must not start while this process still tears connections down.
     _wait_fds_at_most(pid, fds_before + 4)
-    time.sleep(SETTLE_S)
+    # RSS after closing is read once the proxy's memory return has run after the fall and once more as
+    # the last connections closed (it looks every CHECK_S): read at once, it showed the spike's memory.
+    time.sleep(2 * MEMORY_RETURN_CHECK_S + SETTLE_S)
     return {
         "name": name,
         "count": len(held),
@@ -148,7 +151,8 @@ def run(count: int = CONNECTIONS) -> list[Record]:
         "cluster, the proxy and the relay, which inherit it.",
         f"{count:,} connections, each answered one ApiVersions v0 request before going idle (so its "
         f"upstream connection exists), opened {BATCH} at a time; RSS read {SETTLE_S:.0f} s after the "
-        "last one. The proxy spreads its upstream connections over 3 mock brokers, the relay sends all "
+        "last one, and after closing once the proxy's memory return has run twice. The proxy spreads its "
+        "upstream connections over 3 mock brokers, the relay sends all "
         "of them to broker 1. kB = 1000 bytes.",
         "'extra fds': descriptors the process had open while holding the connections, beyond those it had "
         "before (two per client connection: the client's and its upstream's); 'extra mock fds': the same "
