@@ -1,0 +1,241 @@
+"""Proxy CPU per GiB of Fetch answers at memory speed, for several source trees beside a bare relay: what the
+copies a large answer takes on its way through cost, where the proxy is the bottleneck.
+
+The real-client benchmark (bench_real_clients.py) reads Fetch answers from librdkafka's mock cluster at
+~21 MB/s, too slowly and too noisily to see a change of a tenth. Here the broker is
+tests/bench/canned_broker.py, which answers every Fetch v11 with one canned answer of `--fetch-bytes` (6
+partitions of record batches; ~365,000 bytes is what a consumer reads of librdkafka's 64 KiB batches,
+~94,000 of its 16 KiB ones), and the client is wire_load.py `--kind fetch`, pipelining pre-built requests
+(`--in-flight` outstanding on one connection, every answer length-checked, a few decoded). In front of the
+broker, each middle runs for the whole measurement: the bare relay (tests/bench/bare_relay.py) and, per
+tree given, `<tree>/.venv/bin/python -m sluice.proxy run` with a minimal configuration (upstream the
+canned broker, log level warning, no quotas), and with `--quota` also a second proxy of each tree with
+quotas configured (bench_real_clients' entities: the load's client-id charged on every answer, never
+throttled; no usage records, which the canned broker cannot store). Rounds interleave the middles, the
+order rotating; the middle's CPU is its utime + stime over the load generator's counted window, read to
+the nanosecond (process_stats.precise_user_system_seconds); GiB are the answers' bytes (whole frames). Each
+middle's figure is the median over the rounds, with their range, and its ratio to the relay's median.
+
+Every child (broker, relay, proxies, load generator) runs with PYTHONMALLOC=malloc, the allocator `sluice
+run` picks for itself, unless the caller set the variable: so a tree whose `sluice run` restarts itself
+with it and one that does not run the same way.
+
+Run: ``.venv/bin/python tests/bench/experiments/fetch_copies.py --trees /work/main,/work/wt-upread
+[--fetch-bytes 365000,94000] [--rounds 5] [--gib 1] [--quota]`` (a table per answer size on stdout, then one
+JSON object per line with every round's figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_real_clients import CLIENT_ID, QUOTA_ENTITIES, rotated
+from canned_broker import FETCH_PARTITIONS, fetch_answer
+from harness import BareRelayProcess, CannedBrokerProcess, display, run_windowed, wire_load_command
+from measurements import median
+from process_stats import precise_user_system_seconds
+from proxy_process import ProxyProcess  # tests/, put on the path by harness
+
+from sluice.protocol.headers import frame
+
+GIB = 1 << 30
+TOPIC = "fetched"
+RELAY = "bare relay"
+IN_FLIGHT = 4
+QUOTA_CONFIG = {"quota": {"sensor": "window", "entities": QUOTA_ENTITIES}}
+
+
+@dataclass(frozen=True)
+class Middle:
+    name: str
+    tree: Path | None  # None: the bare relay
+    config: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Sample:
+    fetch_bytes: int
+    round_no: int
+    middle: str
+    gib: float
+    seconds: float
+    cpu_s: float
+    user_s: float
+
+    @property
+    def cpu_per_gib(self) -> float:
+        return self.cpu_s / self.gib
+
+
+@dataclass(frozen=True)
+class Summary:
+    fetch_bytes: int
+    middle: str
+    median: float  # CPU s/GiB over the rounds
+    low: float
+    high: float
+    user_median: float  # its user-space part
+    gb_per_s: float  # median answer bytes per second, 1e9
+    ratio: float  # median / the relay's median
+
+
+def summarize(samples: Sequence[Sample]) -> list[Summary]:
+    """Per answer size, per middle (in the order first seen): the median and range over the rounds, and
+    the ratio of the median to the relay's median."""
+    out = []
+    for size in dict.fromkeys(s.fetch_bytes for s in samples):
+        mine = [s for s in samples if s.fetch_bytes == size]
+        relay = (
+            median([s.cpu_per_gib for s in mine if s.middle == RELAY])
+            if any(s.middle == RELAY for s in mine)
+            else float("nan")
+        )
+        for name in dict.fromkeys(s.middle for s in mine):
+            rounds = [s for s in mine if s.middle == name]
+            costs = [s.cpu_per_gib for s in rounds]
+            out.append(
+                Summary(
+                    size,
+                    name,
+                    median(costs),
+                    min(costs),
+                    max(costs),
+                    median([s.user_s / s.gib for s in rounds]),
+                    median([s.gib * GIB / 1e9 / s.seconds for s in rounds]),
+                    median(costs) / relay,
+                )
+            )
+    return out
+
+
+def middles(trees: Sequence[Path], quota: bool) -> list[Middle]:
+    found = [Middle(RELAY, None)] + [Middle(tree.name, tree) for tree in trees]
+    if quota:
+        found += [Middle(f"{tree.name} +quota", tree, QUOTA_CONFIG) for tree in trees]
+    return found
+
+
+@contextmanager
+def _started(middle: Middle, upstream: str) -> Iterator[tuple[int, int]]:
+    """The middle in front of `upstream`, running: (port to connect to, pid to watch)."""
+    if middle.tree is None:
+        with BareRelayProcess(upstream) as relay:
+            yield relay.port, relay.pid
+        return
+    program = [str(middle.tree / ".venv" / "bin" / "python"), "-m", "sluice.proxy"]
+    with ProxyProcess(upstream, extra_config=middle.config, log_level="warning", command=program) as proxy:
+        yield proxy.port, proxy.process.pid
+
+
+def _load(port: int, requests: int) -> list[str]:
+    # Decoding a ~365 KB answer with kafka-python takes the generator tens of ms: a few per run.
+    return wire_load_command(
+        port,
+        kind="fetch",
+        topic=TOPIC,
+        requests=requests,
+        in_flight=IN_FLIGHT,
+        check_every=1000,
+        client_id=CLIENT_ID,
+    )
+
+
+def measure(fetch_bytes: int, chosen: Sequence[Middle], rounds: int, requests: int) -> list[Sample]:
+    samples = []
+    with ExitStack() as stack:
+        broker = stack.enter_context(CannedBrokerProcess(TOPIC, fetch_bytes))
+        running = {m.name: stack.enter_context(_started(m, broker.address)) for m in chosen}
+        for port, pid in running.values():
+            run_windowed(_load(port, min(requests, 200)), {"middle": pid})  # warm-up, not counted
+        for round_no in range(1, rounds + 1):
+            for name in rotated([m.name for m in chosen], round_no):
+                port, pid = running[name]
+                run = run_windowed(_load(port, requests), {"middle": pid}, clock=precise_user_system_seconds)
+                result = run.result
+                if result["answers"] != requests:
+                    raise RuntimeError(f"{name}: {result['answers']} answers for {requests} requests")
+                samples.append(
+                    Sample(
+                        fetch_bytes,
+                        round_no,
+                        name,
+                        result["response_bytes"] / GIB,
+                        result["seconds"],
+                        run.window_cpu_s["middle"],
+                        run.window_user_cpu_s["middle"],
+                    )
+                )
+    return samples
+
+
+def tree_state(tree: Path) -> str:
+    """The tree's commit, and a digest of its uncommitted changes if any: what a row measured."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True).stdout
+
+    head = git("rev-parse", "--short", "HEAD").strip()
+    changes = git("diff", "HEAD") + git("ls-files", "--others", "--exclude-standard")
+    return f"{head} + uncommitted {hashlib.sha256(changes.encode()).hexdigest()[:12]}" if changes else head
+
+
+def table(summaries: Sequence[Summary], answer_bytes: dict[int, int]) -> str:
+    lines = []
+    for size in dict.fromkeys(s.fetch_bytes for s in summaries):
+        lines += [
+            f"\nFetch answers of {answer_bytes[size]:,} bytes ({FETCH_PARTITIONS} partitions):",
+            "| middle | CPU s/GiB, median | range | of it user space | GB/s | x relay |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {s.middle} | {s.median:.3f} | {s.low:.3f}-{s.high:.3f} | {s.user_median:.3f} | "
+            f"{s.gb_per_s:.2f} | {s.ratio:.2f} |"
+            for s in summaries
+            if s.fetch_bytes == size
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", required=True, help="comma-separated source trees, each with its .venv")
+    parser.add_argument("--fetch-bytes", default="365000,94000", help="comma-separated answer sizes")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--gib", type=float, default=1.0, help="answer GiB per middle per round")
+    parser.add_argument("--quota", action="store_true", help="also each tree's proxy with quotas configured")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYTHONMALLOC", "malloc")
+    trees = [Path(t).resolve() for t in args.trees.split(",") if t]
+    for tree in trees:
+        if not (tree / ".venv" / "bin" / "python").exists():
+            parser.error(f"--trees: {tree} has no .venv/bin/python")
+    chosen = middles(trees, args.quota)
+    samples: list[Sample] = []
+    answer_bytes = {}
+    for size in (int(s) for s in args.fetch_bytes.split(",")):
+        answer_bytes[size] = len(frame(bytes(4) + fetch_answer(TOPIC, 11, size)))  # + correlation id
+        requests = max(100, round(args.gib * GIB / answer_bytes[size]))
+        samples += measure(size, chosen, args.rounds, requests)
+    print(table(summarize(samples), answer_bytes))
+    for tree in trees:
+        print(f"{tree.name}: {tree} at {tree_state(tree)}")
+    print(f"\nload: {display(_load(0, 0))}  (PYTHONMALLOC={os.environ['PYTHONMALLOC']})")
+    for sample in samples:
+        print(json.dumps({**asdict(sample), "cpu_per_gib": round(sample.cpu_per_gib, 4)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
