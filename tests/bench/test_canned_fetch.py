@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "experiments"))
 
 from canned_broker import FETCH_PARTITIONS, FETCH_RECORD_BYTES, fetch_answer
-from fetch_copies import RELAY, Sample, summarize
+from fetch_copies import RELAY, Sample, middles, summarize
 from harness import CannedBrokerProcess
 from wire_load import FETCH_VERSION, fetch_body
 
@@ -95,3 +95,24 @@ def test_each_middle_gets_the_median_and_range_of_its_rounds_and_the_ratio_to_th
     assert a.ratio == pytest.approx(0.7 / 0.3)
     assert a.user_median == pytest.approx(0.7 / 4)
     assert (relay_2.fetch_bytes, a_2.fetch_bytes, a_2.ratio) == (2, 2, pytest.approx(1.5))
+    assert a.paired == 1.0
+
+
+def test_each_proxy_is_compared_round_by_round_with_its_baseline() -> None:
+    # b costs 10 % more than a in every round, while the machine's load doubles the costs of round 2.
+    samples = [_sample(1, "a", 0.4), _sample(1, "b", 0.44), _sample(2, "b", 0.88), _sample(2, "a", 0.8)]
+    a, b = summarize(samples, {"a": "a", "b": "a"})
+    assert (a.paired, b.paired) == (pytest.approx(1.0), pytest.approx(1.1))
+    assert b.median / a.median == pytest.approx(1.1)  # (so here the medians agree)
+
+
+def test_the_first_tree_is_every_tree_s_baseline_per_configuration() -> None:
+    chosen, baselines = middles([Path("/x/main"), Path("/y/upread")], quota=True)
+    assert [m.name for m in chosen] == [RELAY, "main", "upread", "main +quota", "upread +quota"]
+    assert [m.config is not None for m in chosen] == [False, False, False, True, True]
+    assert baselines == {
+        "main": "main",
+        "upread": "main",
+        "main +quota": "main +quota",
+        "upread +quota": "main +quota",
+    }

@@ -14,7 +14,9 @@ quotas configured (bench_real_clients' entities: the load's client-id charged on
 throttled; no usage records, which the canned broker cannot store). Rounds interleave the middles, the
 order rotating; the middle's CPU is its utime + stime over the load generator's counted window, read to
 the nanosecond (process_stats.precise_user_system_seconds); GiB are the answers' bytes (whole frames). Each
-middle's figure is the median over the rounds, with their range, and its ratio to the relay's median.
+middle's figure is the median over the rounds, with their range, and its ratio to the relay's median; and,
+steadier when the machine's load moves from round to round, the median of its per-round ratios to the first
+tree's proxy (same configuration) run beside it in the same round.
 
 Every child (broker, relay, proxies, load generator) runs with PYTHONMALLOC=malloc, the allocator `sluice
 run` picks for itself, unless the caller set the variable: so a tree whose `sluice run` restarts itself
@@ -89,11 +91,13 @@ class Summary:
     user_median: float  # its user-space part
     gb_per_s: float  # median answer bytes per second, 1e9
     ratio: float  # median / the relay's median
+    paired: float  # median over the rounds of its CPU / the baseline's in the same round
 
 
-def summarize(samples: Sequence[Sample]) -> list[Summary]:
-    """Per answer size, per middle (in the order first seen): the median and range over the rounds, and
-    the ratio of the median to the relay's median."""
+def summarize(samples: Sequence[Sample], baselines: dict[str, str] | None = None) -> list[Summary]:
+    """Per answer size, per middle (in the order first seen): the median and range over the rounds, the
+    ratio of the median to the relay's median, and the median of its per-round ratios to the middle
+    `baselines` names for it (itself when not named: 1.0)."""
     out = []
     for size in dict.fromkeys(s.fetch_bytes for s in samples):
         mine = [s for s in samples if s.fetch_bytes == size]
@@ -105,6 +109,8 @@ def summarize(samples: Sequence[Sample]) -> list[Summary]:
         for name in dict.fromkeys(s.middle for s in mine):
             rounds = [s for s in mine if s.middle == name]
             costs = [s.cpu_per_gib for s in rounds]
+            base = {s.round_no: s for s in mine if s.middle == (baselines or {}).get(name, name)}
+            paired = [s.cpu_per_gib / base[s.round_no].cpu_per_gib for s in rounds if s.round_no in base]
             out.append(
                 Summary(
                     size,
@@ -115,16 +121,21 @@ def summarize(samples: Sequence[Sample]) -> list[Summary]:
                     median([s.user_s / s.gib for s in rounds]),
                     median([s.gib * GIB / 1e9 / s.seconds for s in rounds]),
                     median(costs) / relay,
+                    median(paired) if paired else float("nan"),
                 )
             )
     return out
 
 
-def middles(trees: Sequence[Path], quota: bool) -> list[Middle]:
+def middles(trees: Sequence[Path], quota: bool) -> tuple[list[Middle], dict[str, str]]:
+    """The middles to run, and for each proxy the one its per-round ratios are to: the first tree's, with
+    the same configuration."""
     found = [Middle(RELAY, None)] + [Middle(tree.name, tree) for tree in trees]
+    baselines = {tree.name: trees[0].name for tree in trees}
     if quota:
         found += [Middle(f"{tree.name} +quota", tree, QUOTA_CONFIG) for tree in trees]
-    return found
+        baselines |= {f"{tree.name} +quota": f"{trees[0].name} +quota" for tree in trees}
+    return found, baselines
 
 
 @contextmanager
@@ -196,12 +207,12 @@ def table(summaries: Sequence[Summary], answer_bytes: dict[int, int]) -> str:
     for size in dict.fromkeys(s.fetch_bytes for s in summaries):
         lines += [
             f"\nFetch answers of {answer_bytes[size]:,} bytes ({FETCH_PARTITIONS} partitions):",
-            "| middle | CPU s/GiB, median | range | of it user space | GB/s | x relay |",
-            "|---|---|---|---|---|---|",
+            "| middle | CPU s/GiB | range | user space | GB/s | x relay | x first tree (per round) |",
+            "|---|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {s.middle} | {s.median:.3f} | {s.low:.3f}-{s.high:.3f} | {s.user_median:.3f} | "
-            f"{s.gb_per_s:.2f} | {s.ratio:.2f} |"
+            f"{s.gb_per_s:.2f} | {s.ratio:.2f} | {s.paired:.3f} |"
             for s in summaries
             if s.fetch_bytes == size
         ]
@@ -221,14 +232,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for tree in trees:
         if not (tree / ".venv" / "bin" / "python").exists():
             parser.error(f"--trees: {tree} has no .venv/bin/python")
-    chosen = middles(trees, args.quota)
+    chosen, baselines = middles(trees, args.quota)
     samples: list[Sample] = []
     answer_bytes = {}
     for size in (int(s) for s in args.fetch_bytes.split(",")):
         answer_bytes[size] = len(frame(bytes(4) + fetch_answer(TOPIC, 11, size)))  # + correlation id
         requests = max(100, round(args.gib * GIB / answer_bytes[size]))
         samples += measure(size, chosen, args.rounds, requests)
-    print(table(summarize(samples), answer_bytes))
+    print(table(summarize(samples, baselines), answer_bytes))
     for tree in trees:
         print(f"{tree.name}: {tree} at {tree_state(tree)}")
     print(f"\nload: {display(_load(0, 0))}  (PYTHONMALLOC={os.environ['PYTHONMALLOC']})")
