@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "experiments"))
 
 from canned_broker import FETCH_PARTITIONS, FETCH_RECORD_BYTES, fetch_answer
-from fetch_copies import RELAY, Sample, middles, summarize
+from fetch_copies import RELAY, Sample, middles, perf_shares, summarize
 from harness import CannedBrokerProcess
 from wire_load import FETCH_VERSION, fetch_body
 
@@ -116,3 +116,15 @@ def test_the_first_tree_is_every_tree_s_baseline_per_configuration() -> None:
         "main +quota": "main +quota",
         "upread +quota": "main +quota",
     }
+
+
+def test_perf_samples_split_into_user_space_and_its_copies() -> None:
+    script = """
+     7f2d552b6a9a __memmove_avx512_unaligned_erms (/usr/lib/x86_64-linux-gnu/libc.so.6)
+ ffffffff816bb456 _copy_to_iter ([kernel.kallsyms])
+ ffffffff816bb457 finish_task_switch.isra.0 ([kernel.kallsyms])
+     7f2d555a758b _PyEval_EvalFrameDefault (/usr/lib/libpython3.11.so.1.0)
+"""
+    assert perf_shares(script) == (0.5, 0.25)  # the kernel's _copy_to_iter is not a user-space copy
+    with pytest.raises(RuntimeError):
+        perf_shares("\n")

@@ -18,13 +18,18 @@ middle's figure is the median over the rounds, with their range, and its ratio t
 steadier when the machine's load moves from round to round, the median of its per-round ratios to the first
 tree's proxy (same configuration) run beside it in the same round.
 
+The split between user space and kernel comes from /proc's clock ticks, a hundred a second: on a run of a
+CPU second that split moves by a tenth from round to round. With ``--perf HZ`` (Linux perf, root) each run
+is sampled `HZ` times per CPU second of the middle instead (perf record -e cpu-clock), and the shares of
+samples in user space and in the C library's memmove/memset (the copies) split its CPU time.
+
 Every child (broker, relay, proxies, load generator) runs with PYTHONMALLOC=malloc, the allocator `sluice
 run` picks for itself, unless the caller set the variable: so a tree whose `sluice run` restarts itself
 with it and one that does not run the same way.
 
 Run: ``.venv/bin/python tests/bench/experiments/fetch_copies.py --trees /work/main,/work/wt-upread
-[--fetch-bytes 365000,94000] [--rounds 5] [--gib 1] [--quota]`` (a table per answer size on stdout, then one
-JSON object per line with every round's figures).
+[--fetch-bytes 365000,94000] [--rounds 5] [--gib 1] [--quota] [--perf 4000]`` (a table per answer size on
+stdout, then one JSON object per line with every round's figures).
 """
 
 from __future__ import annotations
@@ -33,8 +38,11 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
@@ -56,6 +64,8 @@ GIB = 1 << 30
 TOPIC = "fetched"
 RELAY = "bare relay"
 IN_FLIGHT = 4
+PERF_ATTACH_S = 0.7  # perf record says nothing once attached: the time it takes here, and some
+COPY_SYMBOLS = ("__memmove", "__memcpy", "__memset")
 QUOTA_CONFIG = {"quota": {"sensor": "window", "entities": QUOTA_ENTITIES}}
 
 
@@ -75,6 +85,7 @@ class Sample:
     seconds: float
     cpu_s: float
     user_s: float
+    copy_s: float | None = None  # in memmove/memcpy/memset (with --perf)
 
     @property
     def cpu_per_gib(self) -> float:
@@ -89,6 +100,7 @@ class Summary:
     low: float
     high: float
     user_median: float  # its user-space part
+    copy_median: float | None  # of it memmove/memcpy/memset (with --perf)
     gb_per_s: float  # median answer bytes per second, 1e9
     ratio: float  # median / the relay's median
     paired: float  # median over the rounds of its CPU / the baseline's in the same round
@@ -111,6 +123,7 @@ def summarize(samples: Sequence[Sample], baselines: dict[str, str] | None = None
             costs = [s.cpu_per_gib for s in rounds]
             base = {s.round_no: s for s in mine if s.middle == (baselines or {}).get(name, name)}
             paired = [s.cpu_per_gib / base[s.round_no].cpu_per_gib for s in rounds if s.round_no in base]
+            copies = [s.copy_s / s.gib for s in rounds if s.copy_s is not None]
             out.append(
                 Summary(
                     size,
@@ -119,6 +132,7 @@ def summarize(samples: Sequence[Sample], baselines: dict[str, str] | None = None
                     min(costs),
                     max(costs),
                     median([s.user_s / s.gib for s in rounds]),
+                    median(copies) if copies else None,
                     median([s.gib * GIB / 1e9 / s.seconds for s in rounds]),
                     median(costs) / relay,
                     median(paired) if paired else float("nan"),
@@ -163,7 +177,42 @@ def _load(port: int, requests: int) -> list[str]:
     )
 
 
-def measure(fetch_bytes: int, chosen: Sequence[Middle], rounds: int, requests: int) -> list[Sample]:
+def perf_shares(script: str) -> tuple[float, float]:
+    """(user-space share, copies' share) of the samples `perf script -F ip,sym,dso` lists, one a line."""
+    lines = [line for line in script.splitlines() if line.strip()]
+    if not lines:
+        raise RuntimeError("perf recorded no sample")
+    kernel = sum(1 for line in lines if "[kernel." in line)
+    copies = sum(1 for line in lines if "[kernel." not in line and any(c in line for c in COPY_SYMBOLS))
+    return 1 - kernel / len(lines), copies / len(lines)
+
+
+@contextmanager
+def _perf_sampled(pid: int, hz: int | None) -> Iterator[list[tuple[float, float]]]:
+    """With `hz`, perf samples the process while the block runs; the list then holds its `perf_shares`."""
+    shares: list[tuple[float, float]] = []
+    if hz is None:
+        yield shares
+        return
+    with tempfile.TemporaryDirectory(prefix="fetch-copies-") as tmp:
+        data = str(Path(tmp) / "perf.data")
+        command = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(hz), "-o", data, "-p", str(pid)]
+        perf = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+        time.sleep(PERF_ATTACH_S)
+        try:
+            yield shares
+        finally:
+            perf.send_signal(signal.SIGINT)
+            perf.wait(60)
+        script = subprocess.run(
+            ["perf", "script", "-i", data, "-F", "ip,sym,dso"], capture_output=True, text=True, check=True
+        )
+        shares.append(perf_shares(script.stdout))
+
+
+def measure(
+    fetch_bytes: int, chosen: Sequence[Middle], rounds: int, requests: int, perf_hz: int | None = None
+) -> list[Sample]:
     samples = []
     with ExitStack() as stack:
         broker = stack.enter_context(CannedBrokerProcess(TOPIC, fetch_bytes))
@@ -173,8 +222,13 @@ def measure(fetch_bytes: int, chosen: Sequence[Middle], rounds: int, requests: i
         for round_no in range(1, rounds + 1):
             for name in rotated([m.name for m in chosen], round_no):
                 port, pid = running[name]
-                run = run_windowed(_load(port, requests), {"middle": pid}, clock=precise_user_system_seconds)
+                with _perf_sampled(pid, perf_hz) as shares:
+                    run = run_windowed(
+                        _load(port, requests), {"middle": pid}, clock=precise_user_system_seconds
+                    )
                 result = run.result
+                cpu = run.window_cpu_s["middle"]
+                user, copies = (cpu * shares[0][0], cpu * shares[0][1]) if shares else (None, None)
                 if result["answers"] != requests:
                     raise RuntimeError(f"{name}: {result['answers']} answers for {requests} requests")
                 samples.append(
@@ -184,8 +238,9 @@ def measure(fetch_bytes: int, chosen: Sequence[Middle], rounds: int, requests: i
                         name,
                         result["response_bytes"] / GIB,
                         result["seconds"],
-                        run.window_cpu_s["middle"],
-                        run.window_user_cpu_s["middle"],
+                        cpu,
+                        run.window_user_cpu_s["middle"] if user is None else user,
+                        copies,
                     )
                 )
     return samples
@@ -207,11 +262,12 @@ def table(summaries: Sequence[Summary], answer_bytes: dict[int, int]) -> str:
     for size in dict.fromkeys(s.fetch_bytes for s in summaries):
         lines += [
             f"\nFetch answers of {answer_bytes[size]:,} bytes ({FETCH_PARTITIONS} partitions):",
-            "| middle | CPU s/GiB | range | user space | GB/s | x relay | x first tree (per round) |",
-            "|---|---|---|---|---|---|---|",
+            "| middle | CPU s/GiB | range | user | of it copies | GB/s | x relay | x first tree, per round |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {s.middle} | {s.median:.3f} | {s.low:.3f}-{s.high:.3f} | {s.user_median:.3f} | "
+            f"{'-' if s.copy_median is None else f'{s.copy_median:.3f}'} | "
             f"{s.gb_per_s:.2f} | {s.ratio:.2f} | {s.paired:.3f} |"
             for s in summaries
             if s.fetch_bytes == size
@@ -226,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--gib", type=float, default=1.0, help="answer GiB per middle per round")
     parser.add_argument("--quota", action="store_true", help="also each tree's proxy with quotas configured")
+    parser.add_argument("--perf", type=int, metavar="HZ", help="split user/kernel/copies by perf samples")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONMALLOC", "malloc")
     trees = [Path(t).resolve() for t in args.trees.split(",") if t]
@@ -238,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for size in (int(s) for s in args.fetch_bytes.split(",")):
         answer_bytes[size] = len(frame(bytes(4) + fetch_answer(TOPIC, 11, size)))  # + correlation id
         requests = max(100, round(args.gib * GIB / answer_bytes[size]))
-        samples += measure(size, chosen, args.rounds, requests)
+        samples += measure(size, chosen, args.rounds, requests, args.perf)
     print(table(summarize(samples, baselines), answer_bytes))
     for tree in trees:
         print(f"{tree.name}: {tree} at {tree_state(tree)}")
