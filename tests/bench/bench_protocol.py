@@ -21,6 +21,7 @@ from typing import Any
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record.memory_records import MemoryRecordsBuilder
 
 from sluice.protocol.broker_addresses import rewrite_broker_addresses, rewrite_metadata_with_codec
 from sluice.protocol.frames import FrameSplitter
@@ -161,6 +162,16 @@ def produce_response_body(version: int, partitions: int = 10) -> bytes:
     return bytes(message.encode(version=version))
 
 
+def record_batch(count: int, size: int) -> bytes:
+    """One uncompressed v2 record batch of `count` unkeyed records of `size` bytes each, as a client's
+    producer batches them (offsets 0 to count - 1)."""
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=count * (size + 100))
+    for i in range(count):
+        builder.append(i, None, b"v" * size, [])
+    builder.close()
+    return bytes(builder.buffer())
+
+
 def fetch_response_body(
     version: int,
     record_bytes: int = 16384,
@@ -168,9 +179,10 @@ def fetch_response_body(
     records: bytes | None = None,
     partitions: int = 1,
     topic_id: uuid.UUID | None = None,
+    topic: str = "bench-topic",
 ) -> bytes:
-    """A Fetch answer's body: one topic, `bench-topic` (and `topic_id`, for the versions naming topics by
-    id), with `partitions` partitions of `records` each (default `record_bytes` zero bytes)."""
+    """A Fetch answer's body: one topic, `topic` (and `topic_id`, for the versions naming topics by id),
+    with `partitions` partitions of `records` each (default `record_bytes` zero bytes)."""
     topic_cls = FetchResponse.FetchableTopicResponse
     data = [
         topic_cls.PartitionData(
@@ -191,7 +203,7 @@ def fetch_response_body(
         throttle_time_ms=0,
         error_code=0,
         session_id=7,
-        responses=[topic_cls(topic="bench-topic", partitions=data, **identity)],
+        responses=[topic_cls(topic=topic, partitions=data, **identity)],
     )
     return bytes(message.encode(version=version))
 

@@ -103,10 +103,11 @@ class BareRelayProcess(ListeningProcess):
 
 
 class CannedBrokerProcess(ListeningProcess):
-    """tests/bench/canned_broker.py: answers Produce at memory speed (see its docstring)."""
+    """tests/bench/canned_broker.py: answers Produce and Fetch at memory speed (see its docstring)."""
 
-    def __init__(self, topic: str) -> None:
-        super().__init__("canned_broker.py", "--topic", topic)
+    def __init__(self, topic: str, fetch_bytes: int | None = None) -> None:
+        size = ["--fetch-bytes", str(fetch_bytes)] if fetch_bytes is not None else []
+        super().__init__("canned_broker.py", "--topic", topic, *size)
 
 
 @dataclass(frozen=True)

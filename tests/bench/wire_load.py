@@ -8,7 +8,9 @@ answers have come back. Every answer is length-checked; every ``--check-every``-
 decoded and its error code checked, so a broker refusing the load cannot pass for a fast one.
 
 Run: ``.venv/bin/python tests/bench/wire_load.py --port P --kind produce --record-bytes 104857 --records 10
---requests 2048 --in-flight 4`` (bulk: a fixed number of requests) or ``... --kind apiversions
+--requests 2048 --in-flight 4`` or ``... --kind fetch --topic small --requests 3000 --in-flight 4`` (bulk: a
+fixed number of requests; a Fetch asks 6 partitions of `--topic` from offset 0, ready for
+tests/bench/canned_broker.py's canned answer) or ``... --kind apiversions
 --connections 8 --in-flight 256 --batch 32 --warmup 1 --duration 5`` (rate: answers per second; SIGTERM
 ends the window early). Prints ``{"event": "window_start"}`` and ``{"event": "window_end"}`` around the
 counted window, then the result as one JSON object, on stdout.
@@ -28,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
@@ -37,6 +40,8 @@ from sluice.protocol.headers import encode_request_header, frame, response_heade
 API_VERSIONS = 18
 
 PRODUCE_VERSION = 7  # the newest non-flexible Produce: a fixed-size header, nothing to patch
+FETCH_VERSION = 11  # the newest non-flexible Fetch, naming topics by name
+FETCH_PARTITIONS = 6
 CLIENT_ID = "sluice-bench"
 
 
@@ -80,10 +85,51 @@ def produce_body(topic: str, partition: int, record_bytes: int, records: int, ac
     return bytes(request.encode(version=PRODUCE_VERSION))
 
 
+def _fetch_errors(body: bytes) -> int:
+    response = FetchResponse[FETCH_VERSION].decode(body)
+    if response.error_code:
+        return response.error_code
+    for topic in response.responses:
+        for partition in topic.partitions:
+            if partition.error_code:
+                return partition.error_code
+    return 0
+
+
+def fetch_body(topic: str) -> bytes:
+    """A Fetch v11 body asking `FETCH_PARTITIONS` partitions of `topic` from offset 0, up to 50 MB."""
+    partition_cls = FetchRequest.FetchTopic.FetchPartition
+    partitions = [
+        partition_cls(
+            partition=p,
+            current_leader_epoch=-1,
+            fetch_offset=0,
+            log_start_offset=-1,
+            partition_max_bytes=1 << 20,
+        )
+        for p in range(FETCH_PARTITIONS)
+    ]
+    request = FetchRequest[FETCH_VERSION](
+        replica_id=-1,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=52_428_800,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=partitions)],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    return bytes(request.encode(version=FETCH_VERSION))
+
+
 def request_kind(name: str, topic: str, partition: int, record_bytes: int, records: int) -> RequestKind:
     if name == "produce":
         body = produce_body(topic, partition, record_bytes, records, acks=1)
         return RequestKind(0, PRODUCE_VERSION, body, _produce_errors(PRODUCE_VERSION))
+    if name == "fetch":
+        return RequestKind(1, FETCH_VERSION, fetch_body(topic), _fetch_errors)
     if name == "apiversions":
         return RequestKind(
             18,
@@ -106,6 +152,7 @@ class Tally:
 
     def __init__(self, check_every: int) -> None:
         self.answers = 0
+        self.answer_bytes = 0  # whole frames, length prefix included
         self.errors = 0
         self.failures: list[str] = []
         self.check_every = check_every
@@ -193,6 +240,7 @@ class PipelinedConnection(asyncio.Protocol):
             if tally.answers % tally.check_every == 0:
                 self._check(bytes(buffer[pos : pos + 4 + size]))
             tally.answers += 1
+            tally.answer_bytes += 4 + size
             answered += 1
             pos += 4 + size
         del buffer[:pos]
@@ -243,6 +291,7 @@ class LoadResult:
     seconds: float
     answers_per_s: float
     request_bytes: int
+    response_bytes: int
     errors: int
     closed_early: int
     failures: list[str]
@@ -269,7 +318,7 @@ async def generate(args: argparse.Namespace) -> LoadResult:
         connections.append(conn)
     if budget is not None:
         _mark("window_start")
-        start, start_answers = time.perf_counter(), 0
+        start, start_answers, start_bytes = time.perf_counter(), 0, 0
         for conn in connections:
             conn.begin()
         await asyncio.gather(*(c.done for c in connections))
@@ -278,7 +327,7 @@ async def generate(args: argparse.Namespace) -> LoadResult:
             conn.begin()
         await asyncio.sleep(args.warmup)
         _mark("window_start")
-        start, start_answers = time.perf_counter(), tally.answers
+        start, start_answers, start_bytes = time.perf_counter(), tally.answers, tally.answer_bytes
         # SIGTERM ends the window early, with the result printed (a background load stopped by its harness).
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -287,6 +336,7 @@ async def generate(args: argparse.Namespace) -> LoadResult:
     elapsed = time.perf_counter() - start
     _mark("window_end")
     answers = tally.answers - start_answers
+    response_bytes = tally.answer_bytes - start_bytes
     for conn in connections:
         conn.stop()
     await asyncio.wait_for(asyncio.gather(*(c.done for c in connections)), 30)
@@ -297,6 +347,7 @@ async def generate(args: argparse.Namespace) -> LoadResult:
         seconds=round(elapsed, 4),
         answers_per_s=round(answers / elapsed, 1) if elapsed > 0 else 0.0,
         request_bytes=answers * frame_bytes,
+        response_bytes=response_bytes,
         errors=tally.errors,
         closed_early=tally.closed_early,
         failures=tally.failures[:5],
@@ -315,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--tls-ca", help="connect with TLS, trusting this CA file (server name: localhost)")
     p.add_argument("--client-id", default=CLIENT_ID, help="the requests' client_id (quota entity)")
-    p.add_argument("--kind", choices=("produce", "apiversions", "metadata"), default="produce")
+    p.add_argument("--kind", choices=("produce", "fetch", "apiversions", "metadata"), default="produce")
     p.add_argument("--topic", default="bench")
     p.add_argument("--partition", type=int, default=0)
     p.add_argument("--record-bytes", type=int, default=100, help="bytes per record value (produce)")

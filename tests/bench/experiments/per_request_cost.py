@@ -27,12 +27,11 @@ from pathlib import Path
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
-from kafka.record.memory_records import MemoryRecordsBuilder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_chain
-from bench_protocol import fetch_response_body
+from bench_protocol import fetch_response_body, record_batch
 from bench_real_clients import CLIENT_ID, SLUICE_CONFIG
 
 from sluice.config.load import config_from_mapping
@@ -89,17 +88,9 @@ class _Sink:
         raise AssertionError("no own requests here")
 
 
-def _records(count: int, size: int) -> bytes:
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=count * (size + 100))
-    for i in range(count):
-        builder.append(i, None, b"v" * size, [])
-    builder.close()
-    return bytes(builder.buffer())
-
-
 def _produce(correlation_id: int, partition: int) -> bytes:
     partition_data = ProduceRequest.TopicProduceData.PartitionProduceData(
-        index=partition, records=_records(16, 1000)
+        index=partition, records=record_batch(16, 1000)
     )
     request = ProduceRequest[10](
         transactional_id=None,
@@ -130,7 +121,8 @@ def _fetch(version: int, correlation_id: int) -> bytes:
 
 
 def _fetch_answer(version: int, correlation_id: int) -> bytes:
-    body = fetch_response_body(version, records=_records(16, 1000), partitions=PARTITIONS, topic_id=TOPIC_ID)
+    records = record_batch(16, 1000)
+    body = fetch_response_body(version, records=records, partitions=PARTITIONS, topic_id=TOPIC_ID)
     return encode_response(ApiKey.FETCH, version, correlation_id, body)
 
 
