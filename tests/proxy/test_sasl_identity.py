@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 from doubles.sasl_broker import SaslBrokerDouble
 from kafka import KafkaProducer
 from kafka.protocol.metadata import (
@@ -369,6 +369,50 @@ def test_sasl_over_tls_both_ways(cluster, ca):
             asyncio.run(aiokafka_over_tls())
             p.wait_for_event("sasl_authenticated", user="alice")
     assert {"alice", "bob"} <= set(secure.authenticated)
+
+
+def test_large_answers_come_whole_over_tls_both_ways(cluster, ca):
+    # Fetch answers of hundreds of kB, each arriving in many pieces of whatever sizes the TLS layer hands
+    # over, relayed byte for byte: the records come back as they were sent.
+    proxy_cert, proxy_key = ca.issue("proxy", common_name="localhost")
+    broker_cert, broker_key = ca.issue("broker", common_name="localhost")
+    with SaslBrokerDouble(cluster.bootstrap, USERS, tls=ca.server_context(broker_cert, broker_key)) as secure:
+        extra = {
+            "tls": {
+                "listener": {"cert": str(proxy_cert), "key": str(proxy_key)},
+                "upstream": {"enabled": True, "ca": str(ca.ca_path)},
+            }
+        }
+        with ProxyProcess(secure.bootstrap, extra_config=extra, wait_for_brokers=False) as p:
+            config = sasl_config(
+                p.bootstrap, "bob", USERS["bob"], "PLAIN", **{"ssl.ca.location": str(ca.ca_path)}
+            )
+            config["security.protocol"] = "SASL_SSL"
+            marker = f"large-{time.monotonic_ns()}-".encode()
+            sent = [marker + bytes([i]) * 150_000 for i in range(8)]
+            producer = Producer({**config, "partitioner": "murmur2", "message.max.bytes": 2_000_000})
+            for value in sent:
+                producer.produce(TOPIC, value, key=b"one-partition")
+            assert producer.flush(30) == 0
+            consumer = Consumer(
+                {
+                    **config,
+                    "group.id": marker.decode(),
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                }
+            )
+            consumer.subscribe([TOPIC])
+            received: list[bytes] = []
+            deadline = time.monotonic() + 60
+            try:
+                while len(received) < len(sent) and time.monotonic() < deadline:
+                    message = consumer.poll(1.0)
+                    if message is not None and message.error() is None and message.value().startswith(marker):
+                        received.append(message.value())
+            finally:
+                consumer.close()
+            assert received == sent
 
 
 @pytest.mark.parametrize(
