@@ -49,8 +49,12 @@ def parse_request_header(frame: memoryview | bytes) -> RequestHeader:
     Header version per the API table (protocol.apis.request_header_version); unknown APIs are read
     as v1 and never fail for being unknown. Memoryviews must be byte views (format 'B').
     """
-    if type(frame) is not bytes and not (type(frame) is memoryview and frame.readonly):
-        frame = bytes(frame)  # slices of a mutable buffer cannot be hashed for the client-id cache
+    # The proxy's case first (a read-only view of its read buffer): one type check, not two.
+    if type(frame) is memoryview:
+        if not frame.readonly:
+            frame = bytes(frame)  # slices of a mutable buffer cannot be hashed for the client-id cache
+    elif type(frame) is not bytes:
+        frame = bytes(frame)
     size = len(frame)
     pos = _CLIENT_ID_AT + 2
     if size >= pos:
