@@ -34,11 +34,7 @@ from .quota_admin import StoreRecord
 _log = get_logger("sluice.quota_store")
 PARTITION = 0
 TOPIC_CONFIGS = {"cleanup.policy": "compact"}
-# The follower's long poll: Kafka's consumer default (fetch.max.wait.ms). A broker answers as soon as a
-# record arrives, so this bounds only what an idle store costs: one Fetch, and one wake-up of the loop,
-# per wait. (librdkafka's mock cluster answers only at the end of the wait: there a change reaches the
-# other instances up to this late.)
-FOLLOW_WAIT_MS = 500
+FOLLOW_WAIT_MS = 250
 RETRY_DELAY_S = 1.0
 STOP_WAIT_S = 2.0
 
