@@ -188,6 +188,11 @@ FLEXIBLE_FROM: dict[int, int] = {
     key: (spec.flexible_from if spec.flexible_from is not None else NOT_FLEXIBLE)
     for key, spec in API_SPECS.items()
 }
+# The same as a tuple indexed by API key, for the look-up made per request (indexing a tuple costs a third
+# of a dict's get); a key past its end is not flexible.
+FLEXIBLE_FROM_BY_KEY: tuple[int, ...] = tuple(
+    FLEXIBLE_FROM.get(key, NOT_FLEXIBLE) for key in range(max(FLEXIBLE_FROM) + 1)
+)
 # Bound once: a member read through the enum class costs several times a module global's.
 _API_VERSIONS = ApiKey.API_VERSIONS
 _CONTROLLED_SHUTDOWN = ApiKey.CONTROLLED_SHUTDOWN

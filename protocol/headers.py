@@ -6,11 +6,17 @@ import struct
 from typing import NamedTuple
 
 from sluice.protocol.api_keys import ApiKey
-from sluice.protocol.apis import FLEXIBLE_FROM, NOT_FLEXIBLE, request_header_version, response_header_version
+from sluice.protocol.apis import (
+    FLEXIBLE_FROM_BY_KEY,
+    NOT_FLEXIBLE,
+    request_header_version,
+    response_header_version,
+)
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import INT32_PACK, INT32_UNPACK, skip_tagged_fields
 
 _CONTROLLED_SHUTDOWN = ApiKey.CONTROLLED_SHUTDOWN
+_KEYS_WITH_VERSIONS = len(FLEXIBLE_FROM_BY_KEY)
 
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
 _UNPACK_KEY_VERSION_CORRELATION = _KEY_VERSION_CORRELATION.unpack_from
@@ -49,8 +55,12 @@ def parse_request_header(frame: memoryview | bytes) -> RequestHeader:
     Header version per the API table (protocol.apis.request_header_version); unknown APIs are read
     as v1 and never fail for being unknown. Memoryviews must be byte views (format 'B').
     """
-    if type(frame) is not bytes and not (type(frame) is memoryview and frame.readonly):
-        frame = bytes(frame)  # slices of a mutable buffer cannot be hashed for the client-id cache
+    # The proxy's case first (a read-only view of its read buffer): one type check, not two.
+    if type(frame) is memoryview:
+        if not frame.readonly:
+            frame = bytes(frame)  # slices of a mutable buffer cannot be hashed for the client-id cache
+    elif type(frame) is not bytes:
+        frame = bytes(frame)
     size = len(frame)
     pos = _CLIENT_ID_AT + 2
     if size >= pos:
@@ -60,7 +70,9 @@ def parse_request_header(frame: memoryview | bytes) -> RequestHeader:
         length = None  # only header v0 (no client_id) fits
     else:
         raise ProtocolError("bad_request_header", f"frame of {size} bytes is shorter than a header")
-    flexible = api_version >= FLEXIBLE_FROM.get(api_key, NOT_FLEXIBLE)
+    flexible = api_version >= (
+        FLEXIBLE_FROM_BY_KEY[api_key] if 0 <= api_key < _KEYS_WITH_VERSIONS else NOT_FLEXIBLE
+    )
     if not flexible and api_key == _CONTROLLED_SHUTDOWN and api_version == 0:
         return _new_header(
             RequestHeader, (api_key, api_version, correlation_id, None, _CLIENT_ID_AT - _PREFIX)

@@ -44,10 +44,18 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
     string in flexible versions (v9+).
     """
     pos = 4 + header.size
-    if header.api_version >= FIRST_TRANSACTIONAL:
-        at = _past_null_transactional_id(frame, pos, header.api_version)
+    version = header.api_version
+    acks: int
+    if version >= _FIRST_FLEXIBLE:
+        # What every current client sends, inline (the pipeline asks for every Produce): a null compact
+        # transactional_id, one zero byte, then acks.
+        if len(frame) >= pos + 3 and frame[pos] == 0:
+            acks = _INT16(frame, pos + 1)[0]
+            return acks
+    elif version >= FIRST_TRANSACTIONAL:
+        at = _past_null_transactional_id(frame, pos, version)
         if at >= 0 and len(frame) >= at + 2:
-            acks: int = _INT16(frame, at)[0]
+            acks = _INT16(frame, at)[0]
             return acks
     return produce_acks_and_timeout(frame, header)[0]
 

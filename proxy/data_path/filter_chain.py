@@ -50,6 +50,7 @@ class FilterChain:
         "_body_readers",
         "_by_request_key",
         "_by_response_key",
+        "_cpu_adds_response_filters",
         "_cpu_response_key",
         "factories",
         "versions",
@@ -76,6 +77,13 @@ class FilterChain:
                 EVERY_API_KEY if _may_need_cpu(f) else c.response_api_keys
                 for f, c in zip(self.factories, classes, strict=True)
             ]
+        )
+        # Per API key, 1 where that adds filters to its responses: only there is the live check asked
+        # (the filters needing CPU time already read Produce and Fetch answers, which then skip it).
+        responses, cpu_responses = self._by_response_key, self._cpu_response_key
+        self._cpu_adds_response_filters = bytes(
+            responses.groups[responses.group_of[key]] != cpu_responses.groups[cpu_responses.group_of[key]]
+            for key in range(TABLE_SIZE + 1)
         )
         # The ApiVersions clamp: the lowest maximum any filter declares, per API.
         versions: dict[int, int] = {}
@@ -162,6 +170,7 @@ class ConnectionFilters:
     later filter sees the connection as the earlier ones left it."""
 
     __slots__ = (
+        "_cpu_adds_response_filters",
         "_cpu_needed",
         "_cpu_response_group",
         "_cpu_response_groups",
@@ -186,6 +195,7 @@ class ConnectionFilters:
         self._response_groups = _instances(chain._by_response_key, filters)
         self._cpu_response_group = chain._cpu_response_key.group_of
         self._cpu_response_groups = _instances(chain._cpu_response_key, filters)
+        self._cpu_adds_response_filters = chain._cpu_adds_response_filters
         self._cpu_needed = chain.cpu_time_needed()
 
     def on_request(
@@ -238,7 +248,7 @@ class ConnectionFilters:
         key = request.header.api_key
         if not 0 <= key < TABLE_SIZE:
             key = BEYOND_TABLE
-        if self._cpu_needed():
+        if self._cpu_adds_response_filters[key] and self._cpu_needed():
             filters = self._cpu_response_groups[self._cpu_response_group[key]]
         else:
             filters = self._response_groups[self._response_group[key]]

@@ -144,7 +144,9 @@ class UsageRecording:
             if type(topic) is not str:
                 break
         else:
-            return cast(list[tuple[str, int]], found)  # every topic named already: no new list
+            # Every topic named already: no new list. (The type as a string: cast's argument is evaluated
+            # on every call, and list[...] builds a new generic alias each time, 0.2 us per request.)
+            return cast("list[tuple[str, int]]", found)
         named: list[tuple[str, int]] = []
         for topic, size in found:
             if not isinstance(topic, str):
