@@ -55,16 +55,16 @@ class _Timers:
 
 
 def test_ticks_fall_on_whole_seconds_of_the_wall_clock_and_an_early_timer_does_not_tick_twice() -> None:
-    wall = [1_000_300]
+    wall = [1000.3]
     timers = _Timers()
     ticks: list[int] = []
-    service = Periodic("aligned", 1.0, ticks.append, wall_ms=lambda: wall[0])
+    service = Periodic("aligned", 1.0, ticks.append, wall_s=lambda: wall[0])
     service._schedule(timers)  # type: ignore[arg-type]
-    assert timers.delays[-1] == pytest.approx(0.7)  # to 1,001,000 ms, with every other service's tick
-    wall[0] = 1_000_999  # the loop's timer fired a millisecond early by the wall clock
+    assert timers.delays[-1] == pytest.approx(0.7)  # to 1001.0, shared with every other service's tick
+    wall[0] = 1000.9995  # the loop's timer fired half a millisecond early by the wall clock
     timers.fire()
-    assert timers.delays[-1] == pytest.approx(1.001)  # to 1,002,000, not to 1,001,000 again
-    wall[0] = 1_004_250  # the loop was busy past two boundaries: the next one to come, not the missed ones
+    assert timers.delays[-1] == pytest.approx(1.0005)  # to 1002.0, not to 1001.0 again
+    wall[0] = 1004.25  # the loop was busy past two boundaries: the next one to come, not the missed ones
     timers.fire()
     assert timers.delays[-1] == pytest.approx(0.75)
     assert len(ticks) == 2
