@@ -94,6 +94,11 @@ class QuotaFilter:
             )
         return cls(exact, frozenset(specified), strict)
 
+    @property
+    def selects_all(self) -> bool:
+        """No component and not strict: every entity matches (Kafka's describe of the whole store)."""
+        return not self.strict and not self.exact and not self.specified
+
     def matches(self, entity: ClientQuotaEntity) -> bool:
         names = {USER: entity.user, CLIENT_ID: entity.client_id, IP: entity.ip}
         if self.strict and sum(name is not None for name in names.values()) != len(self.exact) + len(
@@ -109,17 +114,26 @@ class QuotaFilter:
 
 def describe_quotas(
     quotas: QuotaMap, components: Iterable[Component], strict: bool
-) -> tuple[ApiError, list[tuple[ClientQuotaEntity, dict[str, float]]] | None]:
+) -> tuple[ApiError, list[tuple[ClientQuotaEntity, Mapping[str, float]]] | None]:
     """The answer to a DescribeClientQuotas: (OK, matching entities in a stable order) or (error, None)."""
     try:
         quota_filter = QuotaFilter.parse(components, strict)
     except FilterError as failure:
         return failure.error, None
-    found = [
-        (entity, dict(values)) for entity, values in quotas.items() if values and quota_filter.matches(entity)
-    ]
-    found.sort(key=lambda item: item[0].sort_key())
+    # The values are the caller's, not copies: the store's in-force map is made afresh for each describe,
+    # and a describe of 10,000 entities spent a fifth of its time copying them again.
+    if quota_filter.selects_all:  # a describe of the whole store: no per-entity test
+        found = [(entity, values) for entity, values in quotas.items() if values]
+    else:
+        found = [
+            (entity, values) for entity, values in quotas.items() if values and quota_filter.matches(entity)
+        ]
+    found.sort(key=_entity_order)
     return OK, found
+
+
+def _entity_order(item: tuple[ClientQuotaEntity, Mapping[str, float]]) -> tuple[tuple[int, str], ...]:
+    return item[0].sort_key()
 
 
 def _ip_name(match: str) -> str:

@@ -9,12 +9,15 @@ of up to 256 KiB, a Fetch answer of a few hundred kB joined from its reads) reus
 costing an mmap, an munmap and a page fault per 4 KiB each time; what they leave in the heap after a
 spike is given back by the memory_return service's trim. Measured: docs/benchmarks.md (section 2b).
 
-The trim threshold is fixed with it, at twice the mmap threshold (glibc's own pairing while it moves the
-thresholds itself; fixing one leaves the other at its 128 KiB default): glibc shrinks the heap whenever
-more than the trim threshold lies free at its top, so at 128 KiB each Fetch answer of a few hundred kB
-freed at the top gave its pages back, and the next one faulted them in again: 340 page faults per MiB
-of Fetch answers with 64 KiB batches, none at 2 MiB (docs/benchmarks.md, section 2b). At most 2 MiB stays
-free at the top; the memory_return service's trim returns it after a spike.
+The trim threshold is fixed with it (fixing one leaves the other at its 128 KiB default), at 16 MiB:
+glibc shrinks the heap whenever more than the trim threshold lies free at its top, and every block freed
+there below it is faulted in again by the next allocation. At 128 KiB each Fetch answer of a few hundred
+kB freed at the top gave its pages back: 340 page faults per MiB of Fetch answers with 64 KiB batches,
+none at 2 MiB (docs/benchmarks.md, section 2b). Since `sluice run` takes Python's objects from glibc too
+(`proxy/allocator.py`), work that makes and frees many of them frees megabytes at the top at once: a
+describe of 10,000 quota entities took 56-61 ms with the heap given back at 2 MiB each time, 42-47
+at 16 MiB (40.8 at 64; 27 with pymalloc). At most 16 MiB stays free at the top between spikes; the
+memory_return service's trim (`malloc_trim(0)`, which ignores the threshold) returns it after one.
 
 The C library and its two functions are looked up once, at start-up (`return_large_buffers_to_os`): a
 lookup runs `ldconfig -p` (ctypes' find_library) and makes a class for the library's functions, and made
@@ -35,7 +38,7 @@ if TYPE_CHECKING:  # the type of a C function, known to the checker's stubs only
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 1024 * 1024
-TRIM_THRESHOLD_BYTES = 2 * MMAP_THRESHOLD_BYTES
+TRIM_THRESHOLD_BYTES = 16 * MMAP_THRESHOLD_BYTES
 
 
 @functools.cache
