@@ -332,48 +332,12 @@ def ca(tmp_path_factory) -> TestCA:
     return TestCA(tmp_path_factory.mktemp("ca"))
 
 
-def test_sasl_over_tls_both_ways(cluster, ca):
-    proxy_cert, proxy_key = ca.issue("proxy", common_name="localhost")
-    broker_cert, broker_key = ca.issue("broker", common_name="localhost")
-    tls = ca.server_context(broker_cert, broker_key)
-    with SaslBrokerDouble(cluster.bootstrap, USERS, tls=tls) as secure:
-        extra = {
-            "tls": {
-                "listener": {"cert": str(proxy_cert), "key": str(proxy_key)},
-                "upstream": {"enabled": True, "ca": str(ca.ca_path)},
-            }
-        }
-        with ProxyProcess(secure.bootstrap, extra_config=extra, wait_for_brokers=False) as p:
-            config = sasl_config(
-                p.bootstrap, "bob", USERS["bob"], "SCRAM-SHA-512", **{"ssl.ca.location": str(ca.ca_path)}
-            )
-            config["security.protocol"] = "SASL_SSL"
-            assert produce_confluent(config, count=10) == 10_000
-            p.wait_for_event("sasl_authenticated", user="bob")
-
-            async def aiokafka_over_tls() -> None:
-                producer = AIOKafkaProducer(
-                    bootstrap_servers=p.bootstrap,
-                    security_protocol="SASL_SSL",
-                    ssl_context=create_ssl_context(cafile=str(ca.ca_path)),
-                    sasl_mechanism="PLAIN",
-                    sasl_plain_username="alice",
-                    sasl_plain_password=USERS["alice"],
-                )
-                await producer.start()
-                try:
-                    await producer.send_and_wait(TOPIC, b"z" * 100)
-                finally:
-                    await producer.stop()
-
-            asyncio.run(aiokafka_over_tls())
-            p.wait_for_event("sasl_authenticated", user="alice")
-    assert {"alice", "bob"} <= set(secure.authenticated)
-
-
-def test_large_answers_come_whole_over_tls_both_ways(cluster, ca):
-    # Fetch answers of hundreds of kB, each arriving in many pieces of whatever sizes the TLS layer hands
-    # over, relayed byte for byte: the records come back as they were sent.
+@contextlib.contextmanager
+def tls_both_ways(
+    cluster: MockCluster, ca: TestCA, mechanism: str
+) -> Iterator[tuple[SaslBrokerDouble, ProxyProcess, dict]]:
+    """A SASL broker double on TLS in front of the test broker, the proxy on TLS in front of it, and bob's
+    SASL_SSL client configuration for the proxy."""
     proxy_cert, proxy_key = ca.issue("proxy", common_name="localhost")
     broker_cert, broker_key = ca.issue("broker", common_name="localhost")
     with SaslBrokerDouble(cluster.bootstrap, USERS, tls=ca.server_context(broker_cert, broker_key)) as secure:
@@ -385,34 +349,66 @@ def test_large_answers_come_whole_over_tls_both_ways(cluster, ca):
         }
         with ProxyProcess(secure.bootstrap, extra_config=extra, wait_for_brokers=False) as p:
             config = sasl_config(
-                p.bootstrap, "bob", USERS["bob"], "PLAIN", **{"ssl.ca.location": str(ca.ca_path)}
+                p.bootstrap, "bob", USERS["bob"], mechanism, **{"ssl.ca.location": str(ca.ca_path)}
             )
             config["security.protocol"] = "SASL_SSL"
-            marker = f"large-{time.monotonic_ns()}-".encode()
-            sent = [marker + bytes([i]) * 150_000 for i in range(8)]
-            producer = Producer({**config, "partitioner": "murmur2", "message.max.bytes": 2_000_000})
-            for value in sent:
-                producer.produce(TOPIC, value, key=b"one-partition")
-            assert producer.flush(30) == 0
-            consumer = Consumer(
-                {
-                    **config,
-                    "group.id": marker.decode(),
-                    "auto.offset.reset": "earliest",
-                    "enable.auto.commit": False,
-                }
+            yield secure, p, config
+
+
+def test_sasl_over_tls_both_ways(cluster, ca):
+    with tls_both_ways(cluster, ca, "SCRAM-SHA-512") as (secure, p, config):
+        assert produce_confluent(config, count=10) == 10_000
+        p.wait_for_event("sasl_authenticated", user="bob")
+
+        async def aiokafka_over_tls() -> None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=p.bootstrap,
+                security_protocol="SASL_SSL",
+                ssl_context=create_ssl_context(cafile=str(ca.ca_path)),
+                sasl_mechanism="PLAIN",
+                sasl_plain_username="alice",
+                sasl_plain_password=USERS["alice"],
             )
-            consumer.subscribe([TOPIC])
-            received: list[bytes] = []
-            deadline = time.monotonic() + 60
+            await producer.start()
             try:
-                while len(received) < len(sent) and time.monotonic() < deadline:
-                    message = consumer.poll(1.0)
-                    if message is not None and message.error() is None and message.value().startswith(marker):
-                        received.append(message.value())
+                await producer.send_and_wait(TOPIC, b"z" * 100)
             finally:
-                consumer.close()
-            assert received == sent
+                await producer.stop()
+
+        asyncio.run(aiokafka_over_tls())
+        p.wait_for_event("sasl_authenticated", user="alice")
+    assert {"alice", "bob"} <= set(secure.authenticated)
+
+
+def test_large_answers_come_whole_over_tls_both_ways(cluster, ca):
+    # Fetch answers of hundreds of kB, each arriving in many pieces of whatever sizes the TLS layer hands
+    # over, relayed byte for byte: the records come back as they were sent.
+    with tls_both_ways(cluster, ca, "PLAIN") as (_, _, config):
+        marker = f"large-{time.monotonic_ns()}-".encode()
+        sent = [marker + bytes([i]) * 150_000 for i in range(8)]
+        producer = Producer({**config, "partitioner": "murmur2", "message.max.bytes": 2_000_000})
+        for value in sent:
+            producer.produce(TOPIC, value, key=b"one-partition")
+        assert producer.flush(30) == 0
+        consumer = Consumer(
+            {
+                **config,
+                "group.id": marker.decode(),
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.subscribe([TOPIC])
+        received: list[bytes] = []
+        deadline = time.monotonic() + 60
+        try:
+            while len(received) < len(sent) and time.monotonic() < deadline:
+                message = consumer.poll(1.0)
+                if message is not None and message.error() is None and message.value().startswith(marker):
+                    received.append(message.value())
+        finally:
+            consumer.close()
+        assert received == sent
 
 
 @pytest.mark.parametrize(
