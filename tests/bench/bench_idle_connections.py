@@ -26,14 +26,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the test broker and proxy handles
 
-from harness import BareRelayProcess, QuietProxy
+from harness import BareRelayProcess
 from kafka.protocol.metadata import ApiVersionsRequest
 from measurements import Record, measurement
 from mock_cluster_process import MockCluster
 from process_stats import open_fds, raise_fd_limit, rss_bytes
+from proxy_process import ProxyProcess
+from waiting import wait_until
 
 from sluice.protocol.headers import encode_request_header, frame
-from sluice.proxy.process.memory_return import CHECK_S as MEMORY_RETURN_CHECK_S
 
 TARGET_KB = 30.0
 CONNECTIONS = 5_000
@@ -83,7 +84,19 @@ def _wait_fds_at_most(pid: int, limit: int, timeout_s: float = 30.0) -> int:
     return fds
 
 
-def _hold(name: str, pid: int, port: int, count: int, mock_pid: int) -> dict[str, Any]:
+def _memory_returned_twice(proxy: ProxyProcess, since: int) -> None:
+    """Until the proxy has logged `memory_returned` twice after the log's first `since` events: after the
+    connection count fell, and once more as the last connections closed."""
+
+    def returns() -> int:
+        return sum(e.get("event") == "memory_returned" for e in proxy.events()[since:])
+
+    wait_until(lambda: returns() >= 2, "the proxy's second memory_returned", 60, interval_s=0.1)
+
+
+def _hold(
+    name: str, pid: int, port: int, count: int, mock_pid: int, proxy: ProxyProcess | None = None
+) -> dict[str, Any]:
     time.sleep(SETTLE_S)
     fds_before = open_fds(pid)
     mock_fds_before = open_fds(mock_pid)
@@ -96,14 +109,18 @@ def _hold(name: str, pid: int, port: int, count: int, mock_pid: int) -> dict[str
         during = rss_bytes(pid)
         fds_during = open_fds(pid)
         mock_fds_during = open_fds(mock_pid)
+        since = len(proxy.events()) if proxy is not None else 0
     finally:
         for sock in held:
             sock.close()
     # The next measurement must not start while this process still tears connections down.
     _wait_fds_at_most(pid, fds_before + 4)
-    # RSS after closing is read once the proxy's memory return has run after the fall and once more as
-    # the last connections closed (it looks every CHECK_S): read at once, it showed the spike's memory.
-    time.sleep(2 * MEMORY_RETURN_CHECK_S + SETTLE_S)
+    # The proxy's RSS after closing is read once its memory return has run (read at once, it showed the
+    # spike's memory); the relay has none and gives back what it gives back as the connections close.
+    if proxy is not None:
+        _memory_returned_twice(proxy, since)
+    else:
+        time.sleep(SETTLE_S)
     return {
         "name": name,
         "count": len(held),
@@ -127,11 +144,12 @@ def run(count: int = CONNECTIONS) -> list[Record]:
         )
     with (
         MockCluster(brokers=BROKERS, topics={"idle": 1}) as cluster,
-        QuietProxy(cluster.bootstrap) as proxy,
+        # Logging at info: the memory return's `memory_returned` events are what RSS after closing waits for.
+        ProxyProcess(cluster.bootstrap, log_level="info") as proxy,
         BareRelayProcess(cluster.addresses[0][0] + f":{cluster.addresses[0][1]}") as relay,
     ):
         results = [
-            _hold("proxy", proxy.pid, proxy.port, count, cluster.pid),
+            _hold("proxy", proxy.process.pid, proxy.port, count, cluster.pid, proxy),
             _hold("bare relay", relay.pid, relay.port, count, cluster.pid),
         ]
     proxy_result = results[0]
@@ -151,8 +169,8 @@ def run(count: int = CONNECTIONS) -> list[Record]:
         "cluster, the proxy and the relay, which inherit it.",
         f"{count:,} connections, each answered one ApiVersions v0 request before going idle (so its "
         f"upstream connection exists), opened {BATCH} at a time; RSS read {SETTLE_S:.0f} s after the "
-        "last one, and after closing once the proxy's memory return has run twice. The proxy spreads its "
-        "upstream connections over 3 mock brokers, the relay sends all "
+        "last one, and after closing once the proxy logged its memory return twice. The proxy spreads "
+        "its upstream connections over 3 mock brokers, the relay sends all "
         "of them to broker 1. kB = 1000 bytes.",
         "'extra fds': descriptors the process had open while holding the connections, beyond those it had "
         "before (two per client connection: the client's and its upstream's); 'extra mock fds': the same "

@@ -198,6 +198,8 @@ def _perf_sampled(pid: int, hz: int | None) -> Iterator[list[tuple[float, float]
         data = str(Path(tmp) / "perf.data")
         command = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(hz), "-o", data, "-p", str(pid)]
         perf = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+        # The sleep is the event: perf record says nothing once it has attached, and nothing it writes
+        # tells; samples taken before it attaches are only lost from the split, never miscounted.
         time.sleep(PERF_ATTACH_S)
         try:
             yield shares
