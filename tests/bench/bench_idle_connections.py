@@ -119,7 +119,7 @@ def _hold(
     # spike's memory); the relay has none and gives back what it gives back as the connections close.
     if proxy is not None:
         _memory_returned_twice(proxy, since)
-    else:
+    else:  # the sleep is the event: the relay has no memory return to wait for, so a settle, as before
         time.sleep(SETTLE_S)
     return {
         "name": name,
