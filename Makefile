@@ -9,7 +9,8 @@ install: $(STAMP)
 
 # PYTHONWARNINGS: setuptools prints a notice (information, not a warning about this project) on every
 # editable install.
-$(STAMP): pyproject.toml
+# The compiled walks (protocol/_walks.c) are built by the editable install: a change to them installs again.
+$(STAMP): pyproject.toml protocol/_walks.c
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# The distribution was once named `sluice` (another project's name on PyPI): drop that older install

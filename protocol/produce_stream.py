@@ -32,6 +32,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from sluice.protocol import compiled_walks
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import API_SPECS, FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
@@ -48,6 +49,7 @@ __all__ = [
     "produce_body",
     "produce_topic_bytes",
     "walk_produce_body",
+    "walk_produce_body_in_python",
 ]
 
 PRODUCE_MAX = API_SPECS[ApiKey.PRODUCE].max_version
@@ -365,6 +367,15 @@ def walk_produce_body(api_version: int, body: Buffer) -> ProduceBody:
     ProtocolError('bad_produce_request') when malformed, ('unsupported_version') beyond the API table."""
     if not 0 <= api_version <= PRODUCE_MAX:
         raise ProtocolError("unsupported_version", f"Produce v{api_version}")
+    return _new_body(ProduceBody, _walk_whole(api_version, body))
+
+
+_WalkedBody = tuple[int, int, TopicBytes, list[Partitions]]
+
+
+def walk_produce_body_in_python(api_version: int, body: Buffer) -> _WalkedBody:
+    """`walk_produce_body`'s walk (of a version it accepts), in Python, as a plain tuple: the reference for
+    the compiled one, and what runs without it."""
     # __init__'s state, set here: the Python call costs a few percent of a small request's walk.
     walk = _bare_walk(ProduceWalk)
     walk._version, walk._phase, walk.skip, walk._topics, walk._by_topic = api_version, _HEAD, 0, [], []
@@ -374,10 +385,14 @@ def walk_produce_body(api_version: int, body: Buffer) -> ProduceBody:
     else:
         stopped = walk._classic_stop(body, 0)
     if walk._phase == _DONE and stopped == len(body):
-        return _new_body(ProduceBody, (walk._acks, walk._timeout_ms, walk._topics, walk._by_topic))
+        return walk._acks, walk._timeout_ms, walk._topics, walk._by_topic
     if walk._phase == _DONE:
         raise ProtocolError("bad_produce_request", f"{len(body) - stopped} bytes after the topics")
     raise ProtocolError("bad_produce_request", "truncated")
+
+
+# The compiled walk where this install has it (protocol/compiled_walks.py), else the Python one.
+_walk_whole = compiled_walks.walk_produce_body or walk_produce_body_in_python
 
 
 def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:

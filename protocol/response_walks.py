@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from sluice.protocol import compiled_walks
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import Buffer, read_uvarint, skip_compact_nullable_string, skip_tagged_fields
@@ -33,7 +34,9 @@ __all__ = [
     "LAST_WITH_TOPIC_NAMES",
     "WALKED_FIELDS",
     "fetch_responses",
+    "fetch_responses_in_python",
     "produce_responses_end",
+    "produce_responses_end_in_python",
     "share_responses_end",
     "walked_fetch_topics",
     "walked_produce_responses_end",
@@ -74,12 +77,22 @@ def produce_responses_end(api_version: int, body: Buffer, start: int = 0, rememb
     caller holding the whole frame passes it and the body's offset, saving a view). With `remember`, for
     `walked_produce_responses_end`: only for a frame that never changes and holds no buffer another wants
     to resize (the proxy's answers are views of the bytes read), as the slot keeps it until the next walk.
+    """
+    global _last
+    pos = _produce_end(api_version, body, start)
+    if remember:
+        _last = (body, start, api_version, pos)
+    return pos
+
+
+def produce_responses_end_in_python(api_version: int, body: Buffer, start: int) -> int:
+    """The walk of `produce_responses_end`, in Python: the reference for the compiled one, and what runs
+    without it.
 
     Per topic: name (compact string; a 16-byte uuid from v13), partitions, tagged fields. Per partition: the
     fixed fields, record_errors (batch_index int32, message compact nullable string, tagged fields),
     error_message (compact nullable string), tagged fields (current_leader, v10+).
     """
-    global _last
     topic_id = api_version >= _PRODUCE_FIRST_WITH_TOPIC_ID
     try:
         b = body[start]
@@ -106,8 +119,6 @@ def produce_responses_end(api_version: int, body: Buffer, start: int = 0, rememb
             pos = pos + 1 if body[pos] == 0 else skip_tagged_fields(body, pos)
     except IndexError:
         raise ProtocolError("truncated", "Produce responses") from None
-    if remember:
-        _last = (body, start, api_version, pos)
     return pos
 
 
@@ -132,6 +143,17 @@ def fetch_responses(
     `topics_wanted=False` (the rewrite, when no usage records read the topics) lists none: only the end is
     found, at the cost of the walk before the topics were kept (no copy of a topic id, no list)."""
     global _last_fetch
+    found, pos = _fetch_walk(api_version, body, start, topics_wanted)
+    if remember:
+        _last_fetch = (body, start, api_version, found)
+    return found, pos
+
+
+def fetch_responses_in_python(
+    api_version: int, body: Buffer, start: int, topics_wanted: bool
+) -> tuple[_TopicBytes, int]:
+    """The walk of `fetch_responses`, in Python: the reference for the compiled one, and what runs without
+    it."""
     by_id = api_version > LAST_WITH_TOPIC_NAMES
     end = len(body)
     found: _TopicBytes = []
@@ -194,9 +216,12 @@ def fetch_responses(
         raise ProtocolError("bad_topic_name", str(exc)) from None
     if pos > end:
         raise ProtocolError("truncated", "Fetch responses")
-    if remember:
-        _last_fetch = (body, start, api_version, found)
     return found, pos
+
+
+# The compiled walks where this install has them (protocol/compiled_walks.py), else the Python ones.
+_produce_end = compiled_walks.produce_responses_end or produce_responses_end_in_python
+_fetch_walk = compiled_walks.fetch_responses or fetch_responses_in_python
 
 
 _NO_FETCH_WALK: tuple[object, int, int, _TopicBytes] = (None, -1, -1, [])

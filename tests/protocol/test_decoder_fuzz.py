@@ -473,6 +473,11 @@ def _targets() -> list[Target]:
             "produce_stream.walk_produce_body", produce_stream.walk_produce_body, _samples(ProduceRequest)
         ),
         Target(
+            "produce_stream.walk_produce_body_in_python",
+            produce_stream.walk_produce_body_in_python,
+            {v: bodies for v, bodies in _samples(ProduceRequest).items() if v <= produce_stream.PRODUCE_MAX},
+        ),
+        Target(
             "produce_stream.produce_body",
             lambda v, d: produce_stream.produce_body(d, headers.parse_request_header(d)),
             _request_frames(0, ProduceRequest),
@@ -511,6 +516,18 @@ def _targets() -> list[Target]:
         Target(
             "response_walks.fetch_responses",
             response_walks.fetch_responses,
+            {v: bodies for v, bodies in _samples(FetchResponse).items() if v >= 12},
+            versions=range(12, 19),
+        ),
+        Target(
+            "response_walks.produce_responses_end_in_python",
+            lambda v, d: response_walks.produce_responses_end_in_python(v, d, 0),
+            {v: bodies for v, bodies in _samples(ProduceResponse).items() if v >= 9},
+            versions=range(9, 14),
+        ),
+        Target(
+            "response_walks.fetch_responses_in_python",
+            lambda v, d: response_walks.fetch_responses_in_python(v, d, 0, True),
             {v: bodies for v, bodies in _samples(FetchResponse).items() if v >= 12},
             versions=range(12, 19),
         ),

@@ -1,0 +1,756 @@
+/* The compiled walks of the Produce and Fetch structures every producer's and consumer's traffic crosses:
+ * a Produce request's topics and partitions (protocol/produce_stream.py), and the responses of a flexible
+ * Produce or Fetch answer (protocol/response_walks.py).
+ *
+ * Why C: these walks run per request and per answer, and in Python a partition's few field reads cost
+ * as much as the rest of the request's handling (docs/benchmarks.md, section 2b). Each function here is
+ * the line-by-line translation of its Python twin, which stays the reference: same results, same
+ * ProtocolError reasons, in the same order of checks (tests/protocol/test_compiled_walks.py holds them
+ * equal on valid, cut and corrupted inputs). The Python twins run where this module was not built.
+ *
+ * Safety: every byte is read through BYTE(), which jumps to the function's "truncated" exit at or past
+ * the end of the buffer; offsets are Py_ssize_t and only grow by values below 2^36 between two checked
+ * reads, so they cannot overflow. The buffer is held (PyObject_GetBuffer) for the whole walk and released
+ * on every exit. No Python code runs during a walk but the UTF-8 decode of a topic name.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* sluice.protocol.errors.ProtocolError, imported when the module loads. */
+static PyObject *protocol_error = NULL;
+
+/* The most topics and partitions one Produce request may name (produce_stream.MAX_ENTRIES). */
+#define MAX_ENTRIES 200000
+#define UUID_SIZE 16
+#define PRODUCE_FIRST_TRANSACTIONAL 3
+#define PRODUCE_FLEXIBLE_FROM 9
+#define PRODUCE_FIRST_WITH_TOPIC_ID 13
+#define LAST_WITH_TOPIC_NAMES 12
+
+static void
+raise_protocol_error(const char *reason, const char *detail)
+{
+    PyObject *exc = PyObject_CallFunction(protocol_error, "ss", reason, detail);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+}
+
+typedef struct {
+    const uint8_t *p;
+    Py_ssize_t n;
+} walk_buffer;
+
+/* protocol.primitives.read_uvarint: 0, or -1 with ProtocolError set. */
+static int
+read_uvarint(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
+{
+    int64_t result = 0;
+    int shift = 0;
+    Py_ssize_t at = *pos;
+    for (;;) {
+        if (at >= b->n) {
+            raise_protocol_error("truncated", "unsigned varint");
+            return -1;
+        }
+        uint8_t byte = b->p[at++];
+        result |= (int64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            *out = result;
+            *pos = at;
+            return 0;
+        }
+        shift += 7;
+        if (shift > 28) {
+            raise_protocol_error("bad_varint", "unsigned varint longer than 5 bytes");
+            return -1;
+        }
+    }
+}
+
+/* protocol.primitives.skip_tagged_fields. */
+static int
+skip_tagged_fields(const walk_buffer *b, Py_ssize_t *pos)
+{
+    if (*pos < b->n && b->p[*pos] == 0) {
+        *pos += 1;
+        return 0;
+    }
+    int64_t count, tag, length;
+    if (read_uvarint(b, pos, &count) < 0) {
+        return -1;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        if (read_uvarint(b, pos, &tag) < 0 || read_uvarint(b, pos, &length) < 0) {
+            return -1;
+        }
+        *pos += (Py_ssize_t)length;
+        if (*pos > b->n) {
+            raise_protocol_error("truncated", "tagged field");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* protocol.primitives.skip_compact_nullable_string. */
+static int
+skip_compact_nullable_string(const walk_buffer *b, Py_ssize_t *pos)
+{
+    int64_t length_plus_one;
+    if (read_uvarint(b, pos, &length_plus_one) < 0) {
+        return -1;
+    }
+    if (length_plus_one > 1) {
+        *pos += (Py_ssize_t)(length_plus_one - 1);
+        if (*pos > b->n) {
+            raise_protocol_error("truncated", "compact string");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* response_walks._count: a compact array's count (null is empty); more than the bytes left is malformed. */
+static int
+read_count(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
+{
+    int64_t count_plus_one;
+    if (read_uvarint(b, pos, &count_plus_one) < 0) {
+        return -1;
+    }
+    int64_t count = count_plus_one - 1;
+    if (count > (int64_t)(b->n - *pos)) {
+        raise_protocol_error("bad_array_length", "more elements than bytes left");
+        return -1;
+    }
+    *out = count > 0 ? count : 0;
+    return 0;
+}
+
+/* Read byte `i` into `dst`, or leave by the function's "truncated" label. */
+#define BYTE(dst, i)                  \
+    do {                              \
+        Py_ssize_t at_ = (i);         \
+        if (at_ >= b.n) {             \
+            goto truncated;           \
+        }                             \
+        (dst) = b.p[at_];             \
+    } while (0)
+
+/* response_walks._skip_tags: an empty block inline; reading at the end is a cut. */
+#define SKIP_TAGS()                                         \
+    do {                                                    \
+        uint8_t tags_;                                      \
+        BYTE(tags_, pos);                                   \
+        if (tags_ == 0) {                                   \
+            pos += 1;                                       \
+        }                                                   \
+        else if (skip_tagged_fields(&b, &pos) < 0) {        \
+            goto failed;                                    \
+        }                                                   \
+    } while (0)
+
+/* A compact nullable string whose one-byte length+1 is c takes c bytes (1 when null). */
+#define SKIP_SHORT_STRING()                                            \
+    do {                                                               \
+        uint8_t c_;                                                    \
+        BYTE(c_, pos);                                                 \
+        if (c_ < 0x80) {                                               \
+            pos += c_ ? c_ : 1;                                        \
+        }                                                              \
+        else if (skip_compact_nullable_string(&b, &pos) < 0) {         \
+            goto failed;                                               \
+        }                                                              \
+    } while (0)
+
+/* A compact array's count: one byte inline, else read_count. */
+#define COUNT(dst)                                          \
+    do {                                                    \
+        uint8_t c_;                                         \
+        BYTE(c_, pos);                                      \
+        if (0 < c_ && c_ < 0x80) {                          \
+            (dst) = c_ - 1;                                 \
+            pos += 1;                                       \
+        }                                                   \
+        else if (read_count(&b, &pos, &(dst)) < 0) {        \
+            goto failed;                                    \
+        }                                                   \
+    } while (0)
+
+static int
+open_buffer(PyObject *obj, Py_buffer *view, walk_buffer *b)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    b->p = (const uint8_t *)view->buf;
+    b->n = view->len;
+    return 0;
+}
+
+static int
+read_offset(PyObject *obj, Py_ssize_t *out)
+{
+    Py_ssize_t value = PyLong_AsSsize_t(obj);
+    if (value == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (value < 0) {
+        PyErr_SetString(PyExc_ValueError, "a walk starts at a non-negative offset");
+        return -1;
+    }
+    *out = value;
+    return 0;
+}
+
+/* produce_responses_end(api_version, body, start) -> the offset after a Produce v9+ answer's responses. */
+static PyObject *
+produce_responses_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "produce_responses_end(api_version, body, start)");
+        return NULL;
+    }
+    long version = PyLong_AsLong(args[0]);
+    Py_ssize_t pos;
+    if ((version == -1 && PyErr_Occurred()) || read_offset(args[2], &pos) < 0) {
+        return NULL;
+    }
+    Py_buffer view;
+    walk_buffer b;
+    if (open_buffer(args[1], &view, &b) < 0) {
+        return NULL;
+    }
+    int topic_id = version >= PRODUCE_FIRST_WITH_TOPIC_ID;
+    int64_t topics, partitions, record_errors;
+    uint8_t c;
+    COUNT(topics);
+    for (int64_t t = 0; t < topics; t++) {
+        if (topic_id) {
+            pos += UUID_SIZE;
+        }
+        else {
+            SKIP_SHORT_STRING();
+        }
+        COUNT(partitions);
+        for (int64_t i = 0; i < partitions; i++) {
+            pos += 4 + 2 + 8 + 8 + 8; /* index, error_code, base_offset, log_append_time, log_start */
+            BYTE(c, pos);
+            if (c == 1) { /* no record errors */
+                pos += 1;
+            }
+            else {
+                if (read_count(&b, &pos, &record_errors) < 0) {
+                    goto failed;
+                }
+                for (int64_t e = 0; e < record_errors; e++) {
+                    pos += 4; /* batch_index */
+                    if (skip_compact_nullable_string(&b, &pos) < 0) {
+                        goto failed;
+                    }
+                    SKIP_TAGS();
+                }
+            }
+            SKIP_SHORT_STRING(); /* error_message */
+            SKIP_TAGS();
+        }
+        SKIP_TAGS();
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(pos);
+
+truncated:
+    raise_protocol_error("truncated", "Produce responses");
+failed:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* fetch_responses(api_version, body, start, topics_wanted) -> ([(topic, record bytes)], the offset after
+ * the responses) of a Fetch v12+ answer. */
+static PyObject *
+fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "fetch_responses(api_version, body, start, topics_wanted)");
+        return NULL;
+    }
+    long version = PyLong_AsLong(args[0]);
+    Py_ssize_t pos;
+    if ((version == -1 && PyErr_Occurred()) || read_offset(args[2], &pos) < 0) {
+        return NULL;
+    }
+    int topics_wanted = PyObject_IsTrue(args[3]);
+    if (topics_wanted < 0) {
+        return NULL;
+    }
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
+        return NULL;
+    }
+    Py_buffer view;
+    walk_buffer b;
+    if (open_buffer(args[1], &view, &b) < 0) {
+        Py_DECREF(found);
+        return NULL;
+    }
+    int by_id = version > LAST_WITH_TOPIC_NAMES;
+    int64_t topics, partitions, aborted, length, size;
+    Py_ssize_t stop, named_at;
+    uint8_t c, d;
+    pos += 4 + 2 + 4; /* throttle_time_ms, error_code, session_id */
+    COUNT(topics);
+    for (int64_t t = 0; t < topics; t++) {
+        if (by_id) {
+            stop = pos + UUID_SIZE;
+            if (stop > b.n) {
+                goto truncated;
+            }
+        }
+        else {
+            BYTE(c, pos); /* a compact string, length + 1: 0 is null, which a topic name never is */
+            if (0 < c && c < 0x80) {
+                length = c - 1;
+                pos += 1;
+            }
+            else if (read_count(&b, &pos, &length) < 0) {
+                goto failed;
+            }
+            stop = pos + (Py_ssize_t)length;
+            if (c == 0 || length < 0 || stop > b.n) {
+                raise_protocol_error("bad_topic_name", "topic name length");
+                goto failed;
+            }
+        }
+        named_at = pos;
+        pos = stop;
+        COUNT(partitions);
+        int64_t total = 0;
+        for (int64_t i = 0; i < partitions; i++) {
+            pos += 30; /* index, error_code, high_watermark, last_stable_offset, log_start_offset */
+            BYTE(c, pos);
+            if (c <= 1) { /* aborted transactions null or empty; and the preferred read replica */
+                pos += 5;
+            }
+            else {
+                if (read_count(&b, &pos, &aborted) < 0) {
+                    goto failed;
+                }
+                for (int64_t a = 0; a < aborted; a++) {
+                    pos += 8 + 8; /* producer_id, first_offset */
+                    SKIP_TAGS();
+                }
+                pos += 4;
+            }
+            /* records: compact nullable bytes, length + 1 */
+            BYTE(c, pos);
+            if (c < 0x80) {
+                if (c > 1) {
+                    pos += c;
+                    total += c - 1;
+                }
+                else {
+                    pos += 1;
+                }
+            }
+            else {
+                BYTE(d, pos + 1);
+                if (d < 0x80) {
+                    size = (int64_t)((c & 0x7F) | (d << 7)) - 1;
+                    pos += 2;
+                }
+                else {
+                    if (read_uvarint(&b, &pos, &size) < 0) {
+                        goto failed;
+                    }
+                    size -= 1;
+                }
+                if (size > 0) {
+                    pos += (Py_ssize_t)size;
+                    total += size;
+                }
+            }
+            SKIP_TAGS();
+        }
+        SKIP_TAGS();
+        if (topics_wanted) {
+            PyObject *name;
+            if (by_id) {
+                name = PyBytes_FromStringAndSize((const char *)b.p + named_at, UUID_SIZE);
+            }
+            else {
+                name = PyUnicode_DecodeUTF8((const char *)b.p + named_at, stop - named_at, "strict");
+                if (name == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                    PyErr_Clear();
+                    raise_protocol_error("bad_topic_name", "not UTF-8");
+                    goto failed;
+                }
+            }
+            if (name == NULL) {
+                goto failed;
+            }
+            PyObject *entry = Py_BuildValue("(NL)", name, (long long)total);
+            if (entry == NULL) {
+                goto failed;
+            }
+            int appended = PyList_Append(found, entry);
+            Py_DECREF(entry);
+            if (appended < 0) {
+                goto failed;
+            }
+        }
+    }
+    if (pos > b.n) {
+        goto truncated;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nn)", found, pos);
+
+truncated:
+    raise_protocol_error("truncated", "Fetch responses");
+failed:
+    PyBuffer_Release(&view);
+    Py_DECREF(found);
+    return NULL;
+}
+
+#undef BYTE
+#undef SKIP_TAGS
+#undef SKIP_SHORT_STRING
+#undef COUNT
+
+/* The Produce request walk reports every failure as one reason, bad_produce_request, as the Python walk
+ * of a whole body does: a cut, a malformed field and bytes after the structure alike. */
+#define BYTE(dst, i)                  \
+    do {                              \
+        Py_ssize_t at_ = (i);         \
+        if (at_ >= b.n) {             \
+            goto cut;                 \
+        }                             \
+        (dst) = b.p[at_];             \
+    } while (0)
+
+#define NEED(count)                   \
+    do {                              \
+        if (pos + (count) > b.n) {    \
+            goto cut;                 \
+        }                             \
+    } while (0)
+
+static inline int16_t
+int16_at(const uint8_t *p)
+{
+    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+static inline int32_t
+int32_at(const uint8_t *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+/* A varint inside the Produce walk: a cut or a bad one fails the request alike. */
+static int
+produce_uvarint(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
+{
+    if (read_uvarint(b, pos, out) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+static int
+produce_skip_tags(const walk_buffer *b, Py_ssize_t *pos)
+{
+    if (skip_tagged_fields(b, pos) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* Append (topic, total) to topics and partitions to by_topic; 0 or -1 with an exception. */
+static int
+keep_topic(PyObject *topics, PyObject *by_topic, PyObject *name, int64_t total, PyObject *partitions)
+{
+    PyObject *entry = Py_BuildValue("(OL)", name, (long long)total);
+    if (entry == NULL) {
+        return -1;
+    }
+    int failed = PyList_Append(topics, entry) < 0 || PyList_Append(by_topic, partitions) < 0;
+    Py_DECREF(entry);
+    return failed ? -1 : 0;
+}
+
+static int
+keep_partition(PyObject *partitions, int32_t index, int64_t size)
+{
+    PyObject *entry = Py_BuildValue("(iL)", (int)index, (long long)size);
+    if (entry == NULL) {
+        return -1;
+    }
+    int failed = PyList_Append(partitions, entry) < 0;
+    Py_DECREF(entry);
+    return failed ? -1 : 0;
+}
+
+/* walk_produce_body(api_version, body) -> (acks, timeout_ms, [(topic, record bytes)], [[(index, record
+ * bytes)]]) of a whole Produce request body; the version is checked by the caller. */
+static PyObject *
+walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "walk_produce_body(api_version, body)");
+        return NULL;
+    }
+    long version = PyLong_AsLong(args[0]);
+    if (version == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *topics = PyList_New(0);
+    PyObject *by_topic = PyList_New(0);
+    PyObject *name = NULL, *partitions = NULL;
+    Py_buffer view;
+    walk_buffer b;
+    if (topics == NULL || by_topic == NULL || open_buffer(args[1], &view, &b) < 0) {
+        Py_XDECREF(topics);
+        Py_XDECREF(by_topic);
+        return NULL;
+    }
+    const char *why = "truncated";
+    Py_ssize_t pos = 0, stop;
+    int flexible = version >= PRODUCE_FLEXIBLE_FROM;
+    int by_id = version > LAST_WITH_TOPIC_NAMES;
+    int64_t count, parts, length, size, entries = 0;
+    int16_t acks;
+    int32_t timeout_ms, index;
+    uint8_t c;
+
+    if (version >= PRODUCE_FIRST_TRANSACTIONAL) { /* transactional_id */
+        if (flexible) {
+            BYTE(c, pos); /* one byte but for an id of 127 bytes or more */
+            length = c;
+            stop = pos + 1;
+            if (c >= 0x80) {
+                stop = pos;
+                if (produce_uvarint(&b, &stop, &length) < 0) {
+                    goto cut;
+                }
+            }
+            stop += length > 1 ? (Py_ssize_t)(length - 1) : 0;
+        }
+        else {
+            NEED(2);
+            length = int16_at(b.p + pos);
+            if (length < -1) {
+                why = "transactional_id length";
+                goto bad;
+            }
+            stop = pos + 2 + (length > 0 ? (Py_ssize_t)length : 0);
+        }
+        if (stop > b.n) {
+            goto cut;
+        }
+        pos = stop;
+    }
+    if (flexible) { /* acks, timeout_ms, the topics' count */
+        NEED(6);
+        acks = int16_at(b.p + pos);
+        timeout_ms = int32_at(b.p + pos + 2);
+        pos += 6;
+        if (produce_uvarint(&b, &pos, &count) < 0) {
+            goto cut;
+        }
+        count -= 1;
+    }
+    else {
+        NEED(10);
+        acks = int16_at(b.p + pos);
+        timeout_ms = int32_at(b.p + pos + 2);
+        count = int32_at(b.p + pos + 6);
+        if (count < -1) {
+            why = "array length";
+            goto bad;
+        }
+        pos += 10;
+    }
+    for (int64_t t = 0; t < count; t++) {
+        /* the topic's name (or id) and its partitions' count */
+        if (by_id) {
+            NEED(UUID_SIZE);
+            name = PyBytes_FromStringAndSize((const char *)b.p + pos, UUID_SIZE);
+            pos += UUID_SIZE;
+        }
+        else {
+            Py_ssize_t start;
+            if (flexible) {
+                start = pos;
+                if (produce_uvarint(&b, &start, &length) < 0) {
+                    goto cut;
+                }
+                length -= 1;
+                if (length < 0) {
+                    why = "topic name length";
+                    goto bad;
+                }
+            }
+            else {
+                NEED(2);
+                length = int16_at(b.p + pos);
+                if (length < 0) {
+                    why = "topic name length";
+                    goto bad;
+                }
+                start = pos + 2;
+            }
+            stop = start + (Py_ssize_t)length;
+            if (stop > b.n) {
+                goto cut;
+            }
+            name = PyUnicode_DecodeUTF8((const char *)b.p + start, stop - start, "strict");
+            if (name == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                why = "topic name not UTF-8";
+                goto bad;
+            }
+            pos = stop;
+        }
+        if (name == NULL) {
+            goto failed;
+        }
+        if (flexible) {
+            if (produce_uvarint(&b, &pos, &parts) < 0) {
+                goto cut;
+            }
+            parts -= 1;
+        }
+        else {
+            NEED(4);
+            parts = int32_at(b.p + pos);
+            if (parts < -1) {
+                why = "array length";
+                goto bad;
+            }
+            pos += 4;
+        }
+        entries += 1 + parts; /* a null array (-1) names no partition */
+        if (entries > MAX_ENTRIES) {
+            why = "more than 200000 topics and partitions in one request";
+            goto bad;
+        }
+        partitions = PyList_New(0);
+        if (partitions == NULL) {
+            goto failed;
+        }
+        int64_t total = 0;
+        for (int64_t i = 0; i < parts; i++) {
+            NEED(4);
+            index = int32_at(b.p + pos);
+            pos += 4;
+            if (flexible) {
+                if (produce_uvarint(&b, &pos, &size) < 0) {
+                    goto cut;
+                }
+                size -= 1;
+            }
+            else {
+                NEED(4);
+                size = int32_at(b.p + pos);
+                pos += 4;
+            }
+            if (size > 0) {
+                pos += (Py_ssize_t)size;
+                /* a record set that reaches the end: the flexible versions need its tagged fields after */
+                if (flexible ? pos >= b.n : pos > b.n) {
+                    goto cut;
+                }
+                total += size;
+            }
+            else if (size < 0) {
+                if (size < -1) {
+                    why = "records length";
+                    goto bad;
+                }
+                size = 0;
+            }
+            if (flexible) {
+                BYTE(c, pos);
+                if (c == 0) {
+                    pos += 1;
+                }
+                else if (produce_skip_tags(&b, &pos) < 0) {
+                    goto cut;
+                }
+            }
+            if (keep_partition(partitions, index, size) < 0) {
+                goto failed;
+            }
+        }
+        if (flexible && produce_skip_tags(&b, &pos) < 0) {
+            goto cut;
+        }
+        if (keep_topic(topics, by_topic, name, total, partitions) < 0) {
+            goto failed;
+        }
+        Py_CLEAR(name);
+        Py_CLEAR(partitions);
+    }
+    if (flexible && produce_skip_tags(&b, &pos) < 0) {
+        goto cut;
+    }
+    if (pos != b.n) {
+        why = "bytes after the topics";
+        goto bad;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(hiNN)", acks, timeout_ms, topics, by_topic);
+
+cut:
+    why = "truncated";
+bad:
+    raise_protocol_error("bad_produce_request", why);
+failed:
+    PyBuffer_Release(&view);
+    Py_XDECREF(name);
+    Py_XDECREF(partitions);
+    Py_DECREF(topics);
+    Py_DECREF(by_topic);
+    return NULL;
+}
+
+static PyMethodDef walks_methods[] = {
+    {"produce_responses_end", (PyCFunction)(void (*)(void))produce_responses_end, METH_FASTCALL,
+     "The offset after a Produce v9+ answer's responses (protocol.response_walks)."},
+    {"fetch_responses", (PyCFunction)(void (*)(void))fetch_responses, METH_FASTCALL,
+     "The topics of a Fetch v12+ answer with their record bytes, and the offset after its responses."},
+    {"walk_produce_body", (PyCFunction)(void (*)(void))walk_produce_body, METH_FASTCALL,
+     "acks, timeout_ms, topics and partitions of a whole Produce request body (protocol.produce_stream)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef walks_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_walks",
+    .m_doc = "The compiled walks of Produce and Fetch structures.",
+    .m_size = -1,
+    .m_methods = walks_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__walks(void)
+{
+    PyObject *errors = PyImport_ImportModule("sluice.protocol.errors");
+    if (errors == NULL) {
+        return NULL;
+    }
+    protocol_error = PyObject_GetAttrString(errors, "ProtocolError");
+    Py_DECREF(errors);
+    if (protocol_error == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&walks_module);
+}

@@ -1,0 +1,356 @@
+"""protocol/_walks.c: each compiled walk gives what its Python twin gives (the same result, or a
+ProtocolError of the same reason) on valid bodies of every version with many topics and partitions, on
+those bodies cut, corrupted, padded and nulled, and on random bytes, read from bytes, bytearrays and
+views, at any offset in a frame. The Python twins are the reference (their own tests: test_response_walks,
+test_produce_stream, test_record_sets); what the proxy runs is the compiled walk, where the install has it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from sluice.protocol import compiled_walks, produce_stream, response_walks
+from sluice.protocol.codec_quirks import encode_body
+from sluice.protocol.errors import ProtocolError
+
+EQUAL = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Record sets of every varint width the walks read inline or not: none, empty, one byte, two, three.
+_RECORDS = st.one_of(st.none(), st.sampled_from([0, 1, 126, 127, 128, 300, 16_383, 16_384, 20_000]))
+_NAMES = st.text(min_size=1, max_size=12)
+_MESSAGES = st.one_of(st.none(), st.text(max_size=140))
+
+
+def test_this_install_has_the_compiled_walks() -> None:
+    # CI builds the wheel and the development install with a C compiler: a walk missing there means the
+    # build skipped the extension (pyproject.toml's ext-modules is optional) and the proxy runs the Python.
+    missing = [name for name in compiled_walks.__all__ if getattr(compiled_walks, name) is None]
+    assert missing == [], f"built without protocol/_walks.c: {missing}"
+
+
+def _outcome(walk: Callable[..., object], *args: object) -> tuple[str, object]:
+    try:
+        return "walked", walk(*args)
+    except ProtocolError as exc:
+        return "refused", exc.reason
+
+
+@st.composite
+def _produce_requests(draw: st.DrawFn) -> tuple[int, bytes]:
+    version = draw(st.integers(0, produce_stream.PRODUCE_MAX))
+    layout = draw(st.lists(st.tuples(_NAMES, st.lists(_RECORDS, max_size=5)), max_size=4))
+    topic = ProduceRequest.TopicProduceData
+    topics = [
+        topic(
+            **({"topic_id": uuid.UUID(int=i + 1)} if version >= 13 else {"name": name}),
+            partition_data=[
+                topic.PartitionProduceData(index=p, records=None if size is None else b"r" * size)
+                for p, size in enumerate(sizes)
+            ],
+        )
+        for i, (name, sizes) in enumerate(layout)
+    ]
+    request = ProduceRequest(version=version, acks=draw(st.sampled_from([-1, 0, 1])), timeout_ms=30_000)
+    request.topic_data = topics
+    if version >= 3:
+        request.transactional_id = draw(st.one_of(st.none(), st.text(max_size=200)))
+    return version, bytes(request.encode(version=version))
+
+
+@st.composite
+def _produce_answers(draw: st.DrawFn) -> tuple[int, bytes]:
+    version = draw(st.integers(9, 13))
+    answer = ProduceResponse.TopicProduceResponse
+    partition = answer.PartitionProduceResponse
+    topics = []
+    for i, (name, count) in enumerate(draw(st.lists(st.tuples(_NAMES, st.integers(0, 4)), max_size=4))):
+        partitions = []
+        for p in range(count):
+            errors = [
+                partition.BatchIndexAndErrorMessage(batch_index=b, batch_index_error_message=message)
+                for b, message in enumerate(draw(st.lists(_MESSAGES, max_size=3)))
+            ]
+            entry = partition(index=p, error_code=0, base_offset=p, record_errors=errors)
+            entry.error_message = draw(_MESSAGES)
+            if version >= 10 and draw(st.booleans()):
+                entry.current_leader = partition.LeaderIdAndEpoch(leader_id=2, leader_epoch=7)
+                entry.tags = {"current_leader"}
+            partitions.append(entry)
+        identity = {"topic_id": uuid.UUID(int=i + 1)} if version >= 13 else {"name": name}
+        topics.append(answer(**identity, partition_responses=partitions))
+    message = ProduceResponse(version=version, responses=topics, throttle_time_ms=draw(st.integers(0, 9)))
+    return version, encode_body(message, version)
+
+
+@st.composite
+def _fetch_answers(draw: st.DrawFn) -> tuple[int, bytes]:
+    version = draw(st.integers(12, 18))
+    topic = FetchResponse.FetchableTopicResponse
+    data = topic.PartitionData
+    topics = []
+    for i, (name, sizes) in enumerate(
+        draw(st.lists(st.tuples(_NAMES, st.lists(_RECORDS, max_size=5)), max_size=4))
+    ):
+        partitions = []
+        for p, size in enumerate(sizes):
+            aborted = draw(st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=3)))
+            entry = data(
+                partition_index=p,
+                error_code=0,
+                high_watermark=10,
+                last_stable_offset=10,
+                log_start_offset=0,
+                aborted_transactions=None
+                if aborted is None
+                else [data.AbortedTransaction(producer_id=a, first_offset=a) for a in aborted],
+                preferred_read_replica=-1,
+                records=None if size is None else b"f" * size,
+            )
+            if draw(st.booleans()):
+                entry.current_leader = data.LeaderIdAndEpoch(leader_id=1, leader_epoch=3)
+                entry.tags = {"current_leader"}
+            partitions.append(entry)
+        identity = {"topic_id": uuid.UUID(int=i + 1)} if version >= 13 else {"topic": name}
+        topics.append(topic(**identity, partitions=partitions))
+    message = FetchResponse(version=version, throttle_time_ms=0, error_code=0, session_id=5, responses=topics)
+    return version, encode_body(message, version)
+
+
+@st.composite
+def _spoiled(draw: st.DrawFn, body: bytes) -> bytes:
+    """The body as it came, or cut, padded, with bytes overwritten (nulls, huge varints, lengths and
+    counts just out of range), inserted or removed: what a broken or hostile peer sends."""
+    data = bytearray(body)
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(data)))
+        op = draw(st.integers(0, 5))
+        if op == 0 and at < len(data):
+            data[at] = draw(st.sampled_from([0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF]) | st.integers(0, 255))
+        elif op == 1:
+            data[at:at] = draw(st.binary(min_size=1, max_size=6))
+        elif op == 2:
+            del data[at : at + draw(st.integers(1, 6))]
+        elif op == 3:
+            del data[at:]
+        elif op == 4:
+            data[at : at + 4] = b"\xff\xff\xff\xff"
+        else:  # a small negative or positive int16 or int32: a length or count just out of range
+            width = draw(st.sampled_from([2, 4]))
+            data[at : at + width] = draw(st.integers(-3, 3)).to_bytes(width, "big", signed=True)
+    return bytes(data)
+
+
+def _views(data: bytes, prefix: bytes) -> list[tuple[object, int]]:
+    """The same bytes as the proxy may hold them: whole, or after a prefix (a frame's length and header)."""
+    framed = prefix + data
+    return [
+        (data, 0),
+        (bytearray(data), 0),
+        (memoryview(framed)[len(prefix) :], 0),
+        (memoryview(framed), len(prefix)),
+        (framed, len(prefix)),
+    ]
+
+
+@EQUAL
+@given(case=_produce_requests(), data=st.data())
+def test_the_produce_request_walk_is_the_pythons(case: tuple[int, bytes], data: st.DataObject) -> None:
+    version, body = case
+    body = data.draw(_spoiled(body))
+    compiled = compiled_walks.walk_produce_body
+    assert compiled is not None
+    for held in (body, bytearray(body), memoryview(b"head" + body)[4:]):
+        assert _outcome(compiled, version, held) == _outcome(
+            produce_stream.walk_produce_body_in_python, version, body
+        )
+
+
+@EQUAL
+@given(case=_produce_answers(), data=st.data())
+def test_the_produce_answer_walk_is_the_pythons(case: tuple[int, bytes], data: st.DataObject) -> None:
+    version, body = case
+    body = data.draw(_spoiled(body))
+    compiled = compiled_walks.produce_responses_end
+    assert compiled is not None
+    for held, start in _views(body, data.draw(st.binary(max_size=9))):
+        assert _outcome(compiled, version, held, start) == _outcome(
+            response_walks.produce_responses_end_in_python, version, held, start
+        )
+
+
+@EQUAL
+@given(case=_fetch_answers(), wanted=st.booleans(), data=st.data())
+def test_the_fetch_answer_walk_is_the_pythons(
+    case: tuple[int, bytes], wanted: bool, data: st.DataObject
+) -> None:
+    version, body = case
+    body = data.draw(_spoiled(body))
+    compiled = compiled_walks.fetch_responses
+    assert compiled is not None
+    for held, start in _views(body, data.draw(st.binary(max_size=9))):
+        assert _outcome(compiled, version, held, start, wanted) == _outcome(
+            response_walks.fetch_responses_in_python, version, held, start, wanted
+        )
+
+
+@pytest.mark.parametrize("version", [9, 12, 13])
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=64))
+def test_random_bytes_are_walked_or_refused_alike(version: int, data: bytes) -> None:
+    produce_end, fetch_walk, produce_walk = (
+        compiled_walks.produce_responses_end,
+        compiled_walks.fetch_responses,
+        compiled_walks.walk_produce_body,
+    )
+    assert produce_end is not None and fetch_walk is not None and produce_walk is not None
+    assert _outcome(produce_end, version, data, 0) == _outcome(
+        response_walks.produce_responses_end_in_python, version, data, 0
+    )
+    assert _outcome(fetch_walk, version, data, 0, True) == _outcome(
+        response_walks.fetch_responses_in_python, version, data, 0, True
+    )
+    assert _outcome(produce_walk, version, data) == _outcome(
+        produce_stream.walk_produce_body_in_python, version, data
+    )
+
+
+def test_a_walk_reads_what_the_valid_body_says() -> None:
+    # Not only equal to the Python: right. A Fetch v12 answer of two topics, its record bytes summed.
+    version, body = (
+        12,
+        encode_body(
+            FetchResponse(
+                version=12,
+                throttle_time_ms=0,
+                error_code=0,
+                session_id=0,
+                responses=[
+                    FetchResponse.FetchableTopicResponse(
+                        topic=name,
+                        partitions=[
+                            FetchResponse.FetchableTopicResponse.PartitionData(
+                                partition_index=p, high_watermark=1, records=b"x" * size
+                            )
+                            for p, size in enumerate(sizes)
+                        ],
+                    )
+                    for name, sizes in (("orders", [300, 20_000]), ("ünï", [0, 5]))
+                ],
+            ),
+            12,
+        ),
+    )
+    fetch_walk = compiled_walks.fetch_responses
+    assert fetch_walk is not None
+    found, end = fetch_walk(version, body, 0, True)
+    assert found == [("orders", 20_300), ("ünï", 5)]
+    assert end == len(body) - 1  # before the top-level tagged fields: one empty block
+
+
+def test_a_walk_refuses_a_negative_start_and_a_non_buffer() -> None:
+    produce_end = compiled_walks.produce_responses_end
+    assert produce_end is not None
+    with pytest.raises(ValueError):
+        produce_end(9, b"\x01", -1)
+    with pytest.raises(TypeError):
+        produce_end(9, "not bytes", 0)  # type: ignore[arg-type]  # the error this test asserts
+
+
+def _small_produce_request(version: int) -> bytes:
+    topic = ProduceRequest.TopicProduceData
+    request = ProduceRequest(version=version, acks=1, timeout_ms=100)
+    request.topic_data = [
+        topic(
+            **({"topic_id": uuid.UUID(int=1)} if version >= 13 else {"name": "t"}),
+            partition_data=[
+                topic.PartitionProduceData(index=0, records=b"ab"),
+                topic.PartitionProduceData(index=1),
+            ],
+        )
+    ]
+    if version >= 3:
+        request.transactional_id = ""
+    return bytes(request.encode(version=version))
+
+
+def _overwritten(body: bytes) -> list[bytes]:
+    """The body with one field at every offset set to a value just in or out of range: -2, -1, 0 and 1
+    as int16 and int32, and single bytes that start a null, an empty or a long varint; each also with the
+    body ending right after it."""
+    out = []
+    for at in range(len(body) + 1):
+        for width, values in ((1, (0x00, 0x01, 0x80, 0xFF)), (2, (-2, -1, 0, 1)), (4, (-2, -1, 0, 1))):
+            for value in values:
+                data = bytearray(body)
+                data[at : at + width] = value.to_bytes(width, "big", signed=width > 1)
+                out += [bytes(data), bytes(data[: at + width])]  # and the body ending after it
+    return out
+
+
+@pytest.mark.parametrize("version", [0, 2, 3, 8, 9, 12, 13])
+def test_every_request_field_set_just_out_of_range_is_walked_or_refused_alike(version: int) -> None:
+    compiled = compiled_walks.walk_produce_body
+    assert compiled is not None
+    for data in _overwritten(_small_produce_request(version)):
+        assert _outcome(compiled, version, data) == _outcome(
+            produce_stream.walk_produce_body_in_python, version, data
+        ), data.hex()
+
+
+def _small_produce_answer(version: int) -> bytes:
+    answer = ProduceResponse.TopicProduceResponse
+    partition = answer.PartitionProduceResponse
+    entry = partition(index=0, error_code=0, base_offset=1, error_message="e")
+    entry.record_errors = [partition.BatchIndexAndErrorMessage(batch_index=0, batch_index_error_message="m")]
+    identity = {"topic_id": uuid.UUID(int=1)} if version >= 13 else {"name": "t"}
+    topics = [
+        answer(**identity, partition_responses=[entry, partition(index=1, error_code=0, base_offset=2)])
+    ]
+    return encode_body(ProduceResponse(version=version, responses=topics, throttle_time_ms=0), version)
+
+
+def _small_fetch_answer(version: int) -> bytes:
+    topic = FetchResponse.FetchableTopicResponse
+    data = topic.PartitionData
+    partitions = [
+        data(partition_index=0, high_watermark=1, records=b"ab", aborted_transactions=[]),
+        data(
+            partition_index=1,
+            high_watermark=1,
+            aborted_transactions=[data.AbortedTransaction(producer_id=1, first_offset=2)],
+            records=None,
+        ),
+    ]
+    identity = {"topic_id": uuid.UUID(int=1)} if version >= 13 else {"topic": "t"}
+    message = FetchResponse(
+        version=version, throttle_time_ms=0, responses=[topic(**identity, partitions=partitions)]
+    )
+    return encode_body(message, version)
+
+
+@pytest.mark.parametrize("version", [9, 10, 13])
+def test_every_produce_answer_field_set_just_out_of_range_is_walked_or_refused_alike(version: int) -> None:
+    compiled = compiled_walks.produce_responses_end
+    assert compiled is not None
+    for data in _overwritten(_small_produce_answer(version)):
+        assert _outcome(compiled, version, data, 0) == _outcome(
+            response_walks.produce_responses_end_in_python, version, data, 0
+        ), data.hex()
+
+
+@pytest.mark.parametrize("version", [12, 13, 16])
+def test_every_fetch_answer_field_set_just_out_of_range_is_walked_or_refused_alike(version: int) -> None:
+    compiled = compiled_walks.fetch_responses
+    assert compiled is not None
+    for data in _overwritten(_small_fetch_answer(version)):
+        for wanted in (True, False):
+            assert _outcome(compiled, version, data, 0, wanted) == _outcome(
+                response_walks.fetch_responses_in_python, version, data, 0, wanted
+            ), data.hex()
