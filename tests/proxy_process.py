@@ -62,11 +62,21 @@ class ProxyProcess(SluiceChild):
         return work_dir()
 
     def wait_until_ready(self, timeout_s: float = 10.0) -> None:
-        """Until the proxy knows the cluster's brokers; without metrics, by its log's event."""
+        """Until the proxy listens for every broker its start-up discovery found, or it exits; without
+        metrics, by its log: a `listener_opened` for each node `brokers_discovered` names (one whose
+        listener cannot open has none, and the proxy stops)."""
         if self.metrics_port is None:
-            self.wait_for_event("brokers_discovered", timeout_s)
+            self._poll_until(self._logged_every_broker_listener, timeout_s, "log a listener per broker")
         else:
             super().wait_until_ready(timeout_s)
+
+    def _logged_every_broker_listener(self) -> bool:
+        events = self.events()
+        discovered = next((e for e in events if e.get("event") == "brokers_discovered"), None)
+        if discovered is None:
+            return False
+        opened = {e.get("node_id") for e in events if e.get("event") == "listener_opened"}
+        return {int(node_id) for node_id in discovered["brokers"]} <= opened
 
     def broker_port(self, node_id: int) -> int:
         return self.broker_port_base + node_id

@@ -4,13 +4,20 @@ test at a time on one worker), and a test's proxies leave their configuration an
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import proxy_process
 import pytest
+from kafka.protocol.consumer import FetchRequest
+from mock_cluster_process import MockCluster
+from rawclient import RawClient
+
+from sluice.proxy.listeners.ports import wait_for_port
 
 GROUPED = """
 import os
@@ -91,3 +98,72 @@ def test_a_port_taken_by_another_program_before_the_bind_is_not_mistaken_for_the
                 pass
     finally:
         squatter.close()
+
+
+# How long the first proxy's drain lasts (a long poll it forwarded waits this long at the broker) and how
+# slow every broker answers (so that the long poll is forwarded before the discovery's Metadata comes back).
+LONG_POLL_MS = 2000
+BROKER_RTT_MS = 300
+
+
+def hold_a_long_poll(port: int) -> None:
+    """Connect to the proxy's bootstrap listener as soon as it opens (before its discovery's Metadata
+    answer) and keep a Fetch in flight there: a proxy that stops then drains for LONG_POLL_MS, its metrics
+    still answering, as a loaded machine in CI made it linger by chance."""
+    partition = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1024)
+    request = FetchRequest[4](
+        replica_id=-1,
+        max_wait_ms=LONG_POLL_MS,
+        min_bytes=1,
+        max_bytes=1024,
+        isolation_level=0,
+        topics=[FetchRequest.FetchTopic(topic="quiet", partitions=[partition])],
+    )
+    wait_for_port(port)
+    with RawClient("127.0.0.1", port) as client:
+        client.send(request, 4)
+        with contextlib.suppress(OSError):
+            client.receive_frame()  # the answer, or the end of the connection
+
+
+@pytest.mark.slow  # two proxies in front of a slowed broker, the first draining for LONG_POLL_MS
+@pytest.mark.parametrize("metrics", [True, False], ids=["by-metrics", "by-log"])
+def test_a_broker_port_taken_at_start_up_gets_the_proxy_a_new_block(
+    monkeypatch: pytest.MonkeyPatch, metrics: bool
+) -> None:
+    """CI: a test's proxy said READY=1 and its metrics showed a broker listener open, so the start handed
+    it to the test; but another broker's port was taken (parallel workers draw blocks at random), so the
+    start-up discovery stopped the proxy (exit 1, as designed) and the test's connections were refused.
+    The start now waits until every broker the discovery found has its listener, and when the proxy exits
+    for a taken port it tries a new block, with metrics or without (by the log)."""
+    from sluice.proxy.tools import demo_processes
+
+    real_block = demo_processes.free_port_block
+    first = real_block(16)
+    drawn: list[int] = []
+    holder = threading.Thread(target=hold_a_long_poll, args=(first,), daemon=True)
+
+    def block(size: int) -> int:
+        drawn.append(real_block(size) if drawn else first)
+        if len(drawn) == 1:
+            holder.start()
+        return drawn[-1]
+
+    monkeypatch.setattr(demo_processes, "free_port_block", block)
+    squatter = socket.socket()
+    # broker_port_base is the block's third port; node 2's, so node 1's listener opens before it fails.
+    squatter.bind(("127.0.0.1", first + 2 + 2))
+    squatter.listen()
+    try:
+        with MockCluster(brokers=3, topics={"quiet": 1}) as cluster:
+            for broker_id in range(1, 4):
+                cluster.set_rtt(broker_id, BROKER_RTT_MS)
+            with proxy_process.ProxyProcess(cluster.bootstrap, metrics=metrics) as proxy:
+                assert drawn[0] == first and proxy.port == drawn[-1] != first
+                for node_id in range(1, 4):
+                    with socket.create_connection(("127.0.0.1", proxy.broker_port(node_id)), timeout=5):
+                        pass
+                assert proxy.process.poll() is None
+    finally:
+        squatter.close()
+        holder.join(10)

@@ -12,7 +12,6 @@ tests/proxy_process.py) extend these two with fault injection and log reading.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import select
 import signal
@@ -21,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -33,6 +33,8 @@ from .mock_cluster import MockClusterError, parse_bootstrap
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 5.0
 _SLUICE_START_ATTEMPTS = 3
+# Broker listeners open, and broker nodes learnt without one (at start-up, a proxy that is stopping).
+_READY_METRICS = ("sluice_broker_listeners", "sluice_brokers_not_advertised")
 
 _running: set[MockClusterChild] = set()
 
@@ -140,8 +142,10 @@ class SluiceChild:
         log_level: str = "info",
         wait_for_brokers: bool = True,
     ) -> None:
-        # A port can still be taken between choosing the block and the proxy's bind (another program
-        # starting beside us): then the proxy exits at once naming the address, and a new block is tried.
+        # A port can still be taken between choosing the block and the proxy's bind (another program, or
+        # another test worker's proxy, starting beside us): then the proxy exits naming the address (at
+        # once for the bootstrap port, once its discovery finds the brokers for a broker's), and a new block
+        # is tried.
         for attempt in range(_SLUICE_START_ATTEMPTS):
             self._launch(free_port_block(16), upstream, extra_config, metrics, log_level)
             try:
@@ -221,16 +225,38 @@ class SluiceChild:
         return [sys.executable, "-m", "sluice.proxy", "run", "--config", str(config_path)]
 
     def wait_until_ready(self, timeout_s: float = 10.0) -> None:
-        """Until the proxy knows the cluster's brokers (and so listens for each of them)."""
+        """Until the proxy listens for every broker its start-up discovery found, or it exits (a broker's
+        port taken: `_start` then tries a new block).
+
+        One broker listener open is not enough: a start-up listener that cannot open stops the proxy
+        (exit 1), and its metrics still answer while it drains. The discovery opens its listeners in one
+        turn of the proxy's loop (BrokerDirectory.advertise is synchronous), and a scrape is answered on
+        that loop, so a scrape sees all of them or none; a failed one is in `sluice_brokers_not_advertised`.
+        """
+        self._poll_until(self._listens_for_every_broker, timeout_s, "listen for every broker it discovered")
+
+    def _listens_for_every_broker(self) -> bool:
+        try:
+            text = self.metrics_text()
+        except OSError:
+            return False
+        values = {
+            name: float(value)
+            for name, _, value in (line.partition(" ") for line in text.splitlines())
+            if name in _READY_METRICS
+        }
+        listeners, not_advertised = (values.get(name) for name in _READY_METRICS)
+        return listeners is not None and listeners > 0 and not_advertised == 0
+
+    def _poll_until(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Until `ready()`; RuntimeError once the proxy exited, TimeoutError after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                for line in self.metrics_text().splitlines():
-                    if line.startswith("sluice_broker_listeners ") and float(line.split()[1]) > 0:
-                        return
+            if ready():
+                return
             self._raise_if_exited()
             time.sleep(0.05)
-        raise TimeoutError(f"the proxy did not discover the brokers:\n{self.log_path.read_text()}")
+        raise TimeoutError(f"the proxy did not {what}:\n{self.log_path.read_text()}")
 
     def _raise_if_exited(self) -> None:
         if self.process.poll() is not None:
