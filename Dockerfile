@@ -1,6 +1,6 @@
 # Stage 1 builds the wheel exactly as .ci/run does; stage 2 installs that wheel and nothing of the source.
 FROM python:3.11-slim AS build
-# A C compiler for the compiled walks (protocol/_walks.c); the wheel carries them built, stage 2 needs none.
+# A C compiler for the compiled walks (protocol/_compiled.c); the wheel carries them built, stage 2 needs none.
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./

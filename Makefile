@@ -8,15 +8,15 @@ STAMP := $(VENV)/.installed
 install: $(STAMP)
 
 # PYTHONWARNINGS: setuptools prints a notice (information, not a warning about this project) on every
-# editable install.
-# The compiled walks (protocol/_walks.c) are built by the editable install: a change to them installs again.
-$(STAMP): pyproject.toml protocol/_walks.c
+# editable install, and calls pyproject's ext-modules table experimental on every build.
+# The compiled walks (protocol/_compiled.c) are built by the editable install: a change to them installs again.
+$(STAMP): pyproject.toml protocol/_compiled.c
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# The distribution was once named `sluice` (another project's name on PyPI): drop that older install
 	# first, since uninstalling it removes the `sluice` script both install.
 	$(PY) -m pip uninstall --quiet --yes sluice 2>/dev/null || true
-	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS="ignore:Editable installation,ignore:\`[tool.setuptools.ext-modules]\`" $(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 demo: install

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections.abc import Callable
 
+from sluice.protocol import compiled
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import (
     FLEXIBLE_FROM_BY_KEY,
@@ -13,7 +14,10 @@ from sluice.protocol.apis import (
     response_header_version,
 )
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.primitives import INT32_PACK, INT32_UNPACK, skip_tagged_fields
+from sluice.protocol.primitives import INT32_PACK, INT32_UNPACK, Buffer, skip_tagged_fields
+
+# Defined beside the compiled parse, which names it too; imported from here by everything that reads one.
+from sluice.protocol.request_header import RequestHeader as RequestHeader
 
 _CONTROLLED_SHUTDOWN = ApiKey.CONTROLLED_SHUTDOWN
 _KEYS_WITH_VERSIONS = len(FLEXIBLE_FROM_BY_KEY)
@@ -32,25 +36,12 @@ _CLIENT_ID_CACHE_MAX = 4096
 _client_id_cache: dict[bytes, str] = {}
 
 
-class RequestHeader(NamedTuple):
-    """An immutable parsed request header.
-
-    A NamedTuple rather than a frozen dataclass: it is built once per request on the hot path, and a
-    frozen dataclass's __init__ costs about 6x as much.
-    """
-
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    size: int  # bytes of the header itself: the body starts at frame offset 4 + size
-
-
 _new_header = tuple.__new__
 
 
-def parse_request_header(frame: memoryview | bytes) -> RequestHeader:
-    """Parse the request header of `frame` (which includes its 4-byte length prefix).
+def parse_request_header_in_python(frame: Buffer) -> RequestHeader:
+    """Parse the request header of `frame` (which includes its 4-byte length prefix): `parse_request_header`
+    in Python, the reference for the compiled one and what runs without it.
 
     Header version per the API table (protocol.apis.request_header_version); unknown APIs are read
     as v1 and never fail for being unknown. Memoryviews must be byte views (format 'B').
@@ -121,6 +112,26 @@ def _decode_client_id(raw: memoryview | bytes) -> str:
         _client_id_cache.clear()
     _client_id_cache[key] = decoded
     return decoded
+
+
+def _compiled_parse() -> Callable[[Buffer], RequestHeader] | None:
+    """The compiled parse (protocol/compiled.py), bound to this module's tables and client-id cache."""
+    bind, parse = compiled.bind_request_headers, compiled.parse_request_header
+    if bind is None or parse is None:
+        return None
+    bind(
+        RequestHeader,
+        FLEXIBLE_FROM_BY_KEY,
+        NOT_FLEXIBLE,
+        _CONTROLLED_SHUTDOWN,
+        _client_id_cache,
+        _decode_client_id,
+    )
+    return parse
+
+
+# The request header of every request: the compiled parse where this install has it, else the Python one.
+parse_request_header: Callable[[Buffer], RequestHeader] = _compiled_parse() or parse_request_header_in_python
 
 
 def response_header_size(api_key: int, api_version: int, frame: memoryview | bytes) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from sluice.protocol import compiled_walks
+from sluice.protocol import compiled
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import API_SPECS, FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
@@ -391,8 +391,8 @@ def walk_produce_body_in_python(api_version: int, body: Buffer) -> _WalkedBody:
     raise ProtocolError("bad_produce_request", "truncated")
 
 
-# The compiled walk where this install has it (protocol/compiled_walks.py), else the Python one.
-_walk_whole = compiled_walks.walk_produce_body or walk_produce_body_in_python
+# The compiled walk where this install has it (protocol/compiled.py), else the Python one.
+_walk_whole = compiled.walk_produce_body or walk_produce_body_in_python
 
 
 def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from sluice.protocol import compiled_walks
+from sluice.protocol import compiled
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import Buffer, read_uvarint, skip_compact_nullable_string, skip_tagged_fields
@@ -219,9 +219,9 @@ def fetch_responses_in_python(
     return found, pos
 
 
-# The compiled walks where this install has them (protocol/compiled_walks.py), else the Python ones.
-_produce_end = compiled_walks.produce_responses_end or produce_responses_end_in_python
-_fetch_walk = compiled_walks.fetch_responses or fetch_responses_in_python
+# The compiled walks where this install has them (protocol/compiled.py), else the Python ones.
+_produce_end = compiled.produce_responses_end or produce_responses_end_in_python
+_fetch_walk = compiled.fetch_responses or fetch_responses_in_python
 
 
 _NO_FETCH_WALK: tuple[object, int, int, _TopicBytes] = (None, -1, -1, [])

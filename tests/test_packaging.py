@@ -89,6 +89,9 @@ def test_the_wheel_holds_every_module_under_sluice_only(tmp_path: Path) -> None:
         for source in (ROOT / folder).rglob("*.py"):
             inside = "/".join([*name.split("."), *source.relative_to(ROOT / folder).parts])
             assert inside in names, f"{source.relative_to(ROOT)} is missing from the wheel"
+    # The compiled readers, built (this machine has a C compiler, as CI's has); their C source stays out.
+    assert any(n.startswith("sluice/protocol/_compiled.") and n.endswith(".so") for n in names), sorted(names)
+    assert not [n for n in names if n.endswith(".c")]
 
 
 def test_the_distribution_is_named_as_the_docs_and_messages_say() -> None:

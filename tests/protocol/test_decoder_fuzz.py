@@ -473,6 +473,11 @@ def _targets() -> list[Target]:
             "produce_stream.walk_produce_body", produce_stream.walk_produce_body, _samples(ProduceRequest)
         ),
         Target(
+            "headers.parse_request_header_in_python",
+            lambda v, d: headers.parse_request_header_in_python(d),
+            _request_frames(0, ProduceRequest),
+        ),
+        Target(
             "produce_stream.walk_produce_body_in_python",
             produce_stream.walk_produce_body_in_python,
             {v: bodies for v, bodies in _samples(ProduceRequest).items() if v <= produce_stream.PRODUCE_MAX},

@@ -28,6 +28,15 @@ sys.path.remove(TESTS)
 RECORDS = 200
 
 
+def check_compiled_readers() -> None:
+    # The wheel CI builds carries protocol/_compiled.c built (optional in the build: a wheel built without a
+    # C compiler would run the Python readers, slower, and nothing else would say so).
+    from sluice.protocol import compiled
+
+    missing = [name for name in compiled.__all__ if getattr(compiled, name) is None]
+    assert missing == [], f"the wheel has no compiled readers: {missing}"
+
+
 def check_top_level() -> None:
     files = importlib.metadata.files("sluice-kafka") or []
     tops = {
@@ -79,6 +88,7 @@ def roundtrip() -> None:
 
 def main() -> int:
     check_top_level()
+    check_compiled_readers()
     roundtrip()
     print(
         f"wheel smoke: sluice {importlib.metadata.version('sluice-kafka')} installed alone, "

@@ -1,12 +1,14 @@
-"""protocol/_walks.c: each compiled walk gives what its Python twin gives (the same result, or a
+"""protocol/_compiled.c: each compiled reader gives what its Python twin gives (the same result, or a
 ProtocolError of the same reason) on valid bodies of every version with many topics and partitions, on
 those bodies cut, corrupted, padded and nulled, and on random bytes, read from bytes, bytearrays and
 views, at any offset in a frame. The Python twins are the reference (their own tests: test_response_walks,
-test_produce_stream, test_record_sets); what the proxy runs is the compiled walk, where the install has it.
+test_produce_stream, test_record_sets, test_headers); what the proxy runs is the compiled one, where the
+install has it.
 """
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Callable
 
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from sluice.protocol import compiled_walks, produce_stream, response_walks
+from sluice.protocol import compiled, headers, produce_stream, response_walks
 from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.errors import ProtocolError
 
@@ -24,15 +26,17 @@ EQUAL = settings(max_examples=400, deadline=None, suppress_health_check=[HealthC
 
 # Record sets of every varint width the walks read inline or not: none, empty, one byte, two, three.
 _RECORDS = st.one_of(st.none(), st.sampled_from([0, 1, 126, 127, 128, 300, 16_383, 16_384, 20_000]))
-_NAMES = st.text(min_size=1, max_size=12)
+# Topic names of one-byte lengths and, up to Kafka's 249 characters, of two-byte ones.
+_NAMES = st.text(min_size=1, max_size=12) | st.text(alphabet="aé", min_size=120, max_size=249)
 _MESSAGES = st.one_of(st.none(), st.text(max_size=140))
 
 
-def test_this_install_has_the_compiled_walks() -> None:
+def test_this_install_has_the_compiled() -> None:
     # CI builds the wheel and the development install with a C compiler: a walk missing there means the
     # build skipped the extension (pyproject.toml's ext-modules is optional) and the proxy runs the Python.
-    missing = [name for name in compiled_walks.__all__ if getattr(compiled_walks, name) is None]
-    assert missing == [], f"built without protocol/_walks.c: {missing}"
+    missing = [name for name in compiled.__all__ if getattr(compiled, name) is None]
+    assert missing == [], f"built without protocol/_compiled.c: {missing}"
+    assert headers.parse_request_header is compiled.parse_request_header
 
 
 def _outcome(walk: Callable[..., object], *args: object) -> tuple[str, object]:
@@ -164,10 +168,10 @@ def _views(data: bytes, prefix: bytes) -> list[tuple[object, int]]:
 def test_the_produce_request_walk_is_the_pythons(case: tuple[int, bytes], data: st.DataObject) -> None:
     version, body = case
     body = data.draw(_spoiled(body))
-    compiled = compiled_walks.walk_produce_body
-    assert compiled is not None
+    walk = compiled.walk_produce_body
+    assert walk is not None
     for held in (body, bytearray(body), memoryview(b"head" + body)[4:]):
-        assert _outcome(compiled, version, held) == _outcome(
+        assert _outcome(walk, version, held) == _outcome(
             produce_stream.walk_produce_body_in_python, version, body
         )
 
@@ -177,10 +181,10 @@ def test_the_produce_request_walk_is_the_pythons(case: tuple[int, bytes], data: 
 def test_the_produce_answer_walk_is_the_pythons(case: tuple[int, bytes], data: st.DataObject) -> None:
     version, body = case
     body = data.draw(_spoiled(body))
-    compiled = compiled_walks.produce_responses_end
-    assert compiled is not None
+    walk = compiled.produce_responses_end
+    assert walk is not None
     for held, start in _views(body, data.draw(st.binary(max_size=9))):
-        assert _outcome(compiled, version, held, start) == _outcome(
+        assert _outcome(walk, version, held, start) == _outcome(
             response_walks.produce_responses_end_in_python, version, held, start
         )
 
@@ -192,10 +196,10 @@ def test_the_fetch_answer_walk_is_the_pythons(
 ) -> None:
     version, body = case
     body = data.draw(_spoiled(body))
-    compiled = compiled_walks.fetch_responses
-    assert compiled is not None
+    walk = compiled.fetch_responses
+    assert walk is not None
     for held, start in _views(body, data.draw(st.binary(max_size=9))):
-        assert _outcome(compiled, version, held, start, wanted) == _outcome(
+        assert _outcome(walk, version, held, start, wanted) == _outcome(
             response_walks.fetch_responses_in_python, version, held, start, wanted
         )
 
@@ -205,9 +209,9 @@ def test_the_fetch_answer_walk_is_the_pythons(
 @given(data=st.binary(max_size=64))
 def test_random_bytes_are_walked_or_refused_alike(version: int, data: bytes) -> None:
     produce_end, fetch_walk, produce_walk = (
-        compiled_walks.produce_responses_end,
-        compiled_walks.fetch_responses,
-        compiled_walks.walk_produce_body,
+        compiled.produce_responses_end,
+        compiled.fetch_responses,
+        compiled.walk_produce_body,
     )
     assert produce_end is not None and fetch_walk is not None and produce_walk is not None
     assert _outcome(produce_end, version, data, 0) == _outcome(
@@ -247,18 +251,21 @@ def test_a_walk_reads_what_the_valid_body_says() -> None:
             12,
         ),
     )
-    fetch_walk = compiled_walks.fetch_responses
+    fetch_walk = compiled.fetch_responses
     assert fetch_walk is not None
     found, end = fetch_walk(version, body, 0, True)
     assert found == [("orders", 20_300), ("ünï", 5)]
     assert end == len(body) - 1  # before the top-level tagged fields: one empty block
 
 
-def test_a_walk_refuses_a_negative_start_and_a_non_buffer() -> None:
-    produce_end = compiled_walks.produce_responses_end
-    assert produce_end is not None
+def test_a_walk_refuses_a_negative_start_and_a_non_buffer_and_a_start_past_the_end_is_a_cut() -> None:
+    produce_end, fetch_walk = compiled.produce_responses_end, compiled.fetch_responses
+    assert produce_end is not None and fetch_walk is not None
     with pytest.raises(ValueError):
         produce_end(9, b"\x01", -1)
+    for start in (21, 2**40, sys.maxsize - 5, sys.maxsize):  # an offset that would overflow past the end
+        assert _outcome(produce_end, 9, bytes(20), start) == ("refused", "truncated")
+        assert _outcome(fetch_walk, 12, bytes(20), start, True) == ("refused", "truncated")
     with pytest.raises(TypeError):
         produce_end(9, "not bytes", 0)  # type: ignore[arg-type]  # the error this test asserts
 
@@ -296,10 +303,10 @@ def _overwritten(body: bytes) -> list[bytes]:
 
 @pytest.mark.parametrize("version", [0, 2, 3, 8, 9, 12, 13])
 def test_every_request_field_set_just_out_of_range_is_walked_or_refused_alike(version: int) -> None:
-    compiled = compiled_walks.walk_produce_body
-    assert compiled is not None
+    walk = compiled.walk_produce_body
+    assert walk is not None
     for data in _overwritten(_small_produce_request(version)):
-        assert _outcome(compiled, version, data) == _outcome(
+        assert _outcome(walk, version, data) == _outcome(
             produce_stream.walk_produce_body_in_python, version, data
         ), data.hex()
 
@@ -337,20 +344,58 @@ def _small_fetch_answer(version: int) -> bytes:
 
 @pytest.mark.parametrize("version", [9, 10, 13])
 def test_every_produce_answer_field_set_just_out_of_range_is_walked_or_refused_alike(version: int) -> None:
-    compiled = compiled_walks.produce_responses_end
-    assert compiled is not None
+    walk = compiled.produce_responses_end
+    assert walk is not None
     for data in _overwritten(_small_produce_answer(version)):
-        assert _outcome(compiled, version, data, 0) == _outcome(
+        assert _outcome(walk, version, data, 0) == _outcome(
             response_walks.produce_responses_end_in_python, version, data, 0
         ), data.hex()
 
 
 @pytest.mark.parametrize("version", [12, 13, 16])
 def test_every_fetch_answer_field_set_just_out_of_range_is_walked_or_refused_alike(version: int) -> None:
-    compiled = compiled_walks.fetch_responses
-    assert compiled is not None
+    walk = compiled.fetch_responses
+    assert walk is not None
     for data in _overwritten(_small_fetch_answer(version)):
         for wanted in (True, False):
-            assert _outcome(compiled, version, data, 0, wanted) == _outcome(
+            assert _outcome(walk, version, data, 0, wanted) == _outcome(
                 response_walks.fetch_responses_in_python, version, data, 0, wanted
             ), data.hex()
+
+
+@st.composite
+def _request_frames(draw: st.DrawFn) -> bytes:
+    api_key = draw(st.integers(-2, 90) | st.sampled_from([0, 1, 7, 18]))
+    api_version = draw(st.integers(-1, 20))
+    client_id = draw(st.one_of(st.none(), st.text(max_size=30), st.binary(max_size=30)))
+    if isinstance(client_id, bytes):  # not UTF-8, maybe: decoded with replacement characters
+        encoded_id = len(client_id).to_bytes(2, "big") + client_id
+    elif client_id is None:
+        encoded_id = b"\xff\xff"
+    else:
+        raw = client_id.encode()
+        encoded_id = len(raw).to_bytes(2, "big") + raw
+    tags = draw(st.sampled_from([b"", b"\x00", b"\x01\x00\x02ab", b"\x01\x00\x05ab", b"\x80"]))
+    body = draw(st.binary(max_size=8))
+    header = (
+        api_key.to_bytes(2, "big", signed=True)
+        + api_version.to_bytes(2, "big", signed=True)
+        + draw(st.integers(-(2**31), 2**31 - 1)).to_bytes(4, "big", signed=True)
+    )
+    payload = header + encoded_id + tags + body
+    return draw(_spoiled(len(payload).to_bytes(4, "big") + payload))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(frame=_request_frames())
+def test_the_request_header_parse_is_the_pythons(frame: bytes) -> None:
+    parse = compiled.parse_request_header
+    assert parse is not None
+    expected = _outcome(headers.parse_request_header_in_python, frame)
+    for held in (frame, bytearray(frame), memoryview(frame), memoryview(bytearray(b"ab" + frame))[2:]):
+        found = _outcome(parse, held)
+        assert found == expected
+        if found[0] == "walked":
+            assert type(found[1]) is headers.RequestHeader
+    headers.forget_client_ids()  # and both read the one cache: a miss now, then a hit
+    assert _outcome(parse, frame) == expected == _outcome(parse, frame)

@@ -1,21 +1,30 @@
-/* The compiled walks of the Produce and Fetch structures every producer's and consumer's traffic crosses:
- * a Produce request's topics and partitions (protocol/produce_stream.py), and the responses of a flexible
+/* The compiled readers of the hot path: the request header of every request (protocol/headers.py), a
+ * Produce request's topics and partitions (protocol/produce_stream.py), and the responses of a flexible
  * Produce or Fetch answer (protocol/response_walks.py).
  *
- * Why C: these walks run per request and per answer, and in Python a partition's few field reads cost
- * as much as the rest of the request's handling (docs/benchmarks.md, section 2b). Each function here is
- * the line-by-line translation of its Python twin, which stays the reference: same results, same
- * ProtocolError reasons, in the same order of checks (tests/protocol/test_compiled_walks.py holds them
- * equal on valid, cut and corrupted inputs). The Python twins run where this module was not built.
+ * Why C: they run per request and per answer, and in Python a header costs 1.25 us and a partition's few
+ * field reads as much as the rest of the request's handling (docs/architecture.md, "Compiled readers").
+ * Each function here is the line-by-line translation of its Python twin, which stays the reference: same
+ * results, same ProtocolError reasons, in the same order of checks (tests/protocol/test_compiled.py holds
+ * them equal on valid, cut, corrupted and random inputs). The Python twins run where this module was not
+ * built.
  *
- * Safety: every byte is read through BYTE(), which jumps to the function's "truncated" exit at or past
- * the end of the buffer; offsets are Py_ssize_t and only grow by values below 2^36 between two checked
- * reads, so they cannot overflow. The buffer is held (PyObject_GetBuffer) for the whole walk and released
- * on every exit. No Python code runs during a walk but the UTF-8 decode of a topic name.
+ * Safety: a byte is read only after a check against the end of the buffer (BYTE() and NEED(), which jump to
+ * the function's cut, and the varint and tagged-field readers); a start past the end is a cut before any
+ * arithmetic; offsets then only grow, by less than 2^36 between two checks, so a 64-bit Py_ssize_t cannot
+ * overflow (narrower ones are refused below). The buffer is held (PyObject_GetBuffer) for the whole read and
+ * released on every exit. No Python code runs during a read but the UTF-8 decode of a topic name and the
+ * decoder of a client id not yet cached.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+
+/* Offsets grow by varint values of up to 35 bits between two checked reads: only a 64-bit Py_ssize_t holds
+ * them. Elsewhere the build stops here, the extension is skipped (it is optional) and the Python runs. */
+#if SIZEOF_SIZE_T < 8
+#error "the compiled readers need a 64-bit Py_ssize_t"
+#endif
 
 /* sluice.protocol.errors.ProtocolError, imported when the module loads. */
 static PyObject *protocol_error = NULL;
@@ -43,17 +52,19 @@ typedef struct {
     Py_ssize_t n;
 } walk_buffer;
 
-/* protocol.primitives.read_uvarint: 0, or -1 with ProtocolError set. */
+#define VARINT_CUT (-1)
+#define VARINT_TOO_LONG (-2)
+
+/* An unsigned varint of at most 5 bytes: 0, VARINT_CUT or VARINT_TOO_LONG, with no exception set. */
 static int
-read_uvarint(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
+scan_uvarint(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
 {
     int64_t result = 0;
     int shift = 0;
     Py_ssize_t at = *pos;
     for (;;) {
         if (at >= b->n) {
-            raise_protocol_error("truncated", "unsigned varint");
-            return -1;
+            return VARINT_CUT;
         }
         uint8_t byte = b->p[at++];
         result |= (int64_t)(byte & 0x7F) << shift;
@@ -64,35 +75,62 @@ read_uvarint(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
         }
         shift += 7;
         if (shift > 28) {
-            raise_protocol_error("bad_varint", "unsigned varint longer than 5 bytes");
-            return -1;
+            return VARINT_TOO_LONG;
         }
     }
 }
 
-/* protocol.primitives.skip_tagged_fields. */
+/* protocol.primitives.read_uvarint: 0, or -1 with ProtocolError set. */
 static int
-skip_tagged_fields(const walk_buffer *b, Py_ssize_t *pos)
+read_uvarint(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
+{
+    int found = scan_uvarint(b, pos, out);
+    if (found == VARINT_CUT) {
+        raise_protocol_error("truncated", "unsigned varint");
+    }
+    else if (found == VARINT_TOO_LONG) {
+        raise_protocol_error("bad_varint", "unsigned varint longer than 5 bytes");
+    }
+    return found < 0 ? -1 : 0;
+}
+
+/* A tagged-field block: 0, VARINT_CUT (it runs past the end) or VARINT_TOO_LONG, with no exception set. */
+static int
+scan_tagged_fields(const walk_buffer *b, Py_ssize_t *pos)
 {
     if (*pos < b->n && b->p[*pos] == 0) {
         *pos += 1;
         return 0;
     }
     int64_t count, tag, length;
-    if (read_uvarint(b, pos, &count) < 0) {
-        return -1;
-    }
-    for (int64_t i = 0; i < count; i++) {
-        if (read_uvarint(b, pos, &tag) < 0 || read_uvarint(b, pos, &length) < 0) {
-            return -1;
+    int found = scan_uvarint(b, pos, &count);
+    for (int64_t i = 0; found == 0 && i < count; i++) {
+        found = scan_uvarint(b, pos, &tag);
+        if (found == 0) {
+            found = scan_uvarint(b, pos, &length);
         }
-        *pos += (Py_ssize_t)length;
-        if (*pos > b->n) {
-            raise_protocol_error("truncated", "tagged field");
-            return -1;
+        if (found == 0) {
+            *pos += (Py_ssize_t)length;
+            if (*pos > b->n) {
+                found = VARINT_CUT;
+            }
         }
     }
-    return 0;
+    return found;
+}
+
+/* protocol.primitives.skip_tagged_fields: 0, or -1 with ProtocolError set. */
+static int
+skip_tagged_fields(const walk_buffer *b, Py_ssize_t *pos)
+{
+    int found = scan_tagged_fields(b, pos);
+    if (found == VARINT_CUT) {
+        raise_protocol_error("truncated", "tagged field");
+    }
+    else if (found == VARINT_TOO_LONG) {
+        raise_protocol_error("bad_varint", "unsigned varint longer than 5 bytes");
+    }
+    return found < 0 ? -1 : 0;
 }
 
 /* protocol.primitives.skip_compact_nullable_string. */
@@ -134,7 +172,7 @@ read_count(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
 #define BYTE(dst, i)                  \
     do {                              \
         Py_ssize_t at_ = (i);         \
-        if (at_ >= b.n) {             \
+        if ((size_t)at_ >= (size_t)b.n) { \
             goto truncated;           \
         }                             \
         (dst) = b.p[at_];             \
@@ -227,6 +265,9 @@ produce_responses_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int topic_id = version >= PRODUCE_FIRST_WITH_TOPIC_ID;
     int64_t topics, partitions, record_errors;
     uint8_t c;
+    if (pos > b.n) { /* a start past the end; from here on offsets stay below 2^62 */
+        goto truncated;
+    }
     COUNT(topics);
     for (int64_t t = 0; t < topics; t++) {
         if (topic_id) {
@@ -301,6 +342,9 @@ fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int64_t topics, partitions, aborted, length, size;
     Py_ssize_t stop, named_at;
     uint8_t c, d;
+    if (pos > b.n) { /* a start past the end; from here on offsets stay below 2^62 */
+        goto truncated;
+    }
     pos += 4 + 2 + 4; /* throttle_time_ms, error_code, session_id */
     COUNT(topics);
     for (int64_t t = 0; t < topics; t++) {
@@ -427,7 +471,7 @@ failed:
 #define BYTE(dst, i)                  \
     do {                              \
         Py_ssize_t at_ = (i);         \
-        if (at_ >= b.n) {             \
+        if ((size_t)at_ >= (size_t)b.n) { \
             goto cut;                 \
         }                             \
         (dst) = b.p[at_];             \
@@ -452,26 +496,18 @@ int32_at(const uint8_t *p)
     return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
 }
 
-/* A varint inside the Produce walk: a cut or a bad one fails the request alike. */
-static int
-produce_uvarint(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
-{
-    if (read_uvarint(b, pos, out) < 0) {
-        PyErr_Clear();
-        return -1;
-    }
-    return 0;
-}
-
-static int
-produce_skip_tags(const walk_buffer *b, Py_ssize_t *pos)
-{
-    if (skip_tagged_fields(b, pos) < 0) {
-        PyErr_Clear();
-        return -1;
-    }
-    return 0;
-}
+/* A varint, or a tagged-field block, inside the Produce walk: a cut, or a varint over 5 bytes said so. */
+#define PRODUCE_SCAN(scanned)                                         \
+    do {                                                              \
+        int found_ = (scanned);                                       \
+        if (found_ == VARINT_TOO_LONG) {                              \
+            why = "unsigned varint longer than 5 bytes";              \
+            goto bad_why;                                             \
+        }                                                             \
+        if (found_ < 0) {                                             \
+            goto cut;                                                 \
+        }                                                             \
+    } while (0)
 
 /* Append (topic, total) to topics and partitions to by_topic; 0 or -1 with an exception. */
 static int
@@ -512,16 +548,17 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *topics = PyList_New(0);
-    PyObject *by_topic = PyList_New(0);
+    PyObject *by_topic = topics == NULL ? NULL : PyList_New(0);
     PyObject *name = NULL, *partitions = NULL;
     Py_buffer view;
     walk_buffer b;
-    if (topics == NULL || by_topic == NULL || open_buffer(args[1], &view, &b) < 0) {
+    if (by_topic == NULL || open_buffer(args[1], &view, &b) < 0) {
         Py_XDECREF(topics);
         Py_XDECREF(by_topic);
         return NULL;
     }
     const char *why = "truncated";
+    char detail[96];
     Py_ssize_t pos = 0, stop;
     int flexible = version >= PRODUCE_FLEXIBLE_FROM;
     int by_id = version > LAST_WITH_TOPIC_NAMES;
@@ -537,9 +574,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             stop = pos + 1;
             if (c >= 0x80) {
                 stop = pos;
-                if (produce_uvarint(&b, &stop, &length) < 0) {
-                    goto cut;
-                }
+                PRODUCE_SCAN(scan_uvarint(&b, &stop, &length));
             }
             stop += length > 1 ? (Py_ssize_t)(length - 1) : 0;
         }
@@ -547,7 +582,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             NEED(2);
             length = int16_at(b.p + pos);
             if (length < -1) {
-                why = "transactional_id length";
+                PyOS_snprintf(detail, sizeof detail, "transactional_id length %lld", (long long)length);
                 goto bad;
             }
             stop = pos + 2 + (length > 0 ? (Py_ssize_t)length : 0);
@@ -562,9 +597,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         acks = int16_at(b.p + pos);
         timeout_ms = int32_at(b.p + pos + 2);
         pos += 6;
-        if (produce_uvarint(&b, &pos, &count) < 0) {
-            goto cut;
-        }
+        PRODUCE_SCAN(scan_uvarint(&b, &pos, &count));
         count -= 1;
     }
     else {
@@ -573,7 +606,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         timeout_ms = int32_at(b.p + pos + 2);
         count = int32_at(b.p + pos + 6);
         if (count < -1) {
-            why = "array length";
+            PyOS_snprintf(detail, sizeof detail, "array length %lld", (long long)count);
             goto bad;
         }
         pos += 10;
@@ -589,12 +622,10 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_ssize_t start;
             if (flexible) {
                 start = pos;
-                if (produce_uvarint(&b, &start, &length) < 0) {
-                    goto cut;
-                }
+                PRODUCE_SCAN(scan_uvarint(&b, &start, &length));
                 length -= 1;
                 if (length < 0) {
-                    why = "topic name length";
+                    PyOS_snprintf(detail, sizeof detail, "topic name length %lld", (long long)length);
                     goto bad;
                 }
             }
@@ -602,7 +633,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 NEED(2);
                 length = int16_at(b.p + pos);
                 if (length < 0) {
-                    why = "topic name length";
+                    PyOS_snprintf(detail, sizeof detail, "topic name length %lld", (long long)length);
                     goto bad;
                 }
                 start = pos + 2;
@@ -615,7 +646,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (name == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                 PyErr_Clear();
                 why = "topic name not UTF-8";
-                goto bad;
+                goto bad_why;
             }
             pos = stop;
         }
@@ -623,16 +654,14 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto failed;
         }
         if (flexible) {
-            if (produce_uvarint(&b, &pos, &parts) < 0) {
-                goto cut;
-            }
+            PRODUCE_SCAN(scan_uvarint(&b, &pos, &parts));
             parts -= 1;
         }
         else {
             NEED(4);
             parts = int32_at(b.p + pos);
             if (parts < -1) {
-                why = "array length";
+                PyOS_snprintf(detail, sizeof detail, "array length %lld", (long long)parts);
                 goto bad;
             }
             pos += 4;
@@ -640,7 +669,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         entries += 1 + parts; /* a null array (-1) names no partition */
         if (entries > MAX_ENTRIES) {
             why = "more than 200000 topics and partitions in one request";
-            goto bad;
+            goto bad_why;
         }
         partitions = PyList_New(0);
         if (partitions == NULL) {
@@ -652,9 +681,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             index = int32_at(b.p + pos);
             pos += 4;
             if (flexible) {
-                if (produce_uvarint(&b, &pos, &size) < 0) {
-                    goto cut;
-                }
+                PRODUCE_SCAN(scan_uvarint(&b, &pos, &size));
                 size -= 1;
             }
             else {
@@ -672,7 +699,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             else if (size < 0) {
                 if (size < -1) {
-                    why = "records length";
+                    PyOS_snprintf(detail, sizeof detail, "records length %lld", (long long)size);
                     goto bad;
                 }
                 size = 0;
@@ -682,16 +709,16 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 if (c == 0) {
                     pos += 1;
                 }
-                else if (produce_skip_tags(&b, &pos) < 0) {
-                    goto cut;
+                else {
+                    PRODUCE_SCAN(scan_tagged_fields(&b, &pos));
                 }
             }
             if (keep_partition(partitions, index, size) < 0) {
                 goto failed;
             }
         }
-        if (flexible && produce_skip_tags(&b, &pos) < 0) {
-            goto cut;
+        if (flexible) {
+            PRODUCE_SCAN(scan_tagged_fields(&b, &pos));
         }
         if (keep_topic(topics, by_topic, name, total, partitions) < 0) {
             goto failed;
@@ -699,11 +726,11 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_CLEAR(name);
         Py_CLEAR(partitions);
     }
-    if (flexible && produce_skip_tags(&b, &pos) < 0) {
-        goto cut;
+    if (flexible) {
+        PRODUCE_SCAN(scan_tagged_fields(&b, &pos));
     }
     if (pos != b.n) {
-        why = "bytes after the topics";
+        PyOS_snprintf(detail, sizeof detail, "%zd bytes after the topics", b.n - pos);
         goto bad;
     }
     PyBuffer_Release(&view);
@@ -711,14 +738,177 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 cut:
     why = "truncated";
+bad_why:
+    PyOS_snprintf(detail, sizeof detail, "%s", why);
 bad:
-    raise_protocol_error("bad_produce_request", why);
+    raise_protocol_error("bad_produce_request", detail);
 failed:
     PyBuffer_Release(&view);
     Py_XDECREF(name);
     Py_XDECREF(partitions);
     Py_DECREF(topics);
     Py_DECREF(by_topic);
+    return NULL;
+}
+
+/* ---- the request header --------------------------------------------------------------------------- */
+
+/* What headers.py binds once (bind_request_headers): the RequestHeader type, each API key's first flexible
+ * version (a tuple), the version standing for "never flexible", ControlledShutdown's key, the client-id
+ * cache (a dict kept for the process's life: it is cleared, never replaced) and its decoder on a miss. */
+static PyTypeObject *header_type = NULL;
+static PyObject *flexible_from = NULL;
+static long not_flexible = 0;
+static long controlled_shutdown = 0;
+static PyObject *client_id_cache = NULL;
+static PyObject *decode_client_id = NULL;
+
+#define HEADER_PREFIX 4
+#define CLIENT_ID_AT (HEADER_PREFIX + 8)
+
+static PyObject *
+bind_request_headers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyType_Check(args[0]) || !PyTuple_Check(args[1]) || !PyDict_Check(args[4]) ||
+        !PyCallable_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bind_request_headers(header type, flexible_from tuple, not_flexible, "
+                        "controlled_shutdown key, client-id cache dict, decoder)");
+        return NULL;
+    }
+    long never = PyLong_AsLong(args[2]);
+    long shutdown = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_XSETREF(header_type, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(flexible_from, Py_NewRef(args[1]));
+    Py_XSETREF(client_id_cache, Py_NewRef(args[4]));
+    Py_XSETREF(decode_client_id, Py_NewRef(args[5]));
+    not_flexible = never;
+    controlled_shutdown = shutdown;
+    Py_RETURN_NONE;
+}
+
+/* A RequestHeader (a NamedTuple: a tuple subclass) made as tuple.__new__ makes it; steals client_id. */
+static PyObject *
+new_header(long api_key, long api_version, long correlation_id, PyObject *client_id, Py_ssize_t size)
+{
+    PyObject *items[5] = {PyLong_FromLong(api_key), PyLong_FromLong(api_version),
+                          PyLong_FromLong(correlation_id), client_id, PyLong_FromSsize_t(size)};
+    PyObject *header = NULL;
+    if (items[0] != NULL && items[1] != NULL && items[2] != NULL && items[4] != NULL) {
+        header = header_type->tp_alloc(header_type, 5);
+    }
+    if (header == NULL) {
+        for (int i = 0; i < 5; i++) {
+            Py_XDECREF(items[i]);
+        }
+        return NULL;
+    }
+    for (int i = 0; i < 5; i++) {
+        PyTuple_SET_ITEM(header, i, items[i]);
+    }
+    return header;
+}
+
+/* parse_request_header(frame) -> RequestHeader: headers.parse_request_header_in_python, compiled. */
+static PyObject *
+parse_request_header(PyObject *module, PyObject *frame)
+{
+    if (header_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_request_headers was not called");
+        return NULL;
+    }
+    Py_buffer view;
+    walk_buffer b;
+    if (open_buffer(frame, &view, &b) < 0) {
+        return NULL;
+    }
+    PyObject *client_id = NULL;
+    char detail[80];
+    Py_ssize_t size = b.n, pos = CLIENT_ID_AT + 2;
+    if (size < CLIENT_ID_AT) {
+        PyOS_snprintf(detail, sizeof detail, "frame of %zd bytes is shorter than a header", size);
+        goto bad;
+    }
+    long api_key = int16_at(b.p + HEADER_PREFIX);
+    long api_version = int16_at(b.p + HEADER_PREFIX + 2);
+    long correlation_id = int32_at(b.p + HEADER_PREFIX + 4);
+    long first_flexible = not_flexible;
+    if (0 <= api_key && api_key < PyTuple_GET_SIZE(flexible_from)) {
+        first_flexible = PyLong_AsLong(PyTuple_GET_ITEM(flexible_from, api_key));
+        if (first_flexible == -1 && PyErr_Occurred()) {
+            goto failed;
+        }
+    }
+    int flexible = api_version >= first_flexible;
+    if (!flexible && api_key == controlled_shutdown && api_version == 0) {
+        PyBuffer_Release(&view);
+        return new_header(api_key, api_version, correlation_id, Py_NewRef(Py_None), CLIENT_ID_AT - HEADER_PREFIX);
+    }
+    if (size < CLIENT_ID_AT + 2) {
+        PyOS_snprintf(detail, sizeof detail, "frame ends inside the client_id length");
+        goto bad;
+    }
+    long length = int16_at(b.p + CLIENT_ID_AT);
+    if (length < 0) {
+        if (length != -1) {
+            PyOS_snprintf(detail, sizeof detail, "client_id length %ld", length);
+            goto bad;
+        }
+        client_id = Py_NewRef(Py_None);
+    }
+    else {
+        Py_ssize_t end = pos + length;
+        if (end > size) {
+            PyOS_snprintf(detail, sizeof detail, "frame ends inside the client_id");
+            goto bad;
+        }
+        /* A copy of the (short) id as the cache's key, never a view: it must not pin the frame. */
+        PyObject *raw = PyBytes_FromStringAndSize((const char *)b.p + pos, length);
+        if (raw == NULL) {
+            goto failed;
+        }
+        client_id = PyDict_GetItemWithError(client_id_cache, raw); /* borrowed */
+        if (client_id != NULL) {
+            Py_INCREF(client_id);
+        }
+        else if (!PyErr_Occurred()) {
+            client_id = PyObject_CallOneArg(decode_client_id, raw);
+        }
+        Py_DECREF(raw);
+        if (client_id == NULL) {
+            goto failed;
+        }
+        pos = end;
+    }
+    if (flexible) {
+        if (pos < size && b.p[pos] == 0) { /* the usual empty tagged-field block */
+            pos += 1;
+        }
+        else if (skip_tagged_fields(&b, &pos) < 0) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyObject *reason = value != NULL ? PyObject_GetAttrString(value, "reason") : NULL;
+            const char *text = reason != NULL && PyUnicode_Check(reason) ? PyUnicode_AsUTF8(reason) : NULL;
+            PyOS_snprintf(detail, sizeof detail, "tagged fields: %.40s", text != NULL ? text : "?");
+            Py_XDECREF(reason);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            PyErr_Clear();
+            goto bad;
+        }
+    }
+    PyBuffer_Release(&view);
+    return new_header(api_key, api_version, correlation_id, client_id, pos - HEADER_PREFIX);
+
+bad:
+    raise_protocol_error("bad_request_header", detail);
+failed:
+    PyBuffer_Release(&view);
+    Py_XDECREF(client_id);
     return NULL;
 }
 
@@ -729,19 +919,23 @@ static PyMethodDef walks_methods[] = {
      "The topics of a Fetch v12+ answer with their record bytes, and the offset after its responses."},
     {"walk_produce_body", (PyCFunction)(void (*)(void))walk_produce_body, METH_FASTCALL,
      "acks, timeout_ms, topics and partitions of a whole Produce request body (protocol.produce_stream)."},
+    {"bind_request_headers", (PyCFunction)(void (*)(void))bind_request_headers, METH_FASTCALL,
+     "What parse_request_header reads beside the frame (protocol.headers binds it once)."},
+    {"parse_request_header", (PyCFunction)parse_request_header, METH_O,
+     "The request header of a frame, length prefix included (protocol.headers)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef walks_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "_walks",
-    .m_doc = "The compiled walks of Produce and Fetch structures.",
+    .m_name = "_compiled",
+    .m_doc = "The compiled readers of the hot path (protocol/compiled.py).",
     .m_size = -1,
     .m_methods = walks_methods,
 };
 
 PyMODINIT_FUNC
-PyInit__walks(void)
+PyInit__compiled(void)
 {
     PyObject *errors = PyImport_ImportModule("sluice.protocol.errors");
     if (errors == NULL) {

@@ -1,0 +1,23 @@
+# The compiled readers (protocol/_compiled.c); protocol/compiled.py says what each is and takes.
+from collections.abc import Callable
+
+from sluice.protocol.primitives import Buffer
+from sluice.protocol.request_header import RequestHeader
+
+def produce_responses_end(api_version: int, body: Buffer, start: int, /) -> int: ...
+def fetch_responses(
+    api_version: int, body: Buffer, start: int, topics_wanted: bool, /
+) -> tuple[list[tuple[str | bytes, int]], int]: ...
+def walk_produce_body(
+    api_version: int, body: Buffer, /
+) -> tuple[int, int, list[tuple[str | bytes, int]], list[list[tuple[int, int]]]]: ...
+def bind_request_headers(
+    header_type: type[RequestHeader],
+    flexible_from: tuple[int, ...],
+    not_flexible: int,
+    controlled_shutdown: int,
+    client_id_cache: dict[bytes, str],
+    decode_client_id: Callable[[bytes], str],
+    /,
+) -> None: ...
+def parse_request_header(frame: Buffer, /) -> RequestHeader: ...

@@ -1,0 +1,58 @@
+"""The compiled readers of the hot path (protocol/_compiled.c), each None where this install was built
+without them (no C compiler at hand: the build goes on without them, pyproject.toml).
+
+Each is the translation of a Python reader that stays the reference and runs in its place when it is None:
+`produce_responses_end` and `fetch_responses` of protocol/response_walks.py, `walk_produce_body` of
+protocol/produce_stream.py, `parse_request_header` of protocol/headers.py (which binds what it reads
+beside the frame once, `bind_request_headers`); tests/protocol/test_compiled.py holds each pair equal.
+Why they exist: they run on every request and every Produce and Fetch answer, and in Python a partition's
+few field reads cost as much as the rest of the request's handling (docs/architecture.md, "Compiled
+readers").
+
+Their contract is the proxy's use of them: a C-contiguous byte buffer (bytes, bytearray, a byte
+memoryview), read from a `start` of 0 or more; the Python twins also take what the proxy never passes
+(a strided view, a negative start), the compiled ones refuse it (BufferError, ValueError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sluice.protocol.primitives import Buffer
+from sluice.protocol.request_header import RequestHeader
+
+__all__ = [
+    "bind_request_headers",
+    "fetch_responses",
+    "parse_request_header",
+    "produce_responses_end",
+    "walk_produce_body",
+]
+
+_TopicBytes = list[tuple[str | bytes, int]]  # [(topic name, or id from v13, record bytes)]
+_Walked = tuple[int, int, _TopicBytes, list[list[tuple[int, int]]]]
+
+# (api_version, body, start) -> the offset after a Produce v9+ answer's responses.
+produce_responses_end: Callable[[int, Buffer, int], int] | None = None
+# (api_version, body, start, topics_wanted) -> ([(topic, record bytes)], the offset after the responses).
+fetch_responses: Callable[[int, Buffer, int, bool], tuple[_TopicBytes, int]] | None = None
+# (api_version, body) -> (acks, timeout_ms, [(topic, record bytes)], [[(partition, record bytes)]]).
+walk_produce_body: Callable[[int, Buffer], _Walked] | None = None
+# (RequestHeader, first flexible version per API key, "never flexible", ControlledShutdown's key, the
+# client-id cache, its decoder) -> None; then parse_request_header(frame) -> RequestHeader.
+bind_request_headers: (
+    Callable[[type[RequestHeader], tuple[int, ...], int, int, dict[bytes, str], Callable[[bytes], str]], None]
+    | None
+) = None
+parse_request_header: Callable[[Buffer], RequestHeader] | None = None
+
+try:
+    from sluice.protocol import _compiled
+except ImportError:  # built without a C compiler
+    pass
+else:
+    produce_responses_end = _compiled.produce_responses_end
+    fetch_responses = _compiled.fetch_responses
+    walk_produce_body = _compiled.walk_produce_body
+    bind_request_headers = _compiled.bind_request_headers
+    parse_request_header = _compiled.parse_request_header
