@@ -10,7 +10,10 @@ one read of 16 pipelined Produce v10 requests (one ~16 KiB record batch each, as
 ~94 KB answer (6 partitions of record batches). Each figure is the best of several repeats, per request
 (request + its answer), in the thread's CPU time.
 
-Run: ``.venv/bin/python tests/bench/experiments/per_request_cost.py [--plain] [--profile]``.
+Run: ``.venv/bin/python tests/bench/experiments/per_request_cost.py [--plain] [--profile] [--only CASE]``.
+Instructions per request, a figure that does not move with what else runs: one case under
+``PYTHONHASHSEED=0 valgrind --tool=callgrind`` at ``--number 50`` and ``--number 250``, the difference in
+Ir divided by 7 x 200 loops x the case's requests per loop (16 for Produce, 1 for Fetch).
 """
 
 from __future__ import annotations
@@ -198,6 +201,7 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="no quota, no usage records")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--number", type=int, default=500)
+    parser.add_argument("--only", help="one case by name (under callgrind: one case's instructions)")
     args = parser.parse_args()
     pipeline, sink, conn = _pipeline(args.plain)
     cases = {
@@ -210,6 +214,8 @@ def main() -> None:
         "fetch_v16_94k": ([_fetch(16, 101)], [_fetch_answer(16, 101)], 1),
     }
     for name, (requests, answers, count) in cases.items():
+        if args.only not in (None, name):
+            continue
         one = _exchange(pipeline, sink, conn, requests, answers)
         # The thread's CPU clock, not the wall clock: on a machine shared with other work, time the
         # process spent descheduled is not the code's.
