@@ -43,6 +43,7 @@ class ThrottleGate:
         "_timer_at",
         "_to_client",
         "_transport",
+        "holding_responses",
         "muted",
     )
 
@@ -69,6 +70,9 @@ class ThrottleGate:
         # Throttled requests whose responses have not been sent yet: Kafka unmutes only after they have.
         self._responses_pending = 0
         self.muted = False
+        # Whether responses are held (`_delayed` is not empty): a plain attribute, not a property, since
+        # the connection asks it for every response it sends; kept in step wherever `_delayed` changes.
+        self.holding_responses = False
 
     # ---- mute ----------------------------------------------------------------------------------
 
@@ -107,14 +111,11 @@ class ThrottleGate:
 
     # ---- delay ---------------------------------------------------------------------------------
 
-    @property
-    def holding_responses(self) -> bool:
-        return bool(self._delayed)
-
     def hold_response(self, frame: Frame, delay_ms: int) -> None:
         """Send `frame` after `delay_ms` (0: as soon as the responses ahead of it have gone)."""
         release_at = self._loop.time() + delay_ms / 1000.0 if delay_ms > 0 else 0.0
         self._delayed.append((release_at, frame))
+        self.holding_responses = True
         if delay_ms > 0:
             self.mute_for(delay_ms)
         self._wake_at(max(self._delayed[0][0], self._loop.time()))
@@ -127,6 +128,8 @@ class ThrottleGate:
         due: list[Frame] = []
         while self._delayed and self._delayed[0][0] <= now:
             due.append(self._delayed.popleft()[1])
+        if due:
+            self.holding_responses = bool(self._delayed)
         if due and not self._transport.is_closing():
             self._to_client(due)
 
@@ -167,3 +170,4 @@ class ThrottleGate:
             self.muted = False
             self._on_mute_change(-1)
         self._delayed.clear()
+        self.holding_responses = False
