@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from kafka.protocol.api_header import RequestHeader as KafkaRequestHeader
 from kafka.protocol.api_header import ResponseHeader as KafkaResponseHeader
 
+from sluice.protocol.apis import response_header_version
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.headers import (
     RequestHeader,
@@ -20,7 +21,7 @@ from sluice.protocol.headers import (
     read_correlation_id,
     response_header_size,
 )
-from sluice.protocol.primitives import encode_uvarint
+from sluice.protocol.primitives import encode_uvarint, skip_tagged_fields
 
 METADATA, API_VERSIONS, CONTROLLED_SHUTDOWN, FETCH = 3, 18, 7, 1
 
@@ -198,6 +199,31 @@ def test_response_header_size_of_any_bytes_is_a_size_or_protocol_error(
         assert exc.reason == "bad_response_header"
     else:
         assert 4 <= size <= len(data) - 4
+
+
+@given(
+    key=st.integers(min_value=-5, max_value=100),
+    version=st.integers(min_value=-1, max_value=20),
+    tagged=st.sampled_from([b"", b"\x00", b"\x01\x07\x02zz", b"\x01\x07", b"\x80"]),
+)
+def test_response_header_size_is_the_header_version_the_api_table_gives(
+    key: int, version: int, tagged: bytes
+) -> None:
+    """The header version is decided inline, not by asking response_header_version: the same answer for
+    every key (ApiVersions, unknown ones, negative ones) and version, and the same tagged-field block read."""
+    framed = frame(struct.pack(">i", 3) + tagged + b"body"[: 4 - len(tagged)])
+    if response_header_version(key, version) == 0:
+        assert response_header_size(key, version, framed) == 4
+        return
+    try:
+        expected: int | str = skip_tagged_fields(framed, 8) - 4
+    except ProtocolError:
+        expected = "bad_response_header"
+    try:
+        got: int | str = response_header_size(key, version, framed)
+    except ProtocolError as exc:
+        got = exc.reason
+    assert got == expected
 
 
 def test_frame_prefixes_the_length() -> None:
