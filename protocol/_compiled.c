@@ -80,18 +80,25 @@ scan_uvarint(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
     }
 }
 
-/* protocol.primitives.read_uvarint: 0, or -1 with ProtocolError set. */
+/* A scan's outcome as protocol/primitives.py raises it: 0, or -1 with ProtocolError set ('truncated' with
+ * `cut_detail`, or 'bad_varint'). */
 static int
-read_uvarint(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
+raise_scan_failure(int found, const char *cut_detail)
 {
-    int found = scan_uvarint(b, pos, out);
     if (found == VARINT_CUT) {
-        raise_protocol_error("truncated", "unsigned varint");
+        raise_protocol_error("truncated", cut_detail);
     }
     else if (found == VARINT_TOO_LONG) {
         raise_protocol_error("bad_varint", "unsigned varint longer than 5 bytes");
     }
     return found < 0 ? -1 : 0;
+}
+
+/* protocol.primitives.read_uvarint: 0, or -1 with ProtocolError set. */
+static int
+read_uvarint(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
+{
+    return raise_scan_failure(scan_uvarint(b, pos, out), "unsigned varint");
 }
 
 /* A tagged-field block: 0, VARINT_CUT (it runs past the end) or VARINT_TOO_LONG, with no exception set. */
@@ -123,14 +130,7 @@ scan_tagged_fields(const walk_buffer *b, Py_ssize_t *pos)
 static int
 skip_tagged_fields(const walk_buffer *b, Py_ssize_t *pos)
 {
-    int found = scan_tagged_fields(b, pos);
-    if (found == VARINT_CUT) {
-        raise_protocol_error("truncated", "tagged field");
-    }
-    else if (found == VARINT_TOO_LONG) {
-        raise_protocol_error("bad_varint", "unsigned varint longer than 5 bytes");
-    }
-    return found < 0 ? -1 : 0;
+    return raise_scan_failure(scan_tagged_fields(b, pos), "tagged field");
 }
 
 /* protocol.primitives.skip_compact_nullable_string. */
@@ -244,17 +244,30 @@ read_offset(PyObject *obj, Py_ssize_t *out)
     return 0;
 }
 
+/* A response walk's arguments, `expected` of them as `usage` names them: the API version (args[0]) and
+ * where the body starts (args[2]). 0, or -1 with an exception set. */
+static int
+read_version_and_start(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected, const char *usage,
+                       long *version, Py_ssize_t *start)
+{
+    if (nargs != expected) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    *version = PyLong_AsLong(args[0]);
+    if (*version == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return read_offset(args[2], start);
+}
+
 /* produce_responses_end(api_version, body, start) -> the offset after a Produce v9+ answer's responses. */
 static PyObject *
 produce_responses_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "produce_responses_end(api_version, body, start)");
-        return NULL;
-    }
-    long version = PyLong_AsLong(args[0]);
+    long version;
     Py_ssize_t pos;
-    if ((version == -1 && PyErr_Occurred()) || read_offset(args[2], &pos) < 0) {
+    if (read_version_and_start(args, nargs, 3, "produce_responses_end(api_version, body, start)", &version, &pos) < 0) {
         return NULL;
     }
     Py_buffer view;
@@ -315,13 +328,9 @@ failed:
 static PyObject *
 fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "fetch_responses(api_version, body, start, topics_wanted)");
-        return NULL;
-    }
-    long version = PyLong_AsLong(args[0]);
+    long version;
     Py_ssize_t pos;
-    if ((version == -1 && PyErr_Occurred()) || read_offset(args[2], &pos) < 0) {
+    if (read_version_and_start(args, nargs, 4, "fetch_responses(api_version, body, start, topics_wanted)", &version, &pos) < 0) {
         return NULL;
     }
     int topics_wanted = PyObject_IsTrue(args[3]);
