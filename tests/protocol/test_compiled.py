@@ -21,6 +21,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from sluice.protocol import compiled, headers, produce_stream, response_walks
 from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.errors import ProtocolError
+from sluice.protocol.primitives import encode_uvarint
 
 EQUAL = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -399,3 +400,20 @@ def test_the_request_header_parse_is_the_pythons(frame: bytes) -> None:
             assert type(found[1]) is headers.RequestHeader
     headers.forget_client_ids()  # and both read the one cache: a miss now, then a hit
     assert _outcome(parse, frame) == expected == _outcome(parse, frame)
+
+
+@pytest.mark.parametrize("beyond", [0, 1, 2])
+def test_an_array_count_just_past_the_bytes_left_is_refused_alike(beyond: int) -> None:
+    # A count read as a full varint (128 and more) is checked against the bytes left: at the boundary the
+    # twins say bad_array_length, or walk on and find the body cut.
+    produce_end, fetch_walk = compiled.produce_responses_end, compiled.fetch_responses
+    assert produce_end is not None and fetch_walk is not None
+    left = 200
+    count = encode_uvarint(left + beyond + 1)  # count + 1, as a compact array's length
+    produce_answer = count + bytes(left)
+    fetch_answer = bytes(10) + count + bytes(left)
+    expected = _outcome(response_walks.produce_responses_end_in_python, 9, produce_answer, 0)
+    assert _outcome(produce_end, 9, produce_answer, 0) == expected
+    assert expected == ("refused", "bad_array_length" if beyond else "truncated")
+    expected = _outcome(response_walks.fetch_responses_in_python, 12, fetch_answer, 0, True)
+    assert _outcome(fetch_walk, 12, fetch_answer, 0, True) == expected
