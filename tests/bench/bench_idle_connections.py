@@ -94,6 +94,19 @@ def _memory_returned_twice(proxy: ProxyProcess, since: int) -> None:
     wait_until(lambda: returns() >= 2, "the proxy's second memory_returned", 60, interval_s=0.1)
 
 
+def _rss_steady(pid: int, readings: int = 5, within: int = 64 * 1024) -> None:
+    """Until `readings` RSS readings of `pid` in a row, 0.1 s apart, lie within `within` bytes of each
+    other: a process that gives nothing more back as its connections close."""
+    recent: list[int] = []
+
+    def steady() -> bool:
+        recent.append(rss_bytes(pid))
+        del recent[:-readings]
+        return len(recent) == readings and max(recent) - min(recent) <= within
+
+    wait_until(steady, "the relay's RSS to stop changing after closing", 60, interval_s=0.1)
+
+
 def _hold(
     name: str, pid: int, port: int, count: int, mock_pid: int, proxy: ProxyProcess | None = None
 ) -> dict[str, Any]:
@@ -119,8 +132,8 @@ def _hold(
     # spike's memory); the relay has none and gives back what it gives back as the connections close.
     if proxy is not None:
         _memory_returned_twice(proxy, since)
-    else:  # the sleep is the event: the relay has no memory return to wait for, so a settle, as before
-        time.sleep(SETTLE_S)
+    else:  # the relay has no memory return: its RSS is read once it has stopped changing
+        _rss_steady(pid)
     return {
         "name": name,
         "count": len(held),
@@ -169,7 +182,8 @@ def run(count: int = CONNECTIONS) -> list[Record]:
         "cluster, the proxy and the relay, which inherit it.",
         f"{count:,} connections, each answered one ApiVersions v0 request before going idle (so its "
         f"upstream connection exists), opened {BATCH} at a time; RSS read {SETTLE_S:.0f} s after the "
-        "last one, and after closing once the proxy logged its memory return twice. The proxy spreads "
+        "last one, and after closing once the proxy logged its memory return twice (the relay: once its "
+        "RSS stopped changing). The proxy spreads "
         "its upstream connections over 3 mock brokers, the relay sends all "
         "of them to broker 1. kB = 1000 bytes.",
         "'extra fds': descriptors the process had open while holding the connections, beyond those it had "

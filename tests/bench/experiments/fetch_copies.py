@@ -64,7 +64,6 @@ GIB = 1 << 30
 TOPIC = "fetched"
 RELAY = "bare relay"
 IN_FLIGHT = 4
-PERF_ATTACH_S = 0.7  # perf record says nothing once attached: the time it takes here, and some
 COPY_SYMBOLS = ("__memmove", "__memcpy", "__memset")
 QUOTA_CONFIG = {"quota": {"sensor": "window", "entities": QUOTA_ENTITIES}}
 
@@ -187,6 +186,26 @@ def perf_shares(script: str) -> tuple[float, float]:
     return 1 - kernel / len(lines), copies / len(lines)
 
 
+def _wait_attached(perf: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """Until `perf record` has attached: it then holds the descriptors of its perf events (it says nothing
+    when it has). Samples taken before would only be lost from the split, never miscounted."""
+    fds = Path(f"/proc/{perf.pid}/fd")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if perf.poll() is not None:
+            raise RuntimeError(f"perf record exited with {perf.returncode} before attaching")
+        links = []
+        for fd in fds.iterdir() if fds.exists() else []:
+            try:
+                links.append(os.readlink(fd))
+            except OSError:  # closed meanwhile
+                continue
+        if "anon_inode:[perf_event]" in links:
+            return
+        time.sleep(0.02)  # a poll of perf's descriptors: the event is the one it waits for
+    raise TimeoutError("perf record did not attach")
+
+
 @contextmanager
 def _perf_sampled(pid: int, hz: int | None) -> Iterator[list[tuple[float, float]]]:
     """With `hz`, perf samples the process while the block runs; the list then holds its `perf_shares`."""
@@ -198,9 +217,7 @@ def _perf_sampled(pid: int, hz: int | None) -> Iterator[list[tuple[float, float]
         data = str(Path(tmp) / "perf.data")
         command = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(hz), "-o", data, "-p", str(pid)]
         perf = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-        # The sleep is the event: perf record says nothing once it has attached, and nothing it writes
-        # tells; samples taken before it attaches are only lost from the split, never miscounted.
-        time.sleep(PERF_ATTACH_S)
+        _wait_attached(perf)
         try:
             yield shares
         finally:
