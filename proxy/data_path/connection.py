@@ -413,7 +413,7 @@ class ClientSide(asyncio.BufferedProtocol):
     def send_response(self, frame: Frame, delay_ms: int) -> None:
         gate = self._gate
         assert gate is not None and self._transport is not None
-        if delay_ms > 0 or gate.holding_responses:
+        if delay_ms > 0 or gate.held_responses:
             # Delayed (pre-KIP-219), or queued behind one that is: the gate keeps request order.
             if self._replies:
                 self._write_replies()
@@ -555,7 +555,7 @@ class ClientSide(asyncio.BufferedProtocol):
         pipeline, gate = self._pipeline, self._gate
         if pipeline is not None and (pipeline.waiting or pipeline.in_flight):
             return
-        if gate is not None and gate.holding_responses:
+        if gate is not None and gate.held_responses:
             return
         self._close_after_bad_frame()
 

@@ -32,7 +32,6 @@ _FLUSH_POLL_MAX_S = 1.0
 class ThrottleGate:
     __slots__ = (
         "_deadline",
-        "_delayed",
         "_loop",
         "_on_mute_change",
         "_on_unmute",
@@ -43,7 +42,7 @@ class ThrottleGate:
         "_timer_at",
         "_to_client",
         "_transport",
-        "holding_responses",
+        "held_responses",
         "muted",
     )
 
@@ -63,16 +62,16 @@ class ThrottleGate:
         self._on_unmute = on_unmute
         self._on_mute_change = on_mute_change
         self._deadline = 0.0
-        self._delayed: deque[tuple[float, Frame]] = deque()
+        # Responses held back, with when each may leave, in request order. The connection reads it (any
+        # held, a response it sends queues behind them) for every response: a plain attribute, not a
+        # property; only the gate changes it.
+        self.held_responses: deque[tuple[float, Frame]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._poll_s = _FLUSH_POLL_S
         # Throttled requests whose responses have not been sent yet: Kafka unmutes only after they have.
         self._responses_pending = 0
         self.muted = False
-        # Whether responses are held (`_delayed` is not empty): a plain attribute, not a property, since
-        # the connection asks it for every response it sends; kept in step wherever `_delayed` changes.
-        self.holding_responses = False
 
     # ---- mute ----------------------------------------------------------------------------------
 
@@ -114,11 +113,10 @@ class ThrottleGate:
     def hold_response(self, frame: Frame, delay_ms: int) -> None:
         """Send `frame` after `delay_ms` (0: as soon as the responses ahead of it have gone)."""
         release_at = self._loop.time() + delay_ms / 1000.0 if delay_ms > 0 else 0.0
-        self._delayed.append((release_at, frame))
-        self.holding_responses = True
+        self.held_responses.append((release_at, frame))
         if delay_ms > 0:
             self.mute_for(delay_ms)
-        self._wake_at(max(self._delayed[0][0], self._loop.time()))
+        self._wake_at(max(self.held_responses[0][0], self._loop.time()))
 
     def flush_held(self) -> None:
         """Send every held response now (shutdown, or the broker went away: an answer beats a delay)."""
@@ -126,10 +124,8 @@ class ThrottleGate:
 
     def _release_due_responses(self, now: float) -> None:
         due: list[Frame] = []
-        while self._delayed and self._delayed[0][0] <= now:
-            due.append(self._delayed.popleft()[1])
-        if due:
-            self.holding_responses = bool(self._delayed)
+        while self.held_responses and self.held_responses[0][0] <= now:
+            due.append(self.held_responses.popleft()[1])
         if due and not self._transport.is_closing():
             self._to_client(due)
 
@@ -147,13 +143,13 @@ class ThrottleGate:
         self._timer = None
         now = self._loop.time()
         self._release_due_responses(now)
-        if self._delayed:
-            self._wake_at(self._delayed[0][0])
+        if self.held_responses:
+            self._wake_at(self.held_responses[0][0])
         if not self.muted:
             return
         if now < self._deadline:
             self._wake_at(self._deadline)
-        elif self._delayed or self._responses_pending or self._transport.get_write_buffer_size() > 0:
+        elif self.held_responses or self._responses_pending or self._transport.get_write_buffer_size() > 0:
             # The throttled response has not fully left yet: Kafka unmutes only after it has.
             self._wake_at(now + self._poll_s)
             self._poll_s = min(self._poll_s * 2, _FLUSH_POLL_MAX_S)
@@ -169,5 +165,4 @@ class ThrottleGate:
         if self.muted:
             self.muted = False
             self._on_mute_change(-1)
-        self._delayed.clear()
-        self.holding_responses = False
+        self.held_responses.clear()

@@ -209,8 +209,8 @@ def test_response_header_size_of_any_bytes_is_a_size_or_protocol_error(
 def test_response_header_size_is_the_header_version_the_api_table_gives(
     key: int, version: int, tagged: bytes
 ) -> None:
-    """The header version is decided inline, not by asking response_header_version: the same answer for
-    every key (ApiVersions, unknown ones, negative ones) and version, and the same tagged-field block read."""
+    """The size follows the API table's header version for every key (ApiVersions, unknown ones, negative
+    ones) and version: 4 for header v0, else the tagged-field block read as skip_tagged_fields reads it."""
     framed = frame(struct.pack(">i", 3) + tagged + b"body"[: 4 - len(tagged)])
     if response_header_version(key, version) == 0:
         assert response_header_size(key, version, framed) == 4

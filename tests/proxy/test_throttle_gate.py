@@ -85,32 +85,32 @@ def test_delayed_responses_leave_in_request_order_at_their_deadlines() -> None:
     assert transport.written == []
     loop.advance(0.001)
     assert transport.written == [b"first", b"second", b"third"]
-    assert not gate.holding_responses
+    assert not gate.held_responses
 
 
-def test_holding_responses_says_whether_any_response_is_still_held() -> None:
+def test_held_responses_say_whether_any_response_is_still_held() -> None:
     """The connection sends a response through the gate only while this says so: it must turn true with
     the first held response and false only once the last has left (else a later answer overtakes a held
     one, or every answer after a delay waits on the timer)."""
     gate, loop, transport, _unmuted, _ = make_gate()
-    assert not gate.holding_responses
+    assert not gate.held_responses
     gate.hold_response(b"first", 100)
     gate.hold_response(b"second", 300)
-    assert gate.holding_responses
+    assert gate.held_responses
     loop.advance(0.1)
-    assert transport.written == [b"first"] and gate.holding_responses
+    assert transport.written == [b"first"] and gate.held_responses
     loop.advance(0.2)
-    assert transport.written == [b"first", b"second"] and not gate.holding_responses
+    assert transport.written == [b"first", b"second"] and not gate.held_responses
     gate.hold_response(b"third", 0)  # behind nothing: leaves on the next turn of the loop
-    assert gate.holding_responses
+    assert gate.held_responses
     loop.advance(0.0)
-    assert transport.written[-1] == b"third" and not gate.holding_responses
+    assert transport.written[-1] == b"third" and not gate.held_responses
     gate.hold_response(b"fourth", 5_000)
     gate.flush_held()
-    assert transport.written[-1] == b"fourth" and not gate.holding_responses
+    assert transport.written[-1] == b"fourth" and not gate.held_responses
     gate.hold_response(b"fifth", 5_000)
     gate.close()
-    assert not gate.holding_responses
+    assert not gate.held_responses
 
 
 def test_flush_sends_held_responses_at_once_in_order() -> None:

@@ -69,7 +69,7 @@ class _Connection(bench_chain._Connection):
 
 class _Gate:
     muted = False
-    holding_responses = False
+    held_responses = ()  # none held
 
     def expect_response(self) -> None:
         pass
