@@ -37,7 +37,11 @@ def test_this_install_has_the_compiled() -> None:
     # build skipped the extension (pyproject.toml's ext-modules is optional) and the proxy runs the Python.
     missing = [name for name in compiled.__all__ if getattr(compiled, name) is None]
     assert missing == [], f"built without protocol/_compiled.c: {missing}"
+    # and they are what the proxy's readers run
     assert headers.parse_request_header is compiled.parse_request_header
+    assert response_walks._produce_end is compiled.produce_responses_end
+    assert response_walks._fetch_walk is compiled.fetch_responses
+    assert produce_stream._walk_whole is compiled.walk_produce_body
 
 
 def _outcome(walk: Callable[..., object], *args: object) -> tuple[str, object]:
