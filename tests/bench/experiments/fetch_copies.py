@@ -35,6 +35,7 @@ stdout, then one JSON object per line with every round's figures).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -42,7 +43,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
@@ -57,6 +57,7 @@ from harness import BareRelayProcess, CannedBrokerProcess, display, run_windowed
 from measurements import median
 from process_stats import precise_user_system_seconds
 from proxy_process import ProxyProcess  # tests/, put on the path by harness
+from waiting import wait_until
 
 from sluice.protocol.headers import frame
 
@@ -186,24 +187,21 @@ def perf_shares(script: str) -> tuple[float, float]:
     return 1 - kernel / len(lines), copies / len(lines)
 
 
-def _wait_attached(perf: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+def _wait_attached(perf: subprocess.Popen[bytes]) -> None:
     """Until `perf record` has attached: it then holds the descriptors of its perf events (it says nothing
     when it has). Samples taken before would only be lost from the split, never miscounted."""
     fds = Path(f"/proc/{perf.pid}/fd")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def attached() -> bool:
         if perf.poll() is not None:
             raise RuntimeError(f"perf record exited with {perf.returncode} before attaching")
         links = []
         for fd in fds.iterdir() if fds.exists() else []:
-            try:
+            with contextlib.suppress(OSError):  # closed meanwhile
                 links.append(os.readlink(fd))
-            except OSError:  # closed meanwhile
-                continue
-        if "anon_inode:[perf_event]" in links:
-            return
-        time.sleep(0.02)  # a poll of perf's descriptors: the event is the one it waits for
-    raise TimeoutError("perf record did not attach")
+        return "anon_inode:[perf_event]" in links
+
+    wait_until(attached, "perf record to attach", 30, interval_s=0.02)
 
 
 @contextmanager
