@@ -14,6 +14,7 @@ Answers are returned as small NamedTuples; a malformed body raises ProtocolError
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from kafka.errors import NoError
@@ -172,6 +173,9 @@ class Fetched(NamedTuple):
     records: bytes | None
 
 
+# A follower's long poll asks for the same offset until a record comes (several times a second on an idle
+# proxy): its request is encoded once, not per poll. Bytes, so a cached one cannot be changed.
+@lru_cache(maxsize=64)
 def encode_fetch_request(
     version: int,
     topic: str,

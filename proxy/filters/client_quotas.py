@@ -132,6 +132,7 @@ class ClientQuotas(Filter):
         "_produce",
         "_produce_rules",
         "_request",
+        "_request_checked",
         "_request_rules",
         "_stats",
         "_touched",
@@ -170,6 +171,8 @@ class ClientQuotas(Filter):
         self._turn_rank = conn.now_ms()
         # (quota type, user, client-id) -> the rules version its throttle series were made for.
         self._touched: dict[tuple[str, str, str | None], int] = {}
+        # The last charge of request time: (ms, user, client-id, rules version, throttle) (on_response).
+        self._request_checked: tuple[int, str, str | None, int, int] | None = None
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -218,9 +221,11 @@ class ClientQuotas(Filter):
                     gate_shut_ms = gates.shut_for_ms(self._gate_key(user, client_id), now)
                     return self._timed_out(header, whole(frame), gate_shut_ms)
                 # Otherwise the gate let this request in: charge it now.
-            elif type(frame) is not FrameHead:
+            elif type(frame) is not FrameHead and (shut_gates or now != conn.read_ms()):
                 # (A large Produce already on its way as it arrives cannot wait: it is charged now, and the
                 # throttle it earns, on the entity's shared sensor, shuts the gate that much longer.)
+                # Read in this same ms with no entity throttled (the common case), a request can neither
+                # have outlived its timeout (1 ms at least) nor wait: its deadline is not read at all.
                 deadline = produce_deadline_ms(header, frame, conn.read_ms())
                 if deadline is not None and now >= deadline:
                     # Held (behind a mute, or behind one that timed out) past its client's timeout: the
@@ -301,6 +306,8 @@ class ClientQuotas(Filter):
         key, user, client_id = header.api_key, conn.user, header.client_id
         if key in _UNCHARGED_KEYS:
             conn.take_cpu_ns()  # dropped, not charged to the request after it
+            # The next charge of this pass then brings no CPU time, yet is this pass's first: it records.
+            self._request_checked = None
             return frame
         charges_request = self._request_rules.enabled_bits != 0
         charges_fetch = key in _FETCHES and self._fetch_rules.enabled_bits != 0
@@ -312,14 +319,28 @@ class ClientQuotas(Filter):
         now = conn.now_ms()
         request_throttle = 0
         if charges_request:
-            self._touch("Request", self._request, self._request_rules, user, client_id)
             cpu_ns = conn.take_cpu_ns()
-            request_throttle = self._request.record_request_time_ns(user, client_id, cpu_ns, now)
-            usage = self._stats.usage
-            # Most answers of a read take no CPU time of their own (the read's is measured once, after
-            # it, and goes to the first answer of the next): nothing to add, no entity to look up.
-            if usage is not None and cpu_ns:
-                usage.usage(user, client_id).cpu_time_ns += cpu_ns
+            checked = self._request_checked
+            if (
+                cpu_ns
+                or checked is None
+                or checked[0] != now
+                or checked[1] is not user
+                or checked[2] != client_id
+                or checked[3] != self._request_rules.version
+            ):
+                self._touch("Request", self._request, self._request_rules, user, client_id)
+                request_throttle = self._request.record_request_time_ns(user, client_id, cpu_ns, now)
+                self._request_checked = (now, user, client_id, self._request_rules.version, request_throttle)
+                usage = self._stats.usage
+                if usage is not None and cpu_ns:
+                    usage.usage(user, client_id).cpu_time_ns += cpu_ns
+            else:
+                # Most answers of a read take no CPU time of their own: a pass's is measured once, after
+                # it, and goes to the first answer charged after it, so each pass's first charge records.
+                # Recording 0 on the sensor the answer before it in this pass charged, at the same ms and
+                # with the same rules (nothing else runs in a pass), would return that answer's throttle.
+                request_throttle = checked[4]
             if request_throttle > 0:
                 self._stats.record_quota(
                     "Request",

@@ -203,6 +203,110 @@ def test_cpu_time_is_charged_on_the_response_of_any_api_key_even_outside_the_rou
     assert len(mutes) == 1 and mutes[0] > 0
 
 
+def test_an_answer_with_no_cpu_time_of_its_own_is_throttled_as_recording_0_would_throttle_it() -> None:
+    """The answers after the first in a pass bring no CPU time (a pass's is charged to the first answer
+    after it) and reuse the check before them instead of recording 0: the throttles and the sensors are
+    Kafka's, which records every request, whenever the ms, the user, the client-id or the quota changes
+    between them, and when the pass's CPU time went to an uncharged answer (ApiVersions) while another
+    connection of the entity charged the sensor since this one's last check, in the same ms."""
+    managers, kafka = QuotaManagers(), QuotaManagers()
+    conn, elsewhere = Connection(), Connection()
+    mutes: list[int] = []
+    chain = quota_chain(managers)
+    filters = chain.for_connection(conn, mutes.append)
+    other_filters = chain.for_connection(elsewhere, lambda _ms: None)
+
+    def set_quotas(bound: float) -> None:
+        for m in (managers, kafka):
+            m.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.REQUEST_PERCENTAGE, bound)
+            m.set_quota(QuotaEntity(client_id="other"), QuotaKey.REQUEST_PERCENTAGE, 5)
+            m.set_quota(QuotaEntity(user="alice", client_id=CLIENT), QuotaKey.REQUEST_PERCENTAGE, 5)
+
+    set_quotas(0.088)  # throttles below the 1 s cap, so that each recording can move them
+    request_time = kafka.manager(QuotaKey.REQUEST_PERCENTAGE)
+    # Passes: the ms it runs in, the CPU time of the pass before it, its answers' client-ids; between
+    # two answers (at the same ms), "quota" for a quota changed, "as" for the user (re-authenticated),
+    # "elsewhere" for another connection's pass charging CLIENT's sensor, "api_versions" for an answer
+    # that is not charged (it takes the pass's CPU time and drops it).
+    passes: list[tuple[int, int, list[str]]] = [
+        (0, 3_000_000, [CLIENT, CLIENT, CLIENT]),
+        (0, 2_000_000, [CLIENT, "other", CLIENT, "other"]),
+        (1, 4_000_000, [CLIENT, CLIENT]),
+        (1, 1_000_000, [CLIENT, "quota 0.092", CLIENT, CLIENT]),
+        (5, 0, [CLIENT, CLIENT]),  # a pass whose first answer has no CPU time either
+        (5, 3_000_000, ["elsewhere 50000", "api_versions", CLIENT, CLIENT]),
+        (6, 2_000_000, [CLIENT, "as alice", CLIENT, f"as {ANONYMOUS}", CLIENT]),
+        (700, 5_000_000, ["other", CLIENT, CLIENT]),
+        (3000, 0, [CLIENT]),
+    ]
+    got, expected = [], []
+    correlation_id = 0
+    for at, cpu_ns, answers in passes:
+        conn.now = 1_000_000 + at
+        conn.cpu_ns = cpu_ns
+        for client_id in answers:
+            if client_id.startswith("quota "):
+                set_quotas(float(client_id.split()[1]))
+                continue
+            if client_id.startswith("as "):
+                conn.user = client_id.split()[1]
+                continue
+            correlation_id += 1
+            if client_id.startswith("elsewhere "):
+                spent_elsewhere = int(client_id.split()[1])
+                elsewhere.now, elsewhere.cpu_ns = conn.now, spent_elsewhere
+                header = parse_request_header(
+                    encode_request(ApiKey.METADATA, 1, correlation_id, CLIENT, b"\x00\x00\x00\x00")
+                )
+                other_filters.on_response(
+                    InFlight(header), encode_response(ApiKey.METADATA, 1, correlation_id, bytes(16))
+                )
+                request_time.record_request_time_ns(ANONYMOUS, CLIENT, spent_elsewhere, conn.now)
+                continue
+            if client_id == "api_versions":
+                header = parse_request_header(
+                    encode_request(ApiKey.API_VERSIONS, 0, correlation_id, CLIENT, b"")
+                )
+                filters.on_response(
+                    InFlight(header), encode_response(ApiKey.API_VERSIONS, 0, correlation_id, bytes(8))
+                )
+                cpu_ns = 0  # taken, and charged to no request
+                continue
+            header = parse_request_header(
+                encode_request(ApiKey.METADATA, 1, correlation_id, client_id, b"\x00\x00\x00\x00")
+            )
+            spent, cpu_ns = cpu_ns, 0  # the pass's CPU time goes to its first answer
+            mutes.clear()
+            filters.on_response(
+                InFlight(header), encode_response(ApiKey.METADATA, 1, correlation_id, bytes(16))
+            )
+            got.append(max(mutes, default=0))
+            expected.append(request_time.record_request_time_ns(conn.user, client_id, spent, conn.now))
+    assert got == expected
+    assert len(set(expected)) >= 5  # throttles that move from answer to answer, not only 0 and the cap
+    for client_id in (CLIENT, "other"):
+        ours = managers.manager(QuotaKey.REQUEST_PERCENTAGE).sensor_for(ANONYMOUS, client_id, conn.now)
+        theirs = request_time.sensor_for(ANONYMOUS, client_id, conn.now)
+        assert ours.measure(conn.now) == theirs.measure(conn.now)
+
+
+def test_a_produce_read_in_an_earlier_ms_is_held_to_its_timeout_with_no_entity_throttled() -> None:
+    managers = QuotaManagers()
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.PRODUCER_BYTE_RATE, 10_000_000)
+    conn = Connection()
+    filters = quota_chain(managers).for_connection(conn, lambda _ms: None)
+    # Read this ms: it goes on (its deadline is not even read).
+    frame = produce_to(1, 1000, (0,))
+    assert run_request(filters, frame) is frame
+    # Read 1.5 s ago, held behind something, past its 1 s timeout_ms: answered, not forwarded.
+    conn.read = conn.now - 1500
+    assert type(run_request(filters, produce_to(2, 1000, (0,)))) is Answer
+    # Read 0.5 s ago: still within it.
+    conn.read = conn.now - 500
+    frame = produce_to(3, 1000, (0,))
+    assert run_request(filters, frame) is frame
+
+
 def test_each_connection_gets_its_own_filters() -> None:
     chain = quota_chain(QuotaManagers())
     first = chain.for_connection(Connection(), lambda _ms: None)

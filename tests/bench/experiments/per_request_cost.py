@@ -10,7 +10,11 @@ one read of 16 pipelined Produce v10 requests (one ~16 KiB record batch each, as
 ~94 KB answer (6 partitions of record batches). Each figure is the best of several repeats, per request
 (request + its answer), in the thread's CPU time.
 
-Run: ``.venv/bin/python tests/bench/experiments/per_request_cost.py [--plain] [--profile] [--only CASE]``.
+Run: ``.venv/bin/python tests/bench/experiments/per_request_cost.py [--plain] [--profile] [--only CASE]
+[--cold KIB]``. With ``--cold``, each pass (the requests' read, the answers' read) is timed alone after
+KIB KiB of other memory were written (1024: this machine's L2 per core), as a real proxy's pass runs after
+the kernel copied the bytes of a read and of a write: nearer what a real client's exchange costs, not all
+of it (docs/benchmarks.md).
 Instructions per request, a figure that does not move with what else runs: one case under
 ``PYTHONHASHSEED=0 valgrind --tool=callgrind`` at ``--number 50`` and ``--number 250``, the difference in
 Ir divided by 7 x 200 loops x the case's requests per loop (16 for Produce, 1 for Fetch).
@@ -175,25 +179,57 @@ def _pipeline(plain: bool) -> tuple[RequestPipeline, _Sink, _Connection]:
 
 def _exchange(
     pipeline: RequestPipeline, sink: _Sink, conn: _Connection, requests: list[bytes], answers: list[bytes]
-) -> Callable[[], None]:
+) -> tuple[Callable[[], None], Callable[[], None]]:
     """One read of pipelined requests and one read of their answers, each split into frames as the
-    connection splits what it reads, each pass adding `PASS_CPU_NS` per request to the CPU time charged."""
+    connection splits what it reads, each pass adding `PASS_CPU_NS` per request to the CPU time charged:
+    the two passes, to run in turn."""
     request_bytes = memoryview(b"".join(requests)).toreadonly()
     answer_bytes = b"".join(answers)
     request_frames, answer_frames = FrameSplitter(1 << 26), FrameSplitter(1 << 26)
 
     pass_cpu_ns = PASS_CPU_NS * len(requests)
 
-    def one() -> None:
+    def requests_pass() -> None:
         pipeline.client_frames(request_frames.feed(request_bytes))
         conn.cpu_ns += pass_cpu_ns
         pipeline.outgoing = []
+
+    def answers_pass() -> None:
         pipeline.broker_frames(answer_frames.feed(answer_bytes))
         conn.cpu_ns += pass_cpu_ns
         sink.sent.clear()
 
-    one()
+    requests_pass()
+    answers_pass()
+    return requests_pass, answers_pass
+
+
+def _in_turn(passes: tuple[Callable[[], None], ...]) -> Callable[[], None]:
+    def one() -> None:
+        for one_pass in passes:
+            one_pass()
+
     return one
+
+
+def _cold_us(passes: tuple[Callable[[], None], ...], evict_bytes: int, number: int) -> float:
+    """µs per exchange with each pass timed alone after `evict_bytes` of other memory were written: the
+    best of 7 repeats of the mean of `number` (as the warm figure is the best of 7), less the clock
+    reads' own cost (measured warm, so slightly under what a read costs after the eviction)."""
+    source, sink = bytes(evict_bytes), bytearray(evict_bytes)
+    clock = time.thread_time_ns
+    reads = min(timeit.repeat(clock, number=1000, repeat=5)) / 1000 * 1e9  # ns per read of the clock
+    means = []
+    for _ in range(7):
+        spent = 0
+        for _ in range(number):
+            for one_pass in passes:
+                sink[:] = source  # as a socket read or write copies its bytes between two passes
+                started = clock()
+                one_pass()
+                spent += clock() - started - reads
+        means.append(spent / number)
+    return min(means) / 1000
 
 
 def main() -> None:
@@ -202,7 +238,17 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--number", type=int, default=500)
     parser.add_argument("--only", help="one case by name (under callgrind: one case's instructions)")
+    parser.add_argument(
+        "--cold",
+        type=int,
+        default=0,
+        metavar="KIB",
+        help="before each pass (untimed), write KIB KiB of memory, as the kernel's copies of a read and a"
+        " write do between two passes of a real proxy: the same code on caches other work has used",
+    )
     args = parser.parse_args()
+    if args.cold and args.profile:
+        parser.error("--profile profiles the warm loop: not with --cold")
     pipeline, sink, conn = _pipeline(args.plain)
     cases = {
         "produce_v10_16k": (
@@ -216,9 +262,14 @@ def main() -> None:
     for name, (requests, answers, count) in cases.items():
         if args.only not in (None, name):
             continue
-        one = _exchange(pipeline, sink, conn, requests, answers)
+        passes = _exchange(pipeline, sink, conn, requests, answers)
+        if args.cold:
+            cold = _cold_us(passes, args.cold << 10, args.number) / count
+            print(f"{name}: {cold:.2f} us per request, caches cold")
+            continue
         # The thread's CPU clock, not the wall clock: on a machine shared with other work, time the
         # process spent descheduled is not the code's.
+        one = _in_turn(passes)
         repeats = timeit.repeat(one, number=args.number, repeat=7, timer=time.thread_time)
         best = min(repeats) / args.number / count * 1e6
         print(f"{name}: {best:.2f} us per request")
