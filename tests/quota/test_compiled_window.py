@@ -20,6 +20,7 @@ from sluice.quota import broker_shield, compiled, window
 from sluice.quota.broker_shield import ShieldLimits
 from sluice.quota.errors import QuotaConfigError, QuotaViolation
 from sluice.quota.sensor import WindowQuotaSensor
+from sluice.quota.throttle import java_round
 from sluice.quota.window import WindowRate
 
 EQUAL = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -56,6 +57,8 @@ def _outcome(call: object, *args: object) -> tuple[str, object]:
 _VALUES = st.one_of(
     st.integers(-(10**9), 10**12),
     st.sampled_from([0, 1, -1, 0.0, -0.0, 0.5, -0.5, True]),
+    # sums whose rounding depends on their order: the slot-order sum after a reset must be Kafka's
+    st.sampled_from([0.1, 1 / 3, 1e16, -1e16, 2.0**-30, 12_345.678]),
     st.integers(-(2**20), 2**20).map(lambda i: i / 8),  # fractions a double holds exactly
     st.floats(allow_nan=False, allow_infinity=False, min_value=-1e15, max_value=1e15),
 )
@@ -124,8 +127,9 @@ def test_infinities_and_nan_answer_the_same(case: tuple[int, int, bool, int, lis
 def test_a_long_history_fills_the_ring_and_reuses_it(legacy: bool) -> None:
     # 40 samples and 5,000 records: the ring grows past its first allocation, wraps, and is purged.
     ops: list = []
+    awkward = [0.1, 1e16, 3.3, -1e16, 1 / 3, 7]  # sums that round differently in another order
     for i in range(5000):
-        ops.append(("record", 37 + i % 5, i % 7 - 1))
+        ops.append(("record", 37 + i % 5, awkward[i % 6] if i % 11 else i % 7 - 1))
         if i % 3 == 0:
             ops.append(("fused", 0, 0.25, 3.5))
         if i % 997 == 0:
@@ -146,6 +150,43 @@ def test_times_up_to_two_to_the_sixty_agree_and_beyond_are_refused() -> None:
         _compiled_type()(n + 1, w)
     with pytest.raises(TypeError):
         rate.total(1.5)  # type: ignore[arg-type]
+
+
+# Throttles just around Java's rounding edges: ties, a hair below one, odd integers from 2^52 (where x + 0.5
+# in floating point rounds to the even one above), the long range's end and beyond; each with a window in
+# which a recorded value gives exactly that throttle argument.
+@pytest.mark.parametrize(
+    ("target", "window_ms"),
+    [
+        (0.5, 1),
+        (1.5, 1),
+        (2.5, 1),
+        (1.4999999999999998, 29),
+        (2.0**52 + 1, 1),
+        (2.0**53 - 1, 1),
+        (2.0**62 + 2048, 1),
+        (2.0**63 - 1024, 11),
+        (2.0**63, 1),
+        (1e300, 1),
+    ],
+)
+def test_the_throttle_rounds_as_javas_math_round(target: float, window_ms: int) -> None:
+    # N = 2 and everything at t = 0: a window of W ms, observed = value / (W / 1000.0), and the throttle
+    # argument (observed - bound) / bound * W; step the value until that argument is the target.
+    bound = 1.0
+    value = bound * (1 + target / window_ms) * (window_ms / 1000.0)
+    for _ in range(64):
+        argument = (value / (window_ms / 1000.0) - bound) / bound * window_ms
+        if argument == target:
+            break
+        value = math.nextafter(value, math.inf if argument < target else -math.inf)
+    else:
+        pytest.fail(f"no value gives a throttle argument of {target!r}")
+    expected = java_round(target)
+    twins = (window.SampledRate, _compiled_type())
+    answers = [twin(2, window_ms).record_and_throttle(value, 0, bound) for twin in twins]
+    assert answers == [expected, expected]
+    assert all(type(answer) is int for answer in answers)
 
 
 @pytest.mark.parametrize(
