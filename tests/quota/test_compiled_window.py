@@ -18,7 +18,11 @@ from hypothesis import strategies as st
 
 from sluice.quota import broker_shield, compiled, window
 from sluice.quota.broker_shield import ShieldLimits
+from sluice.quota.entities import QuotaEntity
 from sluice.quota.errors import QuotaConfigError, QuotaViolation
+from sluice.quota.keys import QuotaKey
+from sluice.quota.managers import QuotaManagers
+from sluice.quota.quota_config import QuotaConfig
 from sluice.quota.sensor import WindowQuotaSensor
 from sluice.quota.throttle import java_round
 from sluice.quota.window import WindowRate
@@ -41,6 +45,12 @@ def test_this_install_has_the_compiled_rate() -> None:
     assert type(WindowQuotaSensor(1000, 0).rate) is compiled.SampledRate
     assert type(WindowQuotaSensor(1000, 0, legacy=True).rate) is compiled.SampledRate
     assert type(broker_shield._Broker(1, ShieldLimits(bytes_in_per_s=300_000)).rate) is compiled.SampledRate
+    # as the managers the proxy charges build them, from the quota config
+    managers = QuotaManagers(QuotaConfig())
+    managers.set_quota(QuotaEntity("u"), QuotaKey.PRODUCER_BYTE_RATE, 100)
+    sensor = managers.produce.sensor_for("u", "c", 0)
+    assert isinstance(sensor, WindowQuotaSensor)
+    assert type(sensor.rate) is compiled.SampledRate
 
 
 def _same(a: object, b: object) -> bool:
