@@ -28,13 +28,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from sluice.quota import compiled
 from sluice.quota.broker_episodes import HoldEpisodes, ShieldEvent
 from sluice.quota.keys import SensorKind
 from sluice.quota.latency_trigger import LatencyTargets, LatencyTrigger, TriggerChange
 from sluice.quota.quota_config import QuotaWindow
 from sluice.quota.round_trips import RoundTripWindow
 from sluice.quota.topic_quotas import TopicQuotas
-from sluice.quota.window import SampledRate
+from sluice.quota.window import WindowRate
 
 # The shield's buckets hold one second of the threshold (B = N x W x Q with N = 1, W = 1 s).
 SHIELD_WINDOW = QuotaWindow(num_samples=1, size_s=1)
@@ -102,7 +103,7 @@ class _Broker:
 
     def __init__(self, node: int, limits: ShieldLimits) -> None:
         self.node = node
-        self.rate = SampledRate(RATE_SAMPLES, RATE_WINDOW_MS)
+        self.rate: WindowRate = compiled.SAMPLED_RATE(RATE_SAMPLES, RATE_WINDOW_MS)
         self.topics: dict[str, int] = {}  # topic -> last produced to (ms)
         self.quotas: TopicQuotas | None = None  # None while open
         self.static = limits.static_threshold(node)

@@ -17,11 +17,12 @@ it a fresh, empty history, which is what Kafka's re-created sensor has.
 
 from __future__ import annotations
 
+from sluice.quota import compiled
 from sluice.quota.errors import QuotaViolation, require_bound
 from sluice.quota.keys import SensorKind, parse_sensor_kind
 from sluice.quota.throttle import java_round
 from sluice.quota.token_bucket import TokenBucket
-from sluice.quota.window import SampledRate
+from sluice.quota.window import WindowRate
 
 # ClientQuotaManager.InactiveSensorExpirationTimeSeconds, in ms.
 INACTIVE_SENSOR_EXPIRATION_MS = 3_600_000
@@ -92,7 +93,11 @@ class QuotaSensor:
 
 
 class WindowQuotaSensor(QuotaSensor):
-    """A sensor over Kafka's sampled-window :class:`~quota.window.SampledRate`."""
+    """A sensor over Kafka's sampled-window :class:`~quota.window.SampledRate`.
+
+    The rate is the compiled twin where the install has it (quota/compiled.py), whose
+    ``record_and_throttle`` is this sensor's record and check in one call.
+    """
 
     __slots__ = ("_rate",)
 
@@ -108,25 +113,18 @@ class WindowQuotaSensor(QuotaSensor):
         legacy: bool = False,
     ) -> None:
         super().__init__(bound, now_ms)
-        self._rate = SampledRate(num_samples, window_ms, legacy=legacy)
+        self._rate: WindowRate = compiled.SAMPLED_RATE(num_samples, window_ms, legacy=legacy)
 
     @property
-    def rate(self) -> SampledRate:
+    def rate(self) -> WindowRate:
         return self._rate
 
     def record(self, value: float, now_ms: int, check: bool = True) -> int:
         self.last_record_ms = now_ms
-        rate = self._rate
-        rate.record(value, now_ms)
-        if not check:
-            return 0
-        total = rate.total(now_ms)
-        window_ms = rate.window_size_ms(now_ms)
-        observed = total / (window_ms / 1000.0)
-        bound = self._bound
-        if observed <= bound:
-            return 0
-        return java_round((observed - bound) / bound * window_ms)
+        if check:
+            return self._rate.record_and_throttle(value, now_ms, self._bound)
+        self._rate.record(value, now_ms)
+        return 0
 
     def measure(self, now_ms: int) -> float:
         return self._rate.measure(now_ms)

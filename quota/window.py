@@ -13,13 +13,37 @@ Two behaviours:
 The samples live in parallel lists indexed by ring slot rather than in one object per sample: the hot
 path (record, then measure) touches a handful of list slots and two cached numbers, and only walks the
 ring when a sample can actually have expired.
+
+This class is the reference: quota/_compiled.c is its compiled twin (quota/compiled.py hands it out), which
+the sensors run where the install has it; :class:`WindowRate` is what both offer.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from sluice.quota.errors import require_positive_int
+from sluice.quota.throttle import java_round
 
 _NEVER = 1 << 62
+
+
+class WindowRate(Protocol):
+    """What :class:`SampledRate` and its compiled twin (quota/_compiled.c) offer, method for method."""
+
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def window_ms(self) -> int: ...
+    @property
+    def legacy(self) -> bool: ...
+    def record(self, value: float, now_ms: int, /) -> None: ...
+    def total(self, now_ms: int, /) -> float: ...
+    def window_size_ms(self, now_ms: int, /) -> int: ...
+    def measure(self, now_ms: int, /) -> float: ...
+    def live_samples(self, now_ms: int, /) -> int: ...
+    def clear(self) -> None: ...
+    def record_and_throttle(self, value: float, now_ms: int, bound: float, /) -> int: ...
 
 
 class SampledRate:
@@ -128,6 +152,20 @@ class SampledRate:
         """The rate at ``now_ms`` in units per second: window sum / (window size in s)."""
         total = self.total(now_ms)
         return total / (self.window_size_ms(now_ms) / 1000.0)
+
+    def record_and_throttle(self, value: float, now_ms: int, bound: float) -> int:
+        """Record, then check: the throttle in ms a sensor with upper ``bound`` returns, 0 if within it.
+
+        A window sensor's record with its check (spec §1.5; the throttle of §1.7), in one call because the
+        compiled twin saves most of a sensor's cost by making it one.
+        """
+        self.record(value, now_ms)
+        total = self.total(now_ms)
+        window_ms = self.window_size_ms(now_ms)
+        observed = total / (window_ms / 1000.0)
+        if observed <= bound:
+            return 0
+        return java_round((observed - bound) / bound * window_ms)
 
     def live_samples(self, now_ms: int) -> int:
         """How many samples hold at least one event after purging at ``now_ms`` (for tests and debugging)."""

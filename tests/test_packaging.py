@@ -89,8 +89,11 @@ def test_the_wheel_holds_every_module_under_sluice_only(tmp_path: Path) -> None:
         for source in (ROOT / folder).rglob("*.py"):
             inside = "/".join([*name.split("."), *source.relative_to(ROOT / folder).parts])
             assert inside in names, f"{source.relative_to(ROOT)} is missing from the wheel"
-    # The compiled readers, built (this machine has a C compiler, as CI's has); their C source stays out.
-    assert any(n.startswith("sluice/protocol/_compiled.") and n.endswith(".so") for n in names), sorted(names)
+    # The compiled readers and rate, built (this machine has a C compiler, as CI's has); their C sources
+    # stay out.
+    for package in ("protocol", "quota"):
+        prefix = f"sluice/{package}/_compiled."
+        assert any(n.startswith(prefix) and n.endswith(".so") for n in names), sorted(names)
     assert not [n for n in names if n.endswith(".c")]
 
 

@@ -21,7 +21,7 @@ from sluice.quota.managers import ClientQuotaManager, RequestQuotaManager, kip21
 from sluice.quota.sensor import TokenBucketQuotaSensor, WindowQuotaSensor
 from sluice.quota.throttle import LONG_MAX, java_round, to_int32
 from sluice.quota.token_bucket import TokenBucket
-from sluice.quota.window import SampledRate
+from sluice.quota.window import SampledRate, WindowRate
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -100,11 +100,18 @@ def _rate_ops(draw: st.DrawFn) -> tuple[int, int, bool, list[tuple[int, int, str
     return n, w, legacy, draw(st.lists(op, max_size=80))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# On both twins of SampledRate (rate_type: a type, which no example can change).
+@settings(
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(case=_rate_ops())
-def test_sampled_rate_matches_a_plain_model_of_kafkas_code(case: tuple[int, int, bool, list]) -> None:
+def test_sampled_rate_matches_a_plain_model_of_kafkas_code(
+    rate_type: type[WindowRate], case: tuple[int, int, bool, list]
+) -> None:
     n, w, legacy, ops = case
-    rate = SampledRate(n, w, legacy=legacy)
+    rate = rate_type(n, w, legacy=legacy)
     model = _KafkaRate(n, w, legacy)
     now = 1_000_000
     for step, value, op in ops:

@@ -1,4 +1,5 @@
-"""Quota sensors (spec §1.5): record first, then check; vectors V9 (rate), V20, V21, V22."""
+"""Quota sensors (spec §1.5): record first, then check; vectors V9 (rate), V20, V21, V22. Each test runs with
+the window sensors on either twin of SampledRate (the `sensor_rate` fixture)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from sluice.quota.sensor import (
     WindowQuotaSensor,
     new_quota_sensor,
 )
+
+pytestmark = pytest.mark.usefixtures("sensor_rate")
 
 
 # V21: thresholds on a fresh sensor, quota 1000 B/s, defaults (window 10 s).

@@ -35,6 +35,12 @@ def check_compiled_readers() -> None:
 
     missing = [name for name in compiled.__all__ if getattr(compiled, name) is None]
     assert missing == [], f"the wheel has no compiled readers: {missing}"
+    # and the compiled sampled-window rate, the window sensors' (quota/_compiled.c)
+    from sluice.quota import compiled as quota_compiled
+    from sluice.quota.sensor import WindowQuotaSensor
+
+    assert quota_compiled.SampledRate is not None, "the wheel has no compiled sampled-window rate"
+    assert type(WindowQuotaSensor(1000, 0).rate) is quota_compiled.SampledRate
 
 
 def check_top_level() -> None:
