@@ -150,10 +150,15 @@ static Py_ssize_t
 advance(SampledRateObject *self, int64_t now_ms)
 {
     Py_ssize_t cur = (Py_ssize_t)((self->cur + 1) % self->slots);
-    self->cur = cur;
     if (cur == self->used) {
-        return append_sample(self, now_ms) < 0 ? -1 : cur;
+        /* The current sample moves only once its slot exists: a failed growth leaves the rate as it was. */
+        if (append_sample(self, now_ms) < 0) {
+            return -1;
+        }
+        self->cur = cur;
+        return cur;
     }
+    self->cur = cur;
     reset_sample(&self->ring[cur], now_ms);
     ordered_sum(self);
     refresh(self);
@@ -325,6 +330,11 @@ SampledRate_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     long long window_ms = checked_window_ms != NULL ? PyLong_AsLongLong(checked_window_ms) : 1000;
     Py_XDECREF(checked_window_ms);
     if (window_ms == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (num_samples < 1 || window_ms < 1) {
+        /* Only an int subclass that lies to the twin's check gets here; the ring needs at least one slot. */
+        PyErr_SetString(PyExc_ValueError, "num_samples and window_ms must be at least 1");
         return NULL;
     }
     if (num_samples > TIME_LIMIT / window_ms) {

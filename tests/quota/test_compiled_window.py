@@ -147,6 +147,50 @@ def test_a_long_history_fills_the_ring_and_reuses_it(legacy: bool) -> None:
     _replay((40, 100, legacy, 0, ops))
 
 
+def test_a_sample_is_summed_again_only_when_one_expired() -> None:
+    # The sum is redone in slot order only when a sample expired (or the ring advanced): redoing it on
+    # every read would round 1e16 + 1 + 1 otherwise than the sum kept by +=.
+    rates = [window.SampledRate(2, 1000), _compiled_type()(2, 1000)]
+    for rate in rates:
+        for value, at in ((1e16, 0), (0, 999), (1, 1000), (1, 500), (1, 1001)):
+            rate.record(value, at)
+    assert _same(rates[0].total(2500), rates[1].total(2500))
+    assert rates[0].total(2500) == 1e16
+
+
+def test_memory_refused_while_the_ring_grows_leaves_the_rate_as_it_was() -> None:
+    _testcapi = pytest.importorskip("_testcapi")  # CPython's test hooks: the allocators can be made to fail
+    rate, twin = _compiled_type()(20, 1), window.SampledRate(20, 1)
+    for at in range(8):  # the ring's first allocation is 8 samples: the next one grows it
+        rate.record(1, at)
+        twin.record(1, at)
+    _testcapi.set_nomemory(0, 0)
+    try:
+        rate.record(1, 8)
+    except MemoryError:
+        pass
+    else:
+        raise AssertionError("the ring grew with every allocation refused")
+    finally:
+        _testcapi.remove_mem_hooks()
+    for at in range(8, 40):  # the failed record left nothing behind: the rate goes on as its twin
+        rate.record(1, at)
+        twin.record(1, at)
+        assert _same(rate.total(at), twin.total(at))
+        assert rate.live_samples(at) == twin.live_samples(at)
+
+
+def test_a_number_of_samples_or_window_below_one_is_refused_whatever_its_type_says() -> None:
+    class Lax(int):
+        # an int that passes the twin's `value < 1` check whatever it is
+        def __lt__(self, other: object) -> bool:
+            return False
+
+    for args in ((2, Lax(0)), (Lax(0), 1000)):
+        with pytest.raises(ValueError, match="at least 1"):
+            _compiled_type()(*args, legacy=True)
+
+
 def test_times_up_to_two_to_the_sixty_agree_and_beyond_are_refused() -> None:
     n, w = 4, 1 << 58  # N x W = 2^60, the compiled rate's longest window
     _replay(

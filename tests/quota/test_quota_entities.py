@@ -23,6 +23,9 @@ from sluice.quota.keys import QuotaKey
 from sluice.quota.managers import ClientQuotaManager
 from sluice.quota.throttle import UNLIMITED
 
+# The spec's vectors here run on both twins of the sampled-window rate the sensors are built on.
+pytestmark = pytest.mark.usefixtures("sensor_rate")
+
 E = QuotaEntity
 
 

@@ -21,9 +21,11 @@ from sluice.quota.managers import ClientQuotaManager, RequestQuotaManager, kip21
 from sluice.quota.sensor import TokenBucketQuotaSensor, WindowQuotaSensor
 from sluice.quota.throttle import LONG_MAX, java_round, to_int32
 from sluice.quota.token_bucket import TokenBucket
-from sluice.quota.window import SampledRate, WindowRate
+from sluice.quota.window import WindowRate
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# On both twins of SampledRate (the rate_type and sensor_rate fixtures: a type, which no example changes).
+TWINS = settings(FAST, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
 class _KafkaSample:
@@ -125,15 +127,17 @@ def test_sampled_rate_matches_a_plain_model_of_kafkas_code(
             assert rate.measure(now) == model.total(now) / (model.window_size(now) / 1000.0)
 
 
-@FAST
+@TWINS
 @given(
     n=st.integers(min_value=1, max_value=12),
     w=st.integers(min_value=1, max_value=3000),
     legacy=st.booleans(),
     steps=st.lists(st.integers(min_value=0, max_value=5000), min_size=1, max_size=60),
 )
-def test_window_size_stays_within_its_bounds(n: int, w: int, legacy: bool, steps: list[int]) -> None:
-    rate = SampledRate(n, w, legacy=legacy)
+def test_window_size_stays_within_its_bounds(
+    rate_type: type[WindowRate], n: int, w: int, legacy: bool, steps: list[int]
+) -> None:
+    rate = rate_type(n, w, legacy=legacy)
     now = 0
     # Spec §1.3. The 1 ms floor can only reach the upper bound when N x W is itself 1 ms.
     upper = max(n * w if legacy else (n + 1) * w, 2)
@@ -174,9 +178,11 @@ _sizes = st.lists(
 )
 
 
-@FAST
+@TWINS
 @given(bound=st.floats(min_value=1, max_value=1e7), kind=st.sampled_from(SensorKind), records=_sizes)
-def test_throttles_are_never_negative(bound: float, kind: SensorKind, records: list) -> None:
+def test_throttles_are_never_negative(
+    sensor_rate: type[WindowRate], bound: float, kind: SensorKind, records: list
+) -> None:
     producer = ClientQuotaManager(QuotaKey.PRODUCER_BYTE_RATE, sensor_kind=kind)
     producer.update_quota(QuotaEntity("u"), bound)
     request = RequestQuotaManager(sensor_kind=kind)
@@ -207,7 +213,11 @@ def test_java_round_is_exactly_floor_of_x_plus_a_half(x: float) -> None:
 
 WARMUP_MS = 11_000  # N x W: every enforcement grants about this much quota up front
 SPAN_MS = 600_000
-CONVERGENCE = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CONVERGENCE = settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 _record_sizes = st.integers(min_value=100, max_value=1_000_000)
 # The quota as requests per second of the drawn size, so every run handles a bounded number of requests.
 _requests_per_s = st.floats(min_value=1, max_value=50)
@@ -220,7 +230,9 @@ def _burst_starts(result: SimulationResult) -> list[int]:
 
 @CONVERGENCE
 @given(record_bytes=_record_sizes, requests_per_s=_requests_per_s)
-def test_flat_out_producer_converges_on_a_token_bucket(record_bytes: int, requests_per_s: float) -> None:
+def test_flat_out_producer_converges_on_a_token_bucket(
+    sensor_rate: type[WindowRate], record_bytes: int, requests_per_s: float
+) -> None:
     quota = record_bytes * requests_per_s
     producer = FlatOutProducer(record_bytes, send_interval_ms=0.11)
     result = simulate_produce_quota(Enforcement.TOKEN_BUCKET, WARMUP_MS + SPAN_MS, quota, producer)
@@ -230,7 +242,9 @@ def test_flat_out_producer_converges_on_a_token_bucket(record_bytes: int, reques
 
 @CONVERGENCE
 @given(record_bytes=_record_sizes, requests_per_s=_requests_per_s)
-def test_flat_out_producer_converges_on_sampled_windows(record_bytes: int, requests_per_s: float) -> None:
+def test_flat_out_producer_converges_on_sampled_windows(
+    sensor_rate: type[WindowRate], record_bytes: int, requests_per_s: float
+) -> None:
     # Sampled windows let a flat-out client through in bursts (the comb), so an arbitrary 600 s span can
     # be off by up to one window of quota; over whole cycles (burst start to burst start) the average is
     # the quota.
