@@ -459,7 +459,7 @@ SampledRate_clear(SampledRateObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 /* WindowQuotaSensor.record(value, now_ms) with its check, as one call: record, then the throttle Kafka
- * derives from the rate at now_ms, 0 when within bound (spec §1.5, §1.7). */
+ * derives from the rate at now_ms, 0 when within bound (spec §1.5, §1.7; quota.throttle.window_throttle_ms). */
 static PyObject *
 SampledRate_record_and_throttle(SampledRateObject *self, PyObject *const *args, Py_ssize_t nargs)
 {

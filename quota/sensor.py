@@ -20,7 +20,7 @@ from __future__ import annotations
 from sluice.quota import compiled
 from sluice.quota.errors import QuotaViolation, require_bound
 from sluice.quota.keys import SensorKind, parse_sensor_kind
-from sluice.quota.throttle import java_round
+from sluice.quota.throttle import java_round, window_throttle_ms
 from sluice.quota.token_bucket import TokenBucket
 from sluice.quota.window import WindowRate
 
@@ -134,13 +134,7 @@ class WindowQuotaSensor(QuotaSensor):
 
     def throttle_ms(self, now_ms: int, pending: float = 0.0) -> int:
         rate = self._rate
-        total = rate.total(now_ms) + pending
-        window_ms = rate.window_size_ms(now_ms)
-        observed = total / (window_ms / 1000.0)
-        bound = self._bound
-        if observed <= bound:
-            return 0
-        return java_round((observed - bound) / bound * window_ms)
+        return window_throttle_ms(rate.total(now_ms) + pending, rate.window_size_ms(now_ms), self._bound)
 
     def violated(self, now_ms: int) -> bool:
         return not self._rate.measure(now_ms) <= self._bound

@@ -41,6 +41,15 @@ def java_round(x: float) -> int:
     return low + 1 if x - low >= 0.5 else low
 
 
+def window_throttle_ms(total: float, window_ms: int, bound: float) -> int:
+    """A sampled-window sensor's throttle (spec §1.7): 0 while the rate ``total`` over ``window_ms`` is
+    within ``bound`` (equal to it is within), else ``round((O - T) / T x window_ms)``, unbounded."""
+    observed = total / (window_ms / 1000.0)
+    if observed <= bound:
+        return 0
+    return java_round((observed - bound) / bound * window_ms)
+
+
 def to_int32(value: int) -> int:
     """Narrow a long to an int the way Java's ``(int)`` cast does: keep the low 32 bits, two's complement.
 

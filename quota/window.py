@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from sluice.quota.errors import require_positive_int
-from sluice.quota.throttle import java_round
+from sluice.quota.throttle import window_throttle_ms
 
 _NEVER = 1 << 62
 
@@ -160,12 +160,7 @@ class SampledRate:
         compiled twin saves most of a sensor's cost by making it one.
         """
         self.record(value, now_ms)
-        total = self.total(now_ms)
-        window_ms = self.window_size_ms(now_ms)
-        observed = total / (window_ms / 1000.0)
-        if observed <= bound:
-            return 0
-        return java_round((observed - bound) / bound * window_ms)
+        return window_throttle_ms(self.total(now_ms), self.window_size_ms(now_ms), bound)
 
     def live_samples(self, now_ms: int) -> int:
         """How many samples hold at least one event after purging at ``now_ms`` (for tests and debugging)."""
