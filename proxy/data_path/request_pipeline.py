@@ -25,7 +25,13 @@ from typing import Protocol
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameHead, FrameObserver, FrameSplitter
+from sluice.protocol.frames import (
+    MIN_FRAME_PAYLOAD_BYTES,
+    FrameHead,
+    FrameObserver,
+    FrameSplitter,
+    stays_valid,
+)
 from sluice.protocol.headers import (
     RequestHeader,
     encode_request,
@@ -144,7 +150,7 @@ def _kept(frames: list[memoryview]) -> list[memoryview]:
     """Frames to keep past this read: a view of the connection's read buffer (which every connection
     shares, 256 KiB) is copied, so a request held for a mute or a deferral keeps its own bytes, not the
     buffer (2,000 connections waiting at a quota gate pinned 2,000 buffers, half a gigabyte)."""
-    return [frame if type(frame.obj) is bytes else memoryview(bytes(frame)) for frame in frames]
+    return [frame if stays_valid(frame) else memoryview(bytes(frame)) for frame in frames]
 
 
 class RequestPipeline:

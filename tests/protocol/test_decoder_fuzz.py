@@ -133,7 +133,8 @@ def _produce_acks(version: int, frame: bytes) -> object:
 
 
 def _split(version: int, data: bytes) -> object:
-    splitter = frames.FrameSplitter(max_frame_bytes=64 + version)
+    # Frames of 32 bytes or more are assembled in mappings of their own, the smaller ones from pieces.
+    splitter = frames.FrameSplitter(max_frame_bytes=64 + version, own_mapping_bytes=32)
     splitter.min_payload_bytes = version % 5
     cut = len(data) // 3
     out = splitter.feed(data[:cut]) + splitter.feed(data[cut:])
@@ -747,6 +748,8 @@ NOT_DECODERS = {
     "rfc2253_name",
     # Asks whether the proxy's own read buffer is still exported; it reads none of the buffer's bytes.
     "buffer_in_use",
+    # Asks what a view the splitter returned is a view of; it reads none of its bytes.
+    "stays_valid",
     # Empties the client-id cache; it takes no argument.
     "forget_client_ids",
     # Hands back what fetch_responses (fuzzed) found in the very object it walked last; reads no bytes.
