@@ -9,20 +9,21 @@ bytes from `feed` as `through` pieces, as they arrive, until the frame ends and 
 that needs only a request's header and size forwards such a frame the way a plain relay forwards bytes:
 no join, no buffer as large as the frame.
 
-A frame of a mebibyte or more that is assembled goes into a mapping of its own (an anonymous mmap of its
-size), each byte copied once as it arrives: when the frame's last view goes, so does its memory, to the
-operating system at once. Kept as pieces from the heap, a large frame's memory went back only when no
-object born while it arrived lay above it (a connection closed in the middle of 184 MiB of frames left
-RSS at 160-214 MB instead of 46 under load); and the join at its end cost a second copy and twice the
-frame's size at that moment.
+A frame of a mebibyte or more that is assembled, once it is read beyond the read that gave its size, goes
+into a mapping of its own (protocol/frame_memory.py says why): not before, so that a frame passed on as
+it arrives, or one its reader has not made room for yet, takes none.
+
+Why this module is long: it is one class, the splitter, whose ways with a frame (whole in a read, joined
+from reads, passed on as it arrives, assembled in its own mapping) share its few fields and hand a frame
+from one to the next mid-stream; apart, each would reach into the others' state.
 """
 
 from __future__ import annotations
 
-import mmap
 from typing import Protocol, final
 
 from sluice.protocol.errors import ProtocolError
+from sluice.protocol.frame_memory import FrameMapping, frame_mapping, stays_valid
 from sluice.protocol.primitives import INT32_UNPACK
 
 __all__ = [
@@ -31,8 +32,6 @@ __all__ = [
     "BadFramePrefix",
     "FrameHead",
     "FrameSplitter",
-    "buffer_in_use",
-    "stays_valid",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 104857600
@@ -44,33 +43,6 @@ _PREFIX = 4
 # `sluice run` fixes it, proxy/process/process_memory.py): below it, the heap's reuse is cheaper than a
 # mapping's system calls and page faults.
 OWN_MAPPING_MIN_FRAME_BYTES = 1 << 20
-
-
-class _FrameMapping(mmap.mmap):
-    """An anonymous mapping holding one frame being assembled: its own type, so that a view of it is known
-    for one that stays valid (`stays_valid`), unlike a view of a buffer a caller reuses."""
-
-    __slots__ = ()
-
-
-def stays_valid(view: memoryview) -> bool:
-    """Whether a frame or piece that `feed` returned stays as it is whatever its caller does with the buffer
-    it read into: a view of bytes, or of a frame assembled in a mapping of its own (which nothing writes
-    once the frame is whole), not a view of a loaned buffer."""
-    owner = type(view.obj)
-    return owner is bytes or owner is _FrameMapping
-
-
-def buffer_in_use(buffer: bytearray) -> bool:
-    """Whether anything still holds a view of `buffer`, a buffer lent to `FrameSplitter.feed` that its
-    owner wants to read into again: it may be reused only when not. A bytearray cannot grow while it is
-    exported, which is how the views are told apart from nothing."""
-    try:
-        buffer.append(0)
-    except BufferError:
-        return True
-    del buffer[-1]
-    return False
 
 
 class BadFramePrefix(ProtocolError):
@@ -126,9 +98,10 @@ class FrameSplitter:
     objects (the chunk passed to `feed`, or one bytes object joined from several chunks when a frame
     spans chunks) or from a frame's own mapping, which nothing writes once the frame is whole; for a
     read-only memoryview fed, see `feed`. A frame inside one chunk costs no copy; a frame spanning chunks
-    costs exactly one copy of each byte: one join, because pending chunks are kept in a list rather than
+    costs one copy of each byte: one join, because pending chunks are kept in a list rather than
     re-concatenated on every feed, or, from `own_mapping_bytes` on, a copy into its own mapping as each
-    chunk arrives.
+    chunk after the one that gave its size arrives (that one's bytes are moved into it then, a second copy
+    of at most one read when it came in a lent buffer).
 
     A bad length prefix raises BadFramePrefix carrying the frames completed before it. After it the
     stream is unusable; the caller is expected to close the connection (after answering those frames).
@@ -142,6 +115,7 @@ class FrameSplitter:
         "_pending",
         "_pending_len",
         "_pending_need",
+        "_read_on",
         "_through_left",
         "defer_copies",
         "min_payload_bytes",
@@ -162,7 +136,11 @@ class FrameSplitter:
         self._pending: list[bytes | memoryview] = []
         # The mapping a frame of `own_mapping_bytes` or more is assembled in (its first `_pending_len`
         # bytes in), or None: while it is there, `_pending` is empty.
-        self._assembly: _FrameMapping | None = None
+        self._assembly: FrameMapping | None = None
+        # Bytes of the frame being assembled came in a feed after the one that gave its size: a reader that
+        # makes room for a frame once its size is known (the proxy's request memory) has made it, and the
+        # frame was not passed on when its start came: from then on a large one goes into its own mapping.
+        self._read_on = False
         self._pending_len = 0
         # Total size (prefix included) of the frame being assembled, or -1 while fewer than 4 bytes
         # of it are known.
@@ -205,6 +183,7 @@ class FrameSplitter:
         """Drop whatever is buffered (the connection closed): its memory goes back at once."""
         self._pending = []
         self._assembly = None
+        self._read_on = False
         self._pending_len = 0
         self._pending_need = -1
         self._lent_from = -1
@@ -257,16 +236,9 @@ class FrameSplitter:
                 self._raise_bad_length(length, frames)
             end = pos + _PREFIX + length
             if end > size:
+                self._pending.append(self._kept(view[pos:], loaned))
                 self._pending_len = size - pos
                 self._pending_need = end - pos
-                if loaned and not self.defer_copies and end - pos >= self.own_mapping_bytes:
-                    # A loaned buffer's bytes are copied anyway: once, into the frame's own mapping. (Bytes
-                    # are kept as they are until the next feed; with deferred copies, `settle` does it, as
-                    # the caller may pass the frame on instead.)
-                    self._pending.append(view[pos:])
-                    self._assemble()
-                else:
-                    self._pending.append(self._kept(view[pos:], loaned))
                 return frames
             frames.append(view[pos:end])
             pos = end
@@ -326,6 +298,7 @@ class FrameSplitter:
             pieces = [memoryview(piece) for piece in self._pending]
         self._through_left = self._pending_need - self._pending_len
         self._lent_from = -1
+        self._read_on = False
         self._pending = []
         self._pending_len = 0
         self._pending_need = -1
@@ -343,12 +316,12 @@ class FrameSplitter:
         return bytes(rest)
 
     def settle(self) -> None:
-        """Copy what is pending from a loaned buffer (`defer_copies`): the caller may then reuse it."""
+        """Copy what is pending from a loaned buffer (`defer_copies`): the caller may then reuse it. A large
+        frame read on beyond the read that gave its size is copied into its own mapping."""
         start = self._lent_from
         if start >= 0:
-            if self._pending_need >= self.own_mapping_bytes:
-                self._assemble()  # copies the loaned pieces once, into the frame's own mapping
-                return
+            if self._read_on and self._pending_need >= self.own_mapping_bytes and self._assemble():
+                return  # the lent pieces copied once, into the frame's own mapping
             self._lent_from = -1
             pending = self._pending
             for i in range(start, len(pending)):
@@ -361,7 +334,8 @@ class FrameSplitter:
         """Extend the pending frame with `view[start:]`. Return the offset in `view` where parsing resumes,
         or -1 when all of it was absorbed into a still-incomplete frame."""
         rest = view[start:] if start else view
-        if self._pending_need < 0:
+        need = self._pending_need
+        if need < 0:
             have = self._pending_len
             if have + len(rest) < _PREFIX:
                 self._pending.append(self._kept(rest, loaned))
@@ -372,11 +346,15 @@ class FrameSplitter:
             length = INT32_UNPACK(prefix, 0)[0]
             if length < self.min_payload_bytes or length > self._max_frame_bytes:
                 self._raise_bad_length(length, frames)
-            self._pending_need = _PREFIX + length
+            need = self._pending_need = _PREFIX + length
+        else:
+            self._read_on = True
         have = self._pending_len
-        missing = self._pending_need - have
+        missing = need - have
         assembly = self._assembly
-        if assembly is None and self._pending_need >= self.own_mapping_bytes:
+        # (A lent piece is moved by `settle` instead: the reader may still pass the frame on in this read.)
+        lends = loaned and self.defer_copies
+        if assembly is None and self._read_on and need >= self.own_mapping_bytes and not lends:
             assembly = self._assemble()
         if assembly is not None:
             if len(rest) < missing:
@@ -386,30 +364,31 @@ class FrameSplitter:
             assembly[have:] = rest[:missing]
             frames.append(memoryview(assembly).toreadonly())
             self._assembly = None
-            self._pending_len = 0
-            self._pending_need = -1
-            return start + missing
-        if len(rest) < missing:
-            self._pending.append(self._kept(rest, loaned))
-            self._pending_len += len(rest)
-            return -1
-        self._pending.append(rest[:missing])
-        joined = b"".join(self._pending)
-        frames.append(memoryview(joined))
-        self._lent_from = -1
-        self._pending = []
+        else:
+            if len(rest) < missing:
+                self._pending.append(self._kept(rest, loaned))
+                self._pending_len += len(rest)
+                return -1
+            self._pending.append(rest[:missing])
+            frames.append(memoryview(b"".join(self._pending)))
+            self._lent_from = -1
+            self._pending = []
         self._pending_len = 0
         self._pending_need = -1
+        self._read_on = False
         return start + missing
 
-    def _assemble(self) -> _FrameMapping:
+    def _assemble(self) -> FrameMapping | None:
         """Move what is pending of a frame of known size into a mapping of the frame's size, where the rest
-        of it will be copied as it arrives (untouched pages take no memory until then)."""
-        assembly = self._assembly = _FrameMapping(-1, self._pending_need)
+        of it will be copied as it arrives; None (and nothing moved) when the system refuses a mapping."""
+        assembly = frame_mapping(self._pending_need)
+        if assembly is None:
+            return None
         at = 0
         for piece in self._pending:
             assembly[at : at + len(piece)] = piece
             at += len(piece)
+        self._assembly = assembly
         self._pending = []
         self._lent_from = -1
         return assembly

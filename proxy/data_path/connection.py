@@ -31,7 +31,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import BadFramePrefix, FrameSplitter, buffer_in_use
+from sluice.protocol.frame_memory import buffer_in_use
+from sluice.protocol.frames import BadFramePrefix, FrameSplitter
 from sluice.quota import ANONYMOUS
 
 from ..filter_api.contract import UNOFFERED_VERSION, Pending, RawExchange, Reply

@@ -25,13 +25,8 @@ from typing import Protocol
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import (
-    MIN_FRAME_PAYLOAD_BYTES,
-    FrameHead,
-    FrameObserver,
-    FrameSplitter,
-    stays_valid,
-)
+from sluice.protocol.frame_memory import stays_valid
+from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameHead, FrameObserver, FrameSplitter
 from sluice.protocol.headers import (
     RequestHeader,
     encode_request,

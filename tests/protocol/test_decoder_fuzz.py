@@ -750,6 +750,8 @@ NOT_DECODERS = {
     "buffer_in_use",
     # Asks what a view the splitter returned is a view of; it reads none of its bytes.
     "stays_valid",
+    # Maps the memory for a frame whose size the splitter (fuzzed, with small frames in mappings) read.
+    "frame_mapping",
     # Empties the client-id cache; it takes no argument.
     "forget_client_ids",
     # Hands back what fetch_responses (fuzzed) found in the very object it walked last; reads no bytes.

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameSplitter, stays_valid
+from sluice.protocol.frame_memory import stays_valid
+from sluice.protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameSplitter
 from sluice.protocol.headers import frame
 
 pytestmark = pytest.mark.usefixtures("frame_assembly")  # each test twice: heap pieces, own mappings

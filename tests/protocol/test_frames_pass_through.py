@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.frames import FrameSplitter, buffer_in_use
+from sluice.protocol.frame_memory import buffer_in_use
+from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import frame
 
 pytestmark = pytest.mark.usefixtures("frame_assembly")  # each test twice: heap pieces, own mappings

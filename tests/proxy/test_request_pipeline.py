@@ -14,6 +14,7 @@ from manual_loop import ManualLoop, RecordingTransport
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
+from sluice.protocol.frame_memory import FrameMapping
 from sluice.protocol.frames import MIN_FRAME_PAYLOAD_BYTES, FrameSplitter
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
 from sluice.proxy.data_path.broker_load import COUNTED_MIN_BYTES, BrokerLoad, LoadShare
@@ -348,6 +349,27 @@ def test_a_throttle_mutes_at_once_and_holds_requests_until_it_ends_and_its_respo
     assert not h.gate.muted
     assert h.upstream() == [2, 3]
     assert h.pipeline.in_flight == 2
+
+
+def test_a_held_request_keeps_its_own_mapping_and_a_view_of_the_read_buffer_is_copied() -> None:
+    # A held request must not keep the read buffer every connection reads into (it is copied); one that
+    # was assembled in its own mapping is its own already, and copying it would cost a copy per byte.
+    h = Harness(Factory(ThrottlesProduce))
+    h.requests.own_mapping_bytes = 64  # as from 1 MiB in the proxy
+    h.client(produce(1, acks=1))
+    assert h.upstream() == [1] and h.gate.muted
+    assembled = request(METADATA, 2, body=bytes(range(100)))
+    for start, end in ((0, 20), (20, 60), (60, len(assembled))):  # its own mapping from the second read
+        h.pipeline.client_frames(h.requests.feed(assembled[start:end]))
+    buffer = bytearray(request(METADATA, 3))
+    h.pipeline.client_frames(h.requests.feed(memoryview(buffer).toreadonly()))
+    buffer[:] = bytes(len(buffer))  # the next read overwrites the buffer
+    h.broker(response(PRODUCE, 1))
+    h.loop.advance(0.5)
+    sent, h.pipeline.outgoing = h.pipeline.outgoing, []
+    assert [bytes(frame) for frame in sent] == [assembled, request(METADATA, 3)]
+    assert type(sent[0].obj) is FrameMapping  # held as it was
+    assert type(sent[1].obj) is bytes  # copied when held
 
 
 def test_a_close_effect_stops_the_pipeline() -> None:
