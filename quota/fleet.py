@@ -23,6 +23,7 @@ instance reading the topic's recent past) is skipped: its bytes can no longer be
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from sluice.quota.managers import NANOS_TO_PERCENTAGE_PER_SECOND, ClientQuotaMan
 from sluice.quota.sensor import QuotaSensor
 from sluice.quota.usage_records import UsageBatch, UsageRow
 
+# The bounds of the delivery delay's histogram, ms (each counts the batches at most that late).
+DELAY_BUCKETS_MS = (100, 250, 500, 1000, 2000, 5000, 10_000)
 # request_percentage measures this process's own CPU, which other instances do not share; byte rates and
 # partition mutations load the one cluster behind every instance.
 DEFAULT_SHARED_KEYS = frozenset(
@@ -166,8 +169,12 @@ class FleetQuotas:
         self.live: tuple[str, ...] = ()
         self.batches_charged = 0
         self.batches_stale = 0
-        # How late the latest batch arrived after its interval ended (wall clock), ms: D minus the interval.
+        # How late the latest batch arrived after its interval ended (wall clock), ms: D minus the interval;
+        # and how many arrived how late, in DELAY_BUCKETS_MS (the last count: later than all of them), with
+        # their sum: what a sample of the latest can miss.
         self.last_delay_ms = 0
+        self.delay_counts = [0] * (len(DELAY_BUCKETS_MS) + 1)
+        self.delay_sum_ms = 0
 
     def install(self) -> None:
         """Make the shared managers consult this fleet on every local record."""
@@ -206,6 +213,8 @@ class FleetQuotas:
         batch_end = batch.interval_start_ms + batch.interval_ms
         age_ms = max(0, wall_now_ms - batch_end)
         self.last_delay_ms = age_ms
+        self.delay_counts[bisect_left(DELAY_BUCKETS_MS, age_ms)] += 1
+        self.delay_sum_ms += age_ms
         # Where the batch's end falls on the sensors' clock: estimates before it are replaced by it.
         covered_to = now_ms - age_ms
         if covered_to > self.covered_to.get(batch.instance, covered_to - 1):

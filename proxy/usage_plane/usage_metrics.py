@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from sluice.quota.fleet import FleetQuotas
+from sluice.quota.fleet import DELAY_BUCKETS_MS, FleetQuotas
 from sluice.quota.usage_ledger import UsageLedger
 
 from .fleet_follower import FollowerStats
@@ -25,6 +26,20 @@ def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, text)
     family.add_metric([], value)
     return family
+
+
+def _delay_histogram(fleet: FleetQuotas) -> HistogramMetricFamily:
+    buckets: list[tuple[str, float]] = []
+    cumulative = 0
+    for bound_ms, count in zip((*DELAY_BUCKETS_MS, math.inf), fleet.delay_counts, strict=True):
+        cumulative += count
+        buckets.append(("+Inf" if bound_ms == math.inf else str(bound_ms / 1000), cumulative))
+    return HistogramMetricFamily(
+        "sluice_fleet_delivery_delay_seconds",
+        "How long after its interval ended each batch of another instance was read",
+        buckets=buckets,
+        sum_value=fleet.delay_sum_ms / 1000,
+    )
 
 
 class UsageCollector(Collector):
@@ -73,6 +88,7 @@ class UsageCollector(Collector):
                 "How long after its interval ended the latest batch was read",
                 self._fleet.last_delay_ms,
             )
+            yield _delay_histogram(self._fleet)
             yield _counter(
                 "sluice_fleet_batches_charged",
                 "Batches of other instances charged",

@@ -44,6 +44,19 @@ def test_another_instances_usage_is_recorded_not_throttled_on() -> None:
     assert produce.record_and_get_throttle_ms("ANONYMOUS", "pump", 100, 1000) > 0
 
 
+def test_every_delivery_delay_is_counted_in_its_bucket_and_the_latest_is_kept() -> None:
+    fleet = _fleet()
+    row = UsageRow("ANONYMOUS", "pump", produce_bytes=10)
+    delays = (300, 1200, 100, 10_001, 0)  # a bucket's bound is in it; past the last, the overflow's
+    for i, delay_ms in enumerate(delays):
+        end_ms = 1000 * (i + 1)
+        fleet.charge(_batch("other", end_ms, row), end_ms + delay_ms, WALL + end_ms + delay_ms)
+    assert fleet.last_delay_ms == 0
+    # buckets: <=100, 250, 500, 1000, 2000, 5000, 10000, more
+    assert fleet.delay_counts == [2, 0, 1, 0, 1, 0, 0, 1]
+    assert fleet.delay_sum_ms == sum(delays)
+
+
 @pytest.mark.parametrize("sensor", ["window", "token_bucket"])
 def test_the_same_entity_is_charged_by_its_raw_identity(sensor: str) -> None:
     fleet = _fleet(sensor)
