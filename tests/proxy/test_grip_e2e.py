@@ -112,7 +112,10 @@ def test_the_watch_catches_direct_connections_and_knows_the_proxys_by_their_sour
         producer.produce("watched", b"straight to the broker", partition=1)
         assert producer.flush(30) == 0
         from_producer = watch.direct()[3:]
-        assert from_producer and {c.pid for c in from_producer} == {os.getpid()}, from_producer
+        # Every one whose process could still be looked up is this one's (librdkafka may close one, the
+        # bootstrap connection, before the watch looks: on a loaded machine it found no owner, pid None).
+        found = {c.pid for c in from_producer if c.pid is not None}
+        assert from_producer and found == {os.getpid()}, from_producer
 
 
 # ---- librdkafka (KIP-951) -------------------------------------------------------------------------------
