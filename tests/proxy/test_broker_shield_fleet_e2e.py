@@ -84,8 +84,18 @@ def test_two_processes_hold_a_broker_at_one_threshold() -> None:
             )
             heard = _wall_ms()
             at_start = [proxy.metrics_text() for proxy in proxies]
-            # What is measured is a span of wall time with both producers running: the span is the wait.
-            time.sleep(SETTLE_S + MEASURE_S + 2)
+            # The producers run until each process has charged the other's batches (one a second) for
+            # the settling, the whole span and one second more: the records the span is read from are in.
+            intervals = SETTLE_S + MEASURE_S + 2
+            charged_from = [metric_value(text, CHARGED) for text in at_start]
+            wait_until(
+                lambda: all(
+                    metric_value(proxy.metrics_text(), CHARGED) >= start + intervals
+                    for proxy, start in zip(proxies, charged_from, strict=True)
+                ),
+                "each process charged the other's batches for the whole span",
+                timeout_s=3 * intervals,
+            )
             at_end = [proxy.metrics_text() for proxy in proxies]
             # The slowest delivery either process saw in the span (at least what the docs assume for a
             # loaded machine), and the batches skipped as too late to charge (the bound assumes none).
