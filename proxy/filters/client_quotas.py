@@ -341,15 +341,15 @@ class ClientQuotas(Filter):
         if charges_request:
             cpu_ns = conn.take_cpu_ns()
             checked = self._request_checked
-            version = self._request_rules.version
             if (
                 cpu_ns
                 or checked is None
                 or checked[0] != now
                 or checked[1] is not user
                 or checked[2] != client_id
-                or checked[3] != version
+                or checked[3] != self._request_rules.version
             ):
+                version = self._request_rules.version
                 touched = self._request_touched
                 if (
                     touched is None
