@@ -124,8 +124,10 @@ class ClientQuotas(Filter):
     __slots__ = (
         "_all_rules",
         "_fetch",
+        "_fetch_cap",
         "_fetch_rules",
         "_fetch_throttle",
+        "_fetch_touched",
         "_gates",
         "_mode",
         "_newest",
@@ -134,6 +136,7 @@ class ClientQuotas(Filter):
         "_request",
         "_request_checked",
         "_request_rules",
+        "_request_touched",
         "_stats",
         "_touched",
         "_turn",
@@ -171,8 +174,18 @@ class ClientQuotas(Filter):
         self._turn_rank = conn.now_ms()
         # (quota type, user, client-id) -> the rules version its throttle series were made for.
         self._touched: dict[tuple[str, str, str | None], int] = {}
+        # The last (user, client-id, rules version) touched for request time and for Fetch bytes, each in
+        # `_touched` (dropped when it is cleared): a consumer's answers, one entity under the same rules,
+        # are told apart from it by three comparisons, with no key to build and look up.
+        self._request_touched: tuple[str, str | None, int] | None = None
+        self._fetch_touched: tuple[str, str | None, int] | None = None
         # The last charge of request time: (ms, user, client-id, rules version, throttle) (on_response).
         self._request_checked: tuple[int, str, str | None, int, int] | None = None
+        # The last Fetch cap: (consumer_byte_rate rules version, user, client-id, cap). A consumer sends
+        # its Fetch requests as one entity under the same rules, so each finds its cap here instead of
+        # resolving the entity again; a quota set or removed bumps the version, SASL re-authentication
+        # changes the user, and a request may name another client-id: each makes it resolve again.
+        self._fetch_cap: tuple[int, str, str | None, float] | None = None
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -203,6 +216,7 @@ class ClientQuotas(Filter):
         if touched.get(key) != version:
             if len(touched) >= _TOUCHED_LIMIT:
                 touched.clear()  # a connection that changes client-id per request: bounded, re-touched
+                self._request_touched = self._fetch_touched = None  # they name entries just cleared
             touched[key] = version
             self._stats.touch(kind, manager.tags_for(user, client_id))
 
@@ -268,7 +282,13 @@ class ClientQuotas(Filter):
         return timed_out_answer(header, frame, gate_shut_ms)
 
     def _cap_fetch(self, header: RequestHeader, frame: Frame) -> Frame:
-        cap = self._fetch.max_value_in_quota_window(self.conn.user, header.client_id)
+        user, client_id, version = self.conn.user, header.client_id, self._fetch_rules.version
+        last = self._fetch_cap
+        if last is not None and last[0] == version and last[1] is user and last[2] == client_id:
+            cap = last[3]
+        else:
+            cap = self._fetch.max_value_in_quota_window(user, client_id)
+            self._fetch_cap = (version, user, client_id, cap)
         if cap >= _INT32_MAX:
             return frame
         share = header.api_key == _SHARE_FETCH
@@ -329,9 +349,18 @@ class ClientQuotas(Filter):
                 or checked[2] != client_id
                 or checked[3] != self._request_rules.version
             ):
-                self._touch("Request", self._request, self._request_rules, user, client_id)
+                version = self._request_rules.version
+                touched = self._request_touched
+                if (
+                    touched is None
+                    or touched[0] is not user
+                    or touched[1] != client_id
+                    or touched[2] != version
+                ):
+                    self._touch("Request", self._request, self._request_rules, user, client_id)
+                    self._request_touched = (user, client_id, version)
                 request_throttle = self._request.record_request_time_ns(user, client_id, cpu_ns, now)
-                self._request_checked = (now, user, client_id, self._request_rules.version, request_throttle)
+                self._request_checked = (now, user, client_id, version, request_throttle)
                 usage = self._stats.usage
                 if usage is not None and cpu_ns:
                     usage.usage(user, client_id).cpu_time_ns += cpu_ns
@@ -355,7 +384,11 @@ class ClientQuotas(Filter):
             header_size = response_header_size(key, header.api_version, frame)
             # FetchResponse.sizeOf: the body as serialised, + 4 (spec 2.7); ShareFetch is charged alike.
             fetch_size = len(frame) - 4 - header_size + 4
-            self._touch("Fetch", self._fetch, self._fetch_rules, user, client_id)
+            touched = self._fetch_touched
+            version = self._fetch_rules.version
+            if touched is None or touched[0] is not user or touched[1] != client_id or touched[2] != version:
+                self._touch("Fetch", self._fetch, self._fetch_rules, user, client_id)
+                self._fetch_touched = (user, client_id, version)
             fetch_throttle = self._fetch.record_and_get_throttle_ms(user, client_id, fetch_size, now)
             if fetch_throttle > 0:
                 self._stats.record_quota(

@@ -80,9 +80,9 @@ def quota_chain(managers: QuotaManagers) -> FilterChain:
     )
 
 
-def produce(correlation_id: int, size: int = 10_000) -> bytes:
+def produce(correlation_id: int, size: int = 10_000, client_id: str = CLIENT) -> bytes:
     body = struct.pack(">hhii", -1, 1, 1000, 0) + bytes(size)
-    return encode_request(ApiKey.PRODUCE, 3, correlation_id, CLIENT, body)
+    return encode_request(ApiKey.PRODUCE, 3, correlation_id, client_id, body)
 
 
 def run_request(filters, frame: bytes):  # type: ignore[no-untyped-def]
@@ -433,3 +433,121 @@ def test_the_rewrite_keeps_a_fetch_answers_topics_only_when_a_filter_reads_them(
     out = filters.on_response(InFlight(RequestHeader(ApiKey.FETCH, 16, 1, CLIENT, 0)), frame)
     assert out is frame  # no NodeEndpoints: the answer as it came
     assert walked_fetch_topics(16, frame, 4 + 5) == ([(topic_id, 300)] if read else None)
+
+
+def fetch_request(correlation_id: int, client_id: str, max_bytes: int = 1 << 20) -> bytes:
+    from kafka.protocol.consumer import FetchRequest
+
+    request = FetchRequest[12](
+        replica_id=-1,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    return encode_request(ApiKey.FETCH, 12, correlation_id, client_id, bytes(request.encode(version=12)))
+
+
+def fetch_answer(correlation_id: int, record_bytes: int = 300) -> bytes:
+    from kafka.protocol.consumer import FetchResponse
+
+    topic_cls = FetchResponse.FetchableTopicResponse
+    partition = topic_cls.PartitionData(
+        partition_index=0, error_code=0, high_watermark=1, records=b"\x01" * record_bytes
+    )
+    body = FetchResponse(
+        version=12,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[topic_cls(topic="t", partitions=[partition])],
+    ).encode(version=12)
+    return encode_response(ApiKey.FETCH, 12, correlation_id, bytes(body))
+
+
+def fetch_max_bytes(out: object) -> int:
+    from sluice.protocol.fetch import fetch_request_limits
+
+    frame = out.frame if isinstance(out, Forward) else out
+    assert isinstance(frame, bytes | memoryview)
+    limits = fetch_request_limits(12, memoryview(frame)[4 + parse_request_header(frame).size :])
+    assert limits is not None
+    return limits[1]
+
+
+def test_a_fetch_is_capped_by_the_quota_in_force_for_its_own_user_and_client_id() -> None:
+    """The cap a connection remembers from its last Fetch is asked again whenever what it depends on
+    changed: a quota altered or removed between two Fetch requests, another client-id, another user
+    (after SASL re-authentication); each request is capped as the manager caps it at that moment."""
+    managers = QuotaManagers()
+    fetch = managers.manager(QuotaKey.CONSUMER_BYTE_RATE)
+    conn = Connection()
+    filters = quota_chain(managers).for_connection(conn, lambda _ms: None)
+    window = fetch.max_value_in_quota_window  # quota x (samples - 1) x window seconds
+    correlation_id = 0
+
+    def capped(client_id: str) -> int:
+        nonlocal correlation_id
+        correlation_id += 1
+        return fetch_max_bytes(run_request(filters, fetch_request(correlation_id, client_id)))
+
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.CONSUMER_BYTE_RATE, 1000)
+    assert capped(CLIENT) == capped(CLIENT) == int(window(ANONYMOUS, CLIENT)) == 10_000
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.CONSUMER_BYTE_RATE, 2000)
+    assert capped(CLIENT) == 20_000  # altered: the very next Fetch
+    assert capped("other") == 1 << 20  # no quota of its own: not capped
+    assert capped(CLIENT) == 20_000
+    managers.set_quota(QuotaEntity(user="alice", client_id=CLIENT), QuotaKey.CONSUMER_BYTE_RATE, 3000)
+    assert capped(CLIENT) == 20_000  # a quota of another user's
+    conn.user = "alice"  # re-authenticated
+    assert capped(CLIENT) == 30_000
+    conn.user = ANONYMOUS
+    assert capped(CLIENT) == 20_000
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.CONSUMER_BYTE_RATE, None)
+    assert capped(CLIENT) == 1 << 20  # removed: no longer capped
+
+
+def test_each_fetch_answer_touches_the_throttle_series_its_entity_is_charged_to_now() -> None:
+    """The series an answer's charges go to exist from then on: after a quota change that moves the
+    entity to other tags, and again after the connection's memory of what it touched was cleared
+    (a connection cycling client-ids), as they did when every answer looked its entity up."""
+    from sluice.quota import QuotaTags
+
+    managers = QuotaManagers()
+    stats = ThrottleStats()
+    chain = FilterChain([ClientQuotasFactory(managers, stats=stats)])
+    conn = Connection()
+    filters = chain.for_connection(conn, lambda _ms: None)
+    for key in (QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE, QuotaKey.PRODUCER_BYTE_RATE):
+        managers.set_quota(QuotaEntity(client_id=CLIENT), key, 1e9)
+    correlation_id = 0
+
+    def answer() -> None:
+        nonlocal correlation_id
+        correlation_id += 1
+        conn.cpu_ns = 1000
+        header = RequestHeader(ApiKey.FETCH, 12, correlation_id, CLIENT, 0)
+        filters.on_response(InFlight(header), fetch_answer(correlation_id))
+
+    by_client, by_user = QuotaTags("", CLIENT), QuotaTags(ANONYMOUS, "")
+    answer()
+    assert {("Fetch", by_client), ("Request", by_client)} <= stats.by_quota.keys()
+    # A user quota makes the entity's tags the user's (spec 2.3): the next answer makes those series.
+    for key in (QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE):
+        managers.set_quota(QuotaEntity(user=ANONYMOUS), key, 1e9)
+    answer()
+    assert {("Fetch", by_user), ("Request", by_user)} <= stats.by_quota.keys()
+    # Series dropped from the stats (as a full table drops them) come back only when touched again: not
+    # while this connection's record of what it touched stands, at once when it was cleared.
+    del stats.by_quota[("Fetch", by_user)], stats.by_quota[("Request", by_user)]
+    answer()
+    assert ("Fetch", by_user) not in stats.by_quota
+    for i in range(64):  # Produce requests of 64 client-ids fill the record, which is then cleared
+        run_request(filters, produce(1000 + i, 100, f"c{i}"))
+    answer()
+    assert {("Fetch", by_user), ("Request", by_user)} <= stats.by_quota.keys()
