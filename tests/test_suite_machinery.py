@@ -167,3 +167,31 @@ def test_a_broker_port_taken_at_start_up_gets_the_proxy_a_new_block(
     finally:
         squatter.close()
         holder.join(10)
+
+
+def test_a_metrics_port_taken_at_start_up_gets_the_proxy_a_new_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI: a test's proxy exited with 1 before serving (the error did not show its log; now it does). One way
+    to it, reproduced here: the block's metrics port (its second) is taken, the metrics endpoint's bind said
+    so in asyncio's words ("address already in use", lower case), and the start's retry, which looks for
+    "Address already in use", gave up on the first block. The endpoint now says it as every listener does."""
+    from sluice.proxy.tools import demo_processes
+
+    real_block = demo_processes.free_port_block
+    first = real_block(16)
+    drawn: list[int] = []
+
+    def block(size: int) -> int:
+        drawn.append(real_block(size) if drawn else first)
+        return drawn[-1]
+
+    monkeypatch.setattr(demo_processes, "free_port_block", block)
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", first + 1))  # the block's metrics port
+    squatter.listen()
+    try:
+        with MockCluster(brokers=1) as cluster, proxy_process.ProxyProcess(cluster.bootstrap) as proxy:
+            assert drawn[0] == first and proxy.port == drawn[-1] != first
+            assert proxy.metrics_port == proxy.port + 1
+            proxy.metrics_text()  # its metrics answer on the new block's port
+    finally:
+        squatter.close()

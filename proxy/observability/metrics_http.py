@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -74,7 +75,14 @@ async def serve_metrics(collectors: Sequence[Collector], host: str, port: int) -
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    return await asyncio.start_server(answer, host, port)
+    try:
+        return await asyncio.start_server(answer, host, port)
+    except OSError as exc:
+        # asyncio says "error while attempting to bind on address (...): address already in use"; said as
+        # every other listener of the proxy says it (proxy/listeners/listeners.py), with the system's words.
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OSError(exc.errno, f"cannot listen on {where}: {reason}") from None
 
 
 class MetricsEndpoint:

@@ -179,7 +179,8 @@ class SluiceChild:
             readable, _, _ = select.select([self._notify], [], [], min(0.5, remaining))
             if readable and b"READY=1" in self._notify.recv(4096):
                 return
-        raise RuntimeError(f"the proxy exited with {self.process.returncode} before serving")
+        log = self.log_path.read_text()
+        raise RuntimeError(f"the proxy exited with {self.process.returncode} before serving:\n{log}")
 
     def _launch(
         self, block: int, upstream: str, extra_config: dict[str, Any] | None, metrics: bool, log_level: str

@@ -243,6 +243,8 @@ async def test_a_service_that_cannot_start_closes_the_proxy_listener_again() -> 
         with structlog.testing.capture_logs() as logs, pytest.raises(ServiceStartError) as caught:
             await server.start()
         assert caught.value.name == "metrics_endpoint"
+        # Said as a broker listener says it (asyncio's own words were "... address already in use").
+        assert f"cannot listen on 127.0.0.1:{base + 1}: Address already in use" in str(caught.value)
         events = [e["event"] for e in logs]
         assert events.index("listener_opened") < events.index("service_start_failed")
         await asyncio.sleep(0)  # one turn: the listener's close completes in a callback
