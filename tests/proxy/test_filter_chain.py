@@ -527,11 +527,11 @@ def test_each_fetch_answer_touches_the_throttle_series_its_entity_is_charged_to_
         managers.set_quota(QuotaEntity(client_id=CLIENT), key, 1e9)
     correlation_id = 0
 
-    def answer() -> None:
+    def answer(client_id: str = CLIENT) -> None:
         nonlocal correlation_id
         correlation_id += 1
         conn.cpu_ns = 1000
-        header = RequestHeader(ApiKey.FETCH, 12, correlation_id, CLIENT, 0)
+        header = RequestHeader(ApiKey.FETCH, 12, correlation_id, client_id, 0)
         filters.on_response(InFlight(header), fetch_answer(correlation_id))
 
     by_client, by_user = QuotaTags("", CLIENT), QuotaTags(ANONYMOUS, "")
@@ -551,3 +551,15 @@ def test_each_fetch_answer_touches_the_throttle_series_its_entity_is_charged_to_
         run_request(filters, produce(1000 + i, 100, f"c{i}"))
     answer()
     assert {("Fetch", by_user), ("Request", by_user)} <= stats.by_quota.keys()
+
+    # Another client-id, then another user (re-authenticated), under the same rules: each entity's series
+    # from its first answer on.
+    def series_of(user: str, client_id: str) -> set[tuple[str, QuotaTags]]:
+        fetch, request = managers.fetch, managers.request
+        return {("Fetch", fetch.tags_for(user, client_id)), ("Request", request.tags_for(user, client_id))}
+
+    for user, client_id in ((ANONYMOUS, "other"), ("alice", "other")):
+        conn.user = user
+        stats.by_quota.clear()
+        answer(client_id)
+        assert series_of(user, client_id) <= stats.by_quota.keys(), (user, client_id)
