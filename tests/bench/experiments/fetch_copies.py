@@ -187,7 +187,7 @@ def perf_shares(script: str) -> tuple[float, float]:
     return 1 - kernel / len(lines), copies / len(lines)
 
 
-def _wait_attached(perf: subprocess.Popen[bytes]) -> None:
+def wait_perf_attached(perf: subprocess.Popen[bytes]) -> None:
     """Until `perf record` has attached: it then holds the descriptors of its perf events (it says nothing
     when it has). Samples taken before would only be lost from the split, never miscounted."""
     fds = Path(f"/proc/{perf.pid}/fd")
@@ -215,7 +215,7 @@ def _perf_sampled(pid: int, hz: int | None) -> Iterator[list[tuple[float, float]
         data = str(Path(tmp) / "perf.data")
         command = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(hz), "-o", data, "-p", str(pid)]
         perf = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-        _wait_attached(perf)
+        wait_perf_attached(perf)
         try:
             yield shares
         finally:

@@ -33,10 +33,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_real_clients import PARTITIONS, QUOTA_ENTITIES, RECORDS, WORKLOADS, client_command
+from fetch_copies import wait_perf_attached
 from harness import PYTHON, run_windowed
 from mock_cluster_process import MockCluster
 from process_stats import precise_user_system_seconds
 from proxy_process import ProxyProcess
+from throttle_harness import metric_value
+from waiting import wait_until
 
 GIB = 1 << 30
 TOGGLE = signal.SIGRTMIN + 3  # timed_proxy.py / profiled_proxy.py: start, then stop and write
@@ -101,7 +104,7 @@ def _perf_clock(out: str) -> Callable[[int], tuple[float, float]]:
         if not running:
             command = ["perf", "record", "-q", "-F", "15000", "-g", "-p", str(pid), "-o", out]
             running.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            time.sleep(0.3)  # perf attaches
+            wait_perf_attached(running[0])
         else:
             running[0].send_signal(signal.SIGINT)
             running[0].wait()
@@ -130,6 +133,19 @@ def _proxy(upstream: str, variant: str, options: Options, tag: str) -> ProxyProc
         os.environ.update(saved)
 
 
+def _wait_quiet(proxy: ProxyProcess) -> None:
+    """Until the filler's connections have closed and, with usage records, the interval they ended in has
+    been drained into a batch: the idle reading that follows counts neither."""
+
+    def scrape(name: str) -> float:
+        return metric_value(proxy.metrics_text(), name)
+
+    wait_until(lambda: scrape("sluice_connections_active") == 0, "the filler's connections closed", 30)
+    if "sluice_usage_batches_total" in proxy.metrics_text():  # the variants with usage records
+        drained = scrape("sluice_usage_batches_total")
+        wait_until(lambda: scrape("sluice_usage_batches_total") > drained, "an interval drained", 30)
+
+
 def one_run(variant: str, round_no: int, options: Options) -> dict[str, Any]:
     workload = next(w for w in WORKLOADS if w.name == options.workload)
     filler = next(w for w in WORKLOADS if w.name == workload.source)
@@ -149,7 +165,7 @@ def one_run(variant: str, round_no: int, options: Options) -> dict[str, Any]:
                 cluster.set_rtt(1, options.rtt_ms)
             idle = 0.0
             if options.idle_s:
-                time.sleep(1.0)  # the producer's connection closes, its interval is published
+                _wait_quiet(proxy)
                 before = cpu(pid)
                 time.sleep(options.idle_s)
                 idle = (cpu(pid) - before) / options.idle_s * 1000
