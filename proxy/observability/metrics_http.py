@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-from collections.abc import Iterator, Sequence
+import socket
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -49,7 +49,9 @@ async def scrape(collectors: Sequence[Collector]) -> bytes:
     return await asyncio.to_thread(_render, families)
 
 
-async def serve_metrics(collectors: Sequence[Collector], host: str, port: int) -> asyncio.Server:
+async def serve_metrics(collectors: Sequence[Collector], sock: socket.socket) -> asyncio.Server:
+    """Serve scrapes on `sock`, a bound, listening socket."""
+
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request_line = await asyncio.wait_for(reader.readline(), _READ_TIMEOUT_S)
@@ -75,29 +77,39 @@ async def serve_metrics(collectors: Sequence[Collector], host: str, port: int) -
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    try:
-        return await asyncio.start_server(answer, host, port)
-    except OSError as exc:
-        # asyncio says "error while attempting to bind on address (...): address already in use"; said as
-        # every other listener of the proxy says it (proxy/listeners/listeners.py), with the system's words.
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise OSError(exc.errno, f"cannot listen on {where}: {reason}") from None
+    return await asyncio.start_server(answer, sock=sock)
 
 
 class MetricsEndpoint:
-    """The endpoint as a service: listening from start() (a port in use stops start-up) until stop()."""
+    """The endpoint as a service: listening from start() (a port in use stops start-up) until stop().
+
+    `bind` makes its listening socket as the proxy's other listeners are made (the process passes
+    proxy/listeners' bind), so a port in use is said in the same words ("cannot listen on ...: Address
+    already in use"), whichever listener it is.
+    """
 
     name = "metrics_endpoint"
 
-    def __init__(self, collectors: Sequence[Collector], host: str, port: int) -> None:
+    def __init__(
+        self,
+        collectors: Sequence[Collector],
+        host: str,
+        port: int,
+        bind: Callable[[str, int], socket.socket],
+    ) -> None:
         self._collectors = list(collectors)
         self.host = host
         self.port = port
+        self._bind = bind
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        self._server = await serve_metrics(self._collectors, self.host, self.port)
+        sock = self._bind(self.host, self.port)
+        try:
+            self._server = await serve_metrics(self._collectors, sock)
+        except BaseException:
+            sock.close()
+            raise
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
 

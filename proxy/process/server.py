@@ -19,6 +19,7 @@ import asyncio
 import random
 import socket
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from sluice.config.errors import ConfigError
@@ -71,6 +72,8 @@ from .signals import install_signal_handlers
 _log = get_logger("sluice.server")
 
 BOOTSTRAP = "bootstrap"
+# Scrapes come one at a time from a few Prometheus servers: asyncio's own backlog, as before.
+_METRICS_BACKLOG = 100
 
 
 class SluiceServer:
@@ -186,7 +189,8 @@ class SluiceServer:
             )
             if self.usage is not None:
                 collectors.append(self.usage.collector())
-            services.append(MetricsEndpoint(collectors, metrics_listen.host, metrics_listen.port))
+            bind = partial(bind_listening_socket, backlog=_METRICS_BACKLOG)
+            services.append(MetricsEndpoint(collectors, metrics_listen.host, metrics_listen.port, bind))
         discovery = BrokerDiscovery(
             self.kafka_client, self.directory, on_startup_failure=self._startup_listeners_failed
         )
