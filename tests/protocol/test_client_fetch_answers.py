@@ -50,3 +50,24 @@ def test_a_repeated_answer_reads_the_same_and_a_changed_one_reads_its_change(ver
     for _ in range(2):  # a partition the answer lacks is an error each time, not a cached answer
         with pytest.raises(ProtocolError, match="missing_partition"):
             decode_fetch(version, empty, "other", 0)
+
+
+def test_a_small_answer_seen_before_is_not_decoded_again_and_a_large_one_is_each_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sluice.protocol import client_requests
+
+    decoded: list[int] = []
+    generic = client_requests.decode_response_body
+
+    def counting(api_key: int, version: int, body: bytes | memoryview) -> object:
+        decoded.append(len(body))
+        return generic(api_key, version, body)
+
+    monkeypatch.setattr(client_requests, "decode_response_body", counting)
+    client_requests._decode_small_fetch.cache_clear()  # what other tests decoded counts for nothing here
+    small, large = fetch_answer(12, 7, None), fetch_answer(12, 9, b"\x01" * 2000)
+    for _ in range(3):
+        decode_fetch(12, small, "quotas", 0)
+        decode_fetch(12, large, "quotas", 0)
+    assert decoded == [len(small), len(large), len(large), len(large)]
