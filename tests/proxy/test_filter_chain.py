@@ -436,21 +436,10 @@ def test_the_rewrite_keeps_a_fetch_answers_topics_only_when_a_filter_reads_them(
 
 
 def fetch_request(correlation_id: int, client_id: str, max_bytes: int = 1 << 20) -> bytes:
-    from kafka.protocol.consumer import FetchRequest
+    from sluice.protocol.client_requests import encode_fetch_request
 
-    request = FetchRequest[12](
-        replica_id=-1,
-        max_wait_ms=500,
-        min_bytes=1,
-        max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
-    return encode_request(ApiKey.FETCH, 12, correlation_id, client_id, bytes(request.encode(version=12)))
+    body = encode_fetch_request(12, "t", 0, 0, max_bytes=max_bytes, max_wait_ms=500)
+    return encode_request(ApiKey.FETCH, 12, correlation_id, client_id, body)
 
 
 def fetch_answer(correlation_id: int, record_bytes: int = 300) -> bytes:
