@@ -518,15 +518,31 @@ int32_at(const uint8_t *p)
         }                                                             \
     } while (0)
 
-/* Append (topic, total) to topics and partitions to by_topic; 0 or -1 with an exception. */
+/* A (first, second) tuple, stealing both references (NULL when either is: what failed is already set). */
+static PyObject *
+steal_pair(PyObject *first, PyObject *second)
+{
+    PyObject *pair = first != NULL && second != NULL ? PyTuple_New(2) : NULL;
+    if (pair == NULL) {
+        Py_XDECREF(first);
+        Py_XDECREF(second);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, first);
+    PyTuple_SET_ITEM(pair, 1, second);
+    return pair;
+}
+
+/* Append (topic, total) to topics and, unless by_topic is NULL (the topics alone were asked for),
+ * partitions to by_topic; 0 or -1 with an exception. */
 static int
 keep_topic(PyObject *topics, PyObject *by_topic, PyObject *name, int64_t total, PyObject *partitions)
 {
-    PyObject *entry = Py_BuildValue("(OL)", name, (long long)total);
+    PyObject *entry = steal_pair(Py_NewRef(name), PyLong_FromLongLong(total));
     if (entry == NULL) {
         return -1;
     }
-    int failed = PyList_Append(topics, entry) < 0 || PyList_Append(by_topic, partitions) < 0;
+    int failed = PyList_Append(topics, entry) < 0 || (by_topic != NULL && PyList_Append(by_topic, partitions) < 0);
     Py_DECREF(entry);
     return failed ? -1 : 0;
 }
@@ -534,7 +550,7 @@ keep_topic(PyObject *topics, PyObject *by_topic, PyObject *name, int64_t total, 
 static int
 keep_partition(PyObject *partitions, int32_t index, int64_t size)
 {
-    PyObject *entry = Py_BuildValue("(iL)", (int)index, (long long)size);
+    PyObject *entry = steal_pair(PyLong_FromLong(index), PyLong_FromLongLong(size));
     if (entry == NULL) {
         return -1;
     }
@@ -543,32 +559,68 @@ keep_partition(PyObject *partitions, int32_t index, int64_t size)
     return failed ? -1 : 0;
 }
 
-/* walk_produce_body(api_version, body) -> (acks, timeout_ms, [(topic, record bytes)], [[(index, record
- * bytes)]]) of a whole Produce request body; the version is checked by the caller. */
+/* The topic names of the last few Produce requests walked, as str: a producer names the same few topics
+ * request after request, and the walk hands back the str it made before (equal, its hash already
+ * computed for the dictionaries it becomes a key of) instead of decoding a new one. ASCII names only
+ * (Kafka's legal topic names are); filled in turn, each entry a strong reference for the process's life. */
+#define RECENT_NAMES 8
+static PyObject *recent_names[RECENT_NAMES];
+static int recent_next = 0;
+
+/* The topic name of `length` bytes at `at`: a recent one's str, else a new str (remembered when ASCII);
+ * NULL with UnicodeDecodeError when not UTF-8, or another exception. */
 static PyObject *
-walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+topic_name(const uint8_t *at, Py_ssize_t length)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "walk_produce_body(api_version, body)");
+    for (int i = 0; i < RECENT_NAMES; i++) {
+        PyObject *known = recent_names[i];
+        if (known != NULL && PyUnicode_GET_LENGTH(known) == length &&
+            memcmp(PyUnicode_1BYTE_DATA(known), at, (size_t)length) == 0) {
+            return Py_NewRef(known);
+        }
+    }
+    PyObject *name = PyUnicode_DecodeUTF8((const char *)at, length, "strict");
+    if (name != NULL && PyUnicode_IS_COMPACT_ASCII(name)) {
+        Py_XSETREF(recent_names[recent_next], Py_NewRef(name));
+        recent_next = (recent_next + 1) % RECENT_NAMES;
+    }
+    return name;
+}
+
+/* The walk of a whole Produce request body, from `start` to the end of the buffer (the version is checked by
+ * the caller): (acks, timeout_ms, [(topic, record bytes)], [[(index, record bytes)]]), or with
+ * `topics_only` the topics' list alone (no partition is kept: what the usage records read). */
+static PyObject *
+produce_walk(PyObject *const *args, Py_ssize_t nargs, int topics_only, const char *usage)
+{
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
     long version = PyLong_AsLong(args[0]);
     if (version == -1 && PyErr_Occurred()) {
         return NULL;
     }
+    Py_ssize_t pos = 0;
+    if (nargs == 3 && read_offset(args[2], &pos) < 0) {
+        return NULL;
+    }
     PyObject *topics = PyList_New(0);
-    PyObject *by_topic = topics == NULL ? NULL : PyList_New(0);
+    PyObject *by_topic = topics == NULL || topics_only ? NULL : PyList_New(0);
     PyObject *name = NULL, *partitions = NULL;
     Py_buffer view;
     walk_buffer b;
-    if (by_topic == NULL || open_buffer(args[1], &view, &b) < 0) {
+    if (topics == NULL || (!topics_only && by_topic == NULL) || open_buffer(args[1], &view, &b) < 0) {
         Py_XDECREF(topics);
         Py_XDECREF(by_topic);
         return NULL;
     }
+    if (pos > b.n) { /* a start past the end: a cut, before any arithmetic on it */
+        pos = b.n + 1;
+    }
     const char *why = "truncated";
     char detail[96];
-    Py_ssize_t pos = 0, stop;
+    Py_ssize_t stop;
     int flexible = version >= PRODUCE_FLEXIBLE_FROM;
     int by_id = version > LAST_WITH_TOPIC_NAMES;
     int64_t count, parts, length, size, entries = 0;
@@ -651,7 +703,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (stop > b.n) {
                 goto cut;
             }
-            name = PyUnicode_DecodeUTF8((const char *)b.p + start, stop - start, "strict");
+            name = topic_name(b.p + start, stop - start);
             if (name == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                 PyErr_Clear();
                 why = "topic name not UTF-8";
@@ -680,9 +732,11 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             why = "more than 200000 topics and partitions in one request";
             goto bad_why;
         }
-        partitions = PyList_New(0);
-        if (partitions == NULL) {
-            goto failed;
+        if (!topics_only) {
+            partitions = PyList_New(0);
+            if (partitions == NULL) {
+                goto failed;
+            }
         }
         int64_t total = 0;
         for (int64_t i = 0; i < parts; i++) {
@@ -722,7 +776,7 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     PRODUCE_SCAN(scan_tagged_fields(&b, &pos));
                 }
             }
-            if (keep_partition(partitions, index, size) < 0) {
+            if (!topics_only && keep_partition(partitions, index, size) < 0) {
                 goto failed;
             }
         }
@@ -743,7 +797,24 @@ walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto bad;
     }
     PyBuffer_Release(&view);
-    return Py_BuildValue("(hiNN)", acks, timeout_ms, topics, by_topic);
+    if (topics_only) {
+        return topics;
+    }
+    PyObject *walked = PyTuple_New(4);
+    PyObject *acks_value = walked == NULL ? NULL : PyLong_FromLong(acks);
+    PyObject *timeout_value = acks_value == NULL ? NULL : PyLong_FromLong(timeout_ms);
+    if (timeout_value == NULL) {
+        Py_XDECREF(walked);
+        Py_XDECREF(acks_value);
+        Py_DECREF(topics);
+        Py_DECREF(by_topic);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(walked, 0, acks_value);
+    PyTuple_SET_ITEM(walked, 1, timeout_value);
+    PyTuple_SET_ITEM(walked, 2, topics);
+    PyTuple_SET_ITEM(walked, 3, by_topic);
+    return walked;
 
 cut:
     why = "truncated";
@@ -756,8 +827,24 @@ failed:
     Py_XDECREF(name);
     Py_XDECREF(partitions);
     Py_DECREF(topics);
-    Py_DECREF(by_topic);
+    Py_XDECREF(by_topic);
     return NULL;
+}
+
+/* walk_produce_body(api_version, body[, start]) -> (acks, timeout_ms, [(topic, record bytes)], [[(index,
+ * record bytes)]]) of a whole Produce request body. */
+static PyObject *
+walk_produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return produce_walk(args, nargs, 0, "walk_produce_body(api_version, body[, start])");
+}
+
+/* produce_topic_bytes(api_version, body[, start]) -> [(topic, record bytes)]: the same walk, the same
+ * checks, its topics alone. */
+static PyObject *
+produce_topic_bytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return produce_walk(args, nargs, 1, "produce_topic_bytes(api_version, body[, start])");
 }
 
 /* ---- the request header --------------------------------------------------------------------------- */
@@ -928,6 +1015,8 @@ static PyMethodDef walks_methods[] = {
      "The topics of a Fetch v12+ answer with their record bytes, and the offset after its responses."},
     {"walk_produce_body", (PyCFunction)(void (*)(void))walk_produce_body, METH_FASTCALL,
      "acks, timeout_ms, topics and partitions of a whole Produce request body (protocol.produce_stream)."},
+    {"produce_topic_bytes", (PyCFunction)(void (*)(void))produce_topic_bytes, METH_FASTCALL,
+     "The topics of a whole Produce request body with their record bytes (protocol.produce_stream)."},
     {"bind_request_headers", (PyCFunction)(void (*)(void))bind_request_headers, METH_FASTCALL,
      "What parse_request_header reads beside the frame (protocol.headers binds it once)."},
     {"parse_request_header", (PyCFunction)parse_request_header, METH_O,

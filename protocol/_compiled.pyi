@@ -9,8 +9,11 @@ def fetch_responses(
     api_version: int, body: Buffer, start: int, topics_wanted: bool, /
 ) -> tuple[list[tuple[str | bytes, int]], int]: ...
 def walk_produce_body(
-    api_version: int, body: Buffer, /
+    api_version: int, body: Buffer, start: int = 0, /
 ) -> tuple[int, int, list[tuple[str | bytes, int]], list[list[tuple[int, int]]]]: ...
+def produce_topic_bytes(
+    api_version: int, body: Buffer, start: int = 0, /
+) -> list[tuple[str | bytes, int]]: ...
 def bind_request_headers(
     header_type: type[RequestHeader],
     flexible_from: tuple[int, ...],

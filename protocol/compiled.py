@@ -2,9 +2,10 @@
 without them (no C compiler at hand: the build goes on without them, pyproject.toml).
 
 Each is the translation of a Python reader that stays the reference and runs in its place when it is None:
-`produce_responses_end` and `fetch_responses` of protocol/response_walks.py, `walk_produce_body` of
-protocol/produce_stream.py, `parse_request_header` of protocol/headers.py (which binds what it reads
-beside the frame once, `bind_request_headers`); tests/protocol/test_compiled.py holds each pair equal.
+`produce_responses_end` and `fetch_responses` of protocol/response_walks.py, `walk_produce_body` and
+`produce_topic_bytes` (its topics alone) of protocol/produce_stream.py, `parse_request_header` of
+protocol/headers.py (which binds what it reads beside the frame once, `bind_request_headers`);
+tests/protocol/test_compiled.py holds each pair equal.
 Why they exist: they run on every request and every Produce and Fetch answer, and in Python a partition's
 few field reads cost as much as the rest of the request's handling (docs/architecture.md, "Compiled
 readers").
@@ -26,6 +27,7 @@ __all__ = [
     "fetch_responses",
     "parse_request_header",
     "produce_responses_end",
+    "produce_topic_bytes",
     "walk_produce_body",
 ]
 
@@ -36,8 +38,10 @@ _Walked = tuple[int, int, _TopicBytes, list[list[tuple[int, int]]]]
 produce_responses_end: Callable[[int, Buffer, int], int] | None = None
 # (api_version, body, start, topics_wanted) -> ([(topic, record bytes)], the offset after the responses).
 fetch_responses: Callable[[int, Buffer, int, bool], tuple[_TopicBytes, int]] | None = None
-# (api_version, body) -> (acks, timeout_ms, [(topic, record bytes)], [[(partition, record bytes)]]).
-walk_produce_body: Callable[[int, Buffer], _Walked] | None = None
+# (api_version, body, start) -> (acks, timeout_ms, [(topic, record bytes)], [[(partition, record bytes)]]).
+walk_produce_body: Callable[[int, Buffer, int], _Walked] | None = None
+# (api_version, body, start) -> [(topic, record bytes)]: the same walk, keeping no partition.
+produce_topic_bytes: Callable[[int, Buffer, int], _TopicBytes] | None = None
 # (RequestHeader, first flexible version per API key, "never flexible", ControlledShutdown's key, the
 # client-id cache, its decoder) -> None; then parse_request_header(frame) -> RequestHeader.
 bind_request_headers: (
@@ -54,5 +58,6 @@ else:
     produce_responses_end = _compiled.produce_responses_end
     fetch_responses = _compiled.fetch_responses
     walk_produce_body = _compiled.walk_produce_body
+    produce_topic_bytes = _compiled.produce_topic_bytes
     bind_request_headers = _compiled.bind_request_headers
     parse_request_header = _compiled.parse_request_header

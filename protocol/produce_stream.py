@@ -48,6 +48,7 @@ __all__ = [
     "ProduceWalk",
     "produce_body",
     "produce_topic_bytes",
+    "produce_topics",
     "walk_produce_body",
     "walk_produce_body_in_python",
 ]
@@ -362,18 +363,19 @@ class ProduceWalk:
         return pos
 
 
-def walk_produce_body(api_version: int, body: Buffer) -> ProduceBody:
-    """The walk of a whole Produce request body (after the request header, to the frame's end).
-    ProtocolError('bad_produce_request') when malformed, ('unsupported_version') beyond the API table."""
+def walk_produce_body(api_version: int, body: Buffer, start: int = 0) -> ProduceBody:
+    """The walk of a whole Produce request body (from `start` in `body`, after the request header, to its
+    end). ProtocolError('bad_produce_request') when malformed, ('unsupported_version') beyond the API
+    table."""
     if not 0 <= api_version <= PRODUCE_MAX:
         raise ProtocolError("unsupported_version", f"Produce v{api_version}")
-    return _new_body(ProduceBody, _walk_whole(api_version, body))
+    return _new_body(ProduceBody, _walk_whole(api_version, body, start))
 
 
 _WalkedBody = tuple[int, int, TopicBytes, list[Partitions]]
 
 
-def walk_produce_body_in_python(api_version: int, body: Buffer) -> _WalkedBody:
+def walk_produce_body_in_python(api_version: int, body: Buffer, start: int = 0) -> _WalkedBody:
     """`walk_produce_body`'s walk (of a version it accepts), in Python, as a plain tuple: the reference for
     the compiled one, and what runs without it."""
     # __init__'s state, set here: the Python call costs a few percent of a small request's walk.
@@ -381,9 +383,9 @@ def walk_produce_body_in_python(api_version: int, body: Buffer) -> _WalkedBody:
     walk._version, walk._phase, walk.skip, walk._topics, walk._by_topic = api_version, _HEAD, 0, [], []
     walk._entries = 0
     if api_version >= PRODUCE_FLEXIBLE_FROM:
-        stopped = walk._flexible_stop(body, 0)
+        stopped = walk._flexible_stop(body, start)
     else:
-        stopped = walk._classic_stop(body, 0)
+        stopped = walk._classic_stop(body, start)
     if walk._phase == _DONE and stopped == len(body):
         return walk._acks, walk._timeout_ms, walk._topics, walk._by_topic
     if walk._phase == _DONE:
@@ -391,13 +393,23 @@ def walk_produce_body_in_python(api_version: int, body: Buffer) -> _WalkedBody:
     raise ProtocolError("bad_produce_request", "truncated")
 
 
-# The compiled walk where this install has it (protocol/compiled.py), else the Python one.
+def produce_topic_bytes_in_python(api_version: int, body: Buffer, start: int = 0) -> TopicBytes:
+    """`produce_topic_bytes`'s walk in Python: the whole walk's topics (the reference for the compiled one,
+    which keeps no partition on the way)."""
+    return walk_produce_body_in_python(api_version, body, start)[2]
+
+
+# The compiled walks where this install has them (protocol/compiled.py), else the Python ones.
 _walk_whole = compiled.walk_produce_body or walk_produce_body_in_python
+_topics_whole = compiled.produce_topic_bytes or produce_topic_bytes_in_python
 
 
-def produce_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
-    """[(topic, record bytes)] of a Produce request body, one entry per topic in the request."""
-    return walk_produce_body(api_version, body).topics
+def produce_topic_bytes(api_version: int, body: Buffer, start: int = 0) -> TopicBytes:
+    """[(topic, record bytes)] of a Produce request body (from `start`), one entry per topic in the request:
+    the walk and the checks of `walk_produce_body`, without keeping its partitions. Raises as it does."""
+    if not 0 <= api_version <= PRODUCE_MAX:
+        raise ProtocolError("unsupported_version", f"Produce v{api_version}")
+    return _topics_whole(api_version, body, start)
 
 
 # The walk of the last request asked about: the filters of one request ask in turn, with the same header.
@@ -414,9 +426,19 @@ def produce_body(frame: Buffer, header: RequestHeader) -> ProduceBody:
     size = len(frame)
     if last is not None and last[0] is header and last[1] == size:
         return last[2]
-    found = walk_produce_body(header.api_version, memoryview(frame)[4 + header.size :])
+    found = walk_produce_body(header.api_version, frame, 4 + header.size)
     _last = (header, size, found)
     return found
+
+
+def produce_topics(frame: Buffer, header: RequestHeader) -> TopicBytes:
+    """The topics of a framed Produce request with their record bytes: from the walk another filter of this
+    request made (`produce_body`) if one did, else from a walk of the topics alone (the usage records ask
+    last, and for nothing more). Raises as `walk_produce_body`."""
+    last = _last
+    if last is not None and last[0] is header and last[1] == len(frame):
+        return last[2].topics
+    return produce_topic_bytes(header.api_version, frame, 4 + header.size)
 
 
 class ProduceTopicStream:

@@ -30,7 +30,7 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader, response_header_size
-from sluice.protocol.produce_stream import ProduceTopicStream, produce_body
+from sluice.protocol.produce_stream import ProduceTopicStream, produce_topics
 from sluice.protocol.record_sets import TopicBytes, fetch_topic_bytes
 from sluice.protocol.response_walks import walked_fetch_topics
 from sluice.protocol.topic_metadata import TOPIC_IDS_METADATA_VERSION, decode_topic_partitions
@@ -92,7 +92,7 @@ class UsageRecording:
             frame.observe(_StreamedProduce(self, user, header, len(frame), broker))
             return
         try:
-            found = produce_body(frame, header).topics  # the walk a topic quota made, if one did
+            found = produce_topics(frame, header)  # from the walk a topic quota made, if one did
         except ProtocolError:
             return
         usage.add_topics(self._named(found), False, broker)

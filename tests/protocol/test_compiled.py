@@ -42,6 +42,7 @@ def test_this_install_has_the_compiled() -> None:
     assert response_walks._produce_end is compiled.produce_responses_end
     assert response_walks._fetch_walk is compiled.fetch_responses
     assert produce_stream._walk_whole is compiled.walk_produce_body
+    assert produce_stream._topics_whole is compiled.produce_topic_bytes
 
 
 def _outcome(walk: Callable[..., object], *args: object) -> tuple[str, object]:
@@ -173,12 +174,19 @@ def _views(data: bytes, prefix: bytes) -> list[tuple[object, int]]:
 def test_the_produce_request_walk_is_the_pythons(case: tuple[int, bytes], data: st.DataObject) -> None:
     version, body = case
     body = data.draw(_spoiled(body))
-    walk = compiled.walk_produce_body
-    assert walk is not None
+    walk, topics = compiled.walk_produce_body, compiled.produce_topic_bytes
+    assert walk is not None and topics is not None
     for held in (body, bytearray(body), memoryview(b"head" + body)[4:]):
         assert _outcome(walk, version, held) == _outcome(
             produce_stream.walk_produce_body_in_python, version, body
         )
+    for held, start in _views(body, data.draw(st.binary(max_size=9))):
+        whole = _outcome(produce_stream.walk_produce_body_in_python, version, held, start)
+        assert _outcome(walk, version, held, start) == whole
+        # the topics alone: the same walk's topics, or the same refusal
+        alone = _outcome(produce_stream.produce_topic_bytes_in_python, version, held, start)
+        assert alone == (whole if whole[0] == "refused" else ("walked", whole[1][2]))  # type: ignore[index]
+        assert _outcome(topics, version, held, start) == alone
 
 
 @EQUAL
@@ -228,6 +236,9 @@ def test_random_bytes_are_walked_or_refused_alike(version: int, data: bytes) -> 
     assert _outcome(produce_walk, version, data) == _outcome(
         produce_stream.walk_produce_body_in_python, version, data
     )
+    assert _outcome(compiled.produce_topic_bytes, version, data) == _outcome(
+        produce_stream.produce_topic_bytes_in_python, version, data
+    )
 
 
 def test_a_walk_reads_what_the_valid_body_says() -> None:
@@ -273,6 +284,20 @@ def test_a_walk_refuses_a_negative_start_and_a_non_buffer_and_a_start_past_the_e
         assert _outcome(fetch_walk, 12, bytes(20), start, True) == ("refused", "truncated")
     with pytest.raises(TypeError):
         produce_end(9, "not bytes", 0)  # type: ignore[arg-type]  # the error this test asserts
+    produce_walk, produce_topics = compiled.walk_produce_body, compiled.produce_topic_bytes
+    assert produce_walk is not None and produce_topics is not None
+    for walk in (produce_walk, produce_topics):
+        with pytest.raises(ValueError):
+            walk(9, b"\x01", -1)
+        # A cut: "truncated", said with the Produce walks' reason.
+        for start in (21, 2**40, sys.maxsize - 5, sys.maxsize):
+            assert _outcome(walk, 9, bytes(20), start) == ("refused", "bad_produce_request")
+            assert _outcome(produce_stream.walk_produce_body_in_python, 9, bytes(20), start) == (
+                "refused",
+                "bad_produce_request",
+            )
+        with pytest.raises(TypeError):
+            walk(9)  # type: ignore[call-arg]  # the error this test asserts
 
 
 def _small_produce_request(version: int) -> bytes:
@@ -310,10 +335,48 @@ def _overwritten(body: bytes) -> list[bytes]:
 def test_every_request_field_set_just_out_of_range_is_walked_or_refused_alike(version: int) -> None:
     walk = compiled.walk_produce_body
     assert walk is not None
+    topics = compiled.produce_topic_bytes
+    assert topics is not None
     for data in _overwritten(_small_produce_request(version)):
         assert _outcome(walk, version, data) == _outcome(
             produce_stream.walk_produce_body_in_python, version, data
         ), data.hex()
+        assert _outcome(topics, version, data) == _outcome(
+            produce_stream.produce_topic_bytes_in_python, version, data
+        ), data.hex()
+
+
+def _named_request(version: int, names: list[str]) -> bytes:
+    topic = ProduceRequest.TopicProduceData
+    request = ProduceRequest(version=version, acks=1, timeout_ms=100)
+    request.topic_data = [
+        topic(name=name, partition_data=[topic.PartitionProduceData(index=0, records=b"x" * (i + 1))])
+        for i, name in enumerate(names)
+    ]
+    if version >= 3:
+        request.transactional_id = None
+    return bytes(request.encode(version=version))
+
+
+@pytest.mark.parametrize("version", [2, 9])
+def test_the_walks_hand_back_the_str_of_a_recent_topic_name_and_read_each_name_right(version: int) -> None:
+    # The walks keep the str of the last few ASCII topic names: a producer's next request gets the same
+    # object (its hash already computed for the usage records' dictionaries), never another name's.
+    walk, topics = compiled.walk_produce_body, compiled.produce_topic_bytes
+    assert walk is not None and topics is not None
+    first = topics(version, _named_request(version, ["orders-1"]))[0][0]
+    again = walk(version, _named_request(version, ["orders-1"]))[2][0][0]
+    assert first == again == "orders-1"
+    assert again is first
+    # Names of one length differing in one byte, more of them than are remembered, non-ASCII ones (decoded,
+    # not remembered) and the empty name, over and over: each read as the bytes say.
+    names = [f"orders-{c}" for c in "0123456789abcdef"] + ["ordérs-1", "", "orders-1"]
+    for _ in range(3):
+        for version_names in (names, names[::-1]):
+            body = _named_request(version, version_names)
+            expected = [(name, i + 1) for i, name in enumerate(version_names)]
+            assert topics(version, body) == expected
+            assert walk(version, body)[2] == expected
 
 
 def _small_produce_answer(version: int) -> bytes:

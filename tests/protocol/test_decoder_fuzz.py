@@ -488,6 +488,16 @@ def _targets() -> list[Target]:
             lambda v, d: produce_stream.produce_body(d, headers.parse_request_header(d)),
             _request_frames(0, ProduceRequest),
         ),
+        Target(
+            "produce_stream.produce_topics",
+            lambda v, d: produce_stream.produce_topics(d, headers.parse_request_header(d)),
+            _request_frames(0, ProduceRequest),
+        ),
+        Target(
+            "produce_stream.produce_topic_bytes_in_python",
+            produce_stream.produce_topic_bytes_in_python,
+            {v: bodies for v, bodies in _samples(ProduceRequest).items() if v <= produce_stream.PRODUCE_MAX},
+        ),
         *(
             Target(f"node_endpoints.{fn.__name__}", _node_endpoints(fn), seeds, versions)
             for fn in (node_endpoints.rewrite_node_endpoints, node_endpoints.decode_node_endpoints)

@@ -144,9 +144,9 @@ def test_the_filters_of_one_request_share_one_walk_of_its_body(monkeypatch: pyte
     walks: list[int] = []
     walk = produce_stream.walk_produce_body
 
-    def counted(api_version: int, body: bytes | memoryview) -> produce_stream.ProduceBody:
+    def counted(api_version: int, body: bytes | memoryview, start: int = 0) -> produce_stream.ProduceBody:
         walks.append(api_version)
-        return walk(api_version, body)
+        return walk(api_version, body, start)
 
     framed = produce_frame(9)
     expected = whole(framed)
@@ -168,11 +168,23 @@ def test_the_filters_of_one_request_share_one_walk_of_its_body(monkeypatch: pyte
         0,
     ]
     assert produce_stream.produce_body(framed, header).topics == expected
+    assert produce_stream.produce_topics(framed, header) == expected  # the usage records' question
     assert sizes == {"orders": 370, "ünïcode": 5, "": 0}
     assert walks == [9]
     # The next request, even byte for byte the same, is walked for itself.
     produce_topic_sizes(framed, parse_request_header(framed))
     assert walks == [9, 9]
+    # Asked only for its topics (no topic quota walked it first), a request's walk keeps no partition.
+    topics_alone: list[int] = []
+    topics_whole = produce_stream._topics_whole
+
+    def counted_topics(api_version: int, body: bytes | memoryview, start: int = 0) -> list[tuple[str, int]]:
+        topics_alone.append(api_version)
+        return topics_whole(api_version, body, start)  # type: ignore[return-value]  # names, not ids (v9)
+
+    monkeypatch.setattr(produce_stream, "_topics_whole", counted_topics)
+    assert produce_stream.produce_topics(framed, parse_request_header(framed)) == expected
+    assert (walks, topics_alone) == ([9, 9], [9])
 
 
 def _tagged(*fields: tuple[int, bytes]) -> bytes:
