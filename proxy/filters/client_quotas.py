@@ -133,6 +133,7 @@ class ClientQuotas(Filter):
         "_newest",
         "_produce",
         "_produce_rules",
+        "_produce_touched",
         "_request",
         "_request_checked",
         "_request_rules",
@@ -174,9 +175,10 @@ class ClientQuotas(Filter):
         self._turn_rank = conn.now_ms()
         # (quota type, user, client-id) -> the rules version its throttle series were made for.
         self._touched: dict[tuple[str, str, str | None], int] = {}
-        # The last (user, client-id, rules version) touched for request time and for Fetch bytes, each in
-        # `_touched` (dropped when it is cleared): a consumer's answers, one entity under the same rules,
-        # are told apart from it by three comparisons, with no key to build and look up.
+        # The last (user, client-id, rules version) touched for Produce bytes, request time and Fetch bytes,
+        # each in `_touched` (dropped when it is cleared): a client's requests and answers, one entity under
+        # the same rules, are told apart from it by three comparisons, with no key to build and look up.
+        self._produce_touched: tuple[str, str | None, int] | None = None
         self._request_touched: tuple[str, str | None, int] | None = None
         self._fetch_touched: tuple[str, str | None, int] | None = None
         # The last charge of request time: (ms, user, client-id, rules version, throttle) (on_response).
@@ -216,7 +218,8 @@ class ClientQuotas(Filter):
         if touched.get(key) != version:
             if len(touched) >= _TOUCHED_LIMIT:
                 touched.clear()  # a connection that changes client-id per request: bounded, re-touched
-                self._request_touched = self._fetch_touched = None  # they name entries just cleared
+                # they name entries just cleared
+                self._produce_touched = self._request_touched = self._fetch_touched = None
             touched[key] = version
             self._stats.touch(kind, manager.tags_for(user, client_id))
 
@@ -224,7 +227,11 @@ class ClientQuotas(Filter):
         conn = self.conn
         user, client_id = conn.user, header.client_id
         now = conn.now_ms()
-        self._touch("Produce", self._produce, self._produce_rules, user, client_id)
+        touched = self._produce_touched
+        version = self._produce_rules.version
+        if touched is None or touched[0] is not user or touched[1] != client_id or touched[2] != version:
+            self._touch("Produce", self._produce, self._produce_rules, user, client_id)
+            self._produce_touched = (user, client_id, version)
         gates = self._gates
         shut_gates = 0
         if gates is not None:

@@ -552,3 +552,50 @@ def test_each_fetch_answer_touches_the_throttle_series_its_entity_is_charged_to_
         stats.by_quota.clear()
         answer(client_id)
         assert series_of(user, client_id) <= stats.by_quota.keys(), (user, client_id)
+
+
+def test_each_produce_touches_the_throttle_series_its_entity_is_charged_to_now() -> None:
+    """As for answers (above): a Produce's series exist from its first charge on, after a quota change
+    that moves its entity to other tags, after the connection's record of what it touched was cleared,
+    and for another client-id and another user under the same rules, though the connection remembers the
+    entity it touched last."""
+    from sluice.quota import QuotaTags
+
+    managers = QuotaManagers()
+    stats = ThrottleStats()
+    filters = FilterChain([ClientQuotasFactory(managers, stats=stats)]).for_connection(
+        Connection(), lambda _ms: None
+    )
+    conn = filters.filters[0].conn
+    managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.PRODUCER_BYTE_RATE, 1e9)
+    correlation_id = 0
+
+    def request(client_id: str = CLIENT) -> None:
+        nonlocal correlation_id
+        correlation_id += 1
+        run_request(filters, produce(correlation_id, 100, client_id))
+
+    request()
+    assert ("Produce", QuotaTags("", CLIENT)) in stats.by_quota
+    managers.set_quota(QuotaEntity(user=ANONYMOUS), QuotaKey.PRODUCER_BYTE_RATE, 1e9)  # tags: the user's
+    request()
+    by_user = ("Produce", QuotaTags(ANONYMOUS, ""))
+    assert by_user in stats.by_quota
+    del stats.by_quota[by_user]
+    request()
+    assert by_user not in stats.by_quota  # remembered as touched: not made again
+    # Answers of 64 client-ids, charged for request time, fill the record, which is then cleared: the
+    # Produce series come back at the next request, as when every request looked its entity up.
+    managers.set_quota(QuotaEntity(user=ANONYMOUS), QuotaKey.REQUEST_PERCENTAGE, 1e9)
+    request()
+    assert by_user not in stats.by_quota  # still remembered as touched
+    for i in range(64):
+        header = RequestHeader(ApiKey.FETCH, 12, 1000 + i, f"c{i}", 0)
+        filters.on_response(InFlight(header), fetch_answer(1000 + i))
+    request()
+    assert by_user in stats.by_quota
+    for user, client_id in ((ANONYMOUS, "other"), ("alice", "other")):
+        conn.user = user
+        stats.by_quota.clear()
+        request(client_id)
+        assert ("Produce", managers.produce.tags_for(user, client_id)) in stats.by_quota, (user, client_id)
