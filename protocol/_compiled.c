@@ -218,6 +218,49 @@ read_count(const walk_buffer *b, Py_ssize_t *pos, int64_t *out)
         }                                                   \
     } while (0)
 
+/* A (first, second) tuple, stealing both references (NULL when either is: what failed is already set). */
+static PyObject *
+steal_pair(PyObject *first, PyObject *second)
+{
+    PyObject *pair = first != NULL && second != NULL ? PyTuple_New(2) : NULL;
+    if (pair == NULL) {
+        Py_XDECREF(first);
+        Py_XDECREF(second);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, first);
+    PyTuple_SET_ITEM(pair, 1, second);
+    return pair;
+}
+
+/* The topic names of the last few Produce requests and Fetch answers walked, as str: a client names the
+ * same few topics request after request, and the walk hands back the str it made before (equal, its hash already
+ * computed for the dictionaries it becomes a key of) instead of decoding a new one. ASCII names only
+ * (Kafka's legal topic names are); filled in turn, each entry a strong reference for the process's life. */
+#define RECENT_NAMES 8
+static PyObject *recent_names[RECENT_NAMES];
+static int recent_next = 0;
+
+/* The topic name of `length` bytes at `at`: a recent one's str, else a new str (remembered when ASCII);
+ * NULL with UnicodeDecodeError when not UTF-8, or another exception. */
+static PyObject *
+topic_name(const uint8_t *at, Py_ssize_t length)
+{
+    for (int i = 0; i < RECENT_NAMES; i++) {
+        PyObject *known = recent_names[i];
+        if (known != NULL && PyUnicode_GET_LENGTH(known) == length &&
+            memcmp(PyUnicode_1BYTE_DATA(known), at, (size_t)length) == 0) {
+            return Py_NewRef(known);
+        }
+    }
+    PyObject *name = PyUnicode_DecodeUTF8((const char *)at, length, "strict");
+    if (name != NULL && PyUnicode_IS_COMPACT_ASCII(name)) {
+        Py_XSETREF(recent_names[recent_next], Py_NewRef(name));
+        recent_next = (recent_next + 1) % RECENT_NAMES;
+    }
+    return name;
+}
+
 static int
 open_buffer(PyObject *obj, Py_buffer *view, walk_buffer *b)
 {
@@ -435,7 +478,7 @@ fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 name = PyBytes_FromStringAndSize((const char *)b.p + named_at, UUID_SIZE);
             }
             else {
-                name = PyUnicode_DecodeUTF8((const char *)b.p + named_at, stop - named_at, "strict");
+                name = topic_name(b.p + named_at, stop - named_at);
                 if (name == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                     PyErr_Clear();
                     raise_protocol_error("bad_topic_name", "not UTF-8");
@@ -445,7 +488,7 @@ fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (name == NULL) {
                 goto failed;
             }
-            PyObject *entry = Py_BuildValue("(NL)", name, (long long)total);
+            PyObject *entry = steal_pair(name, PyLong_FromLongLong(total));
             if (entry == NULL) {
                 goto failed;
             }
@@ -460,7 +503,7 @@ fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto truncated;
     }
     PyBuffer_Release(&view);
-    return Py_BuildValue("(Nn)", found, pos);
+    return steal_pair(found, PyLong_FromSsize_t(pos));
 
 truncated:
     raise_protocol_error("truncated", "Fetch responses");
@@ -518,21 +561,6 @@ int32_at(const uint8_t *p)
         }                                                             \
     } while (0)
 
-/* A (first, second) tuple, stealing both references (NULL when either is: what failed is already set). */
-static PyObject *
-steal_pair(PyObject *first, PyObject *second)
-{
-    PyObject *pair = first != NULL && second != NULL ? PyTuple_New(2) : NULL;
-    if (pair == NULL) {
-        Py_XDECREF(first);
-        Py_XDECREF(second);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(pair, 0, first);
-    PyTuple_SET_ITEM(pair, 1, second);
-    return pair;
-}
-
 /* Append (topic, total) to topics and, unless by_topic is NULL (the topics alone were asked for),
  * partitions to by_topic; 0 or -1 with an exception. */
 static int
@@ -557,34 +585,6 @@ keep_partition(PyObject *partitions, int32_t index, int64_t size)
     int failed = PyList_Append(partitions, entry) < 0;
     Py_DECREF(entry);
     return failed ? -1 : 0;
-}
-
-/* The topic names of the last few Produce requests walked, as str: a producer names the same few topics
- * request after request, and the walk hands back the str it made before (equal, its hash already
- * computed for the dictionaries it becomes a key of) instead of decoding a new one. ASCII names only
- * (Kafka's legal topic names are); filled in turn, each entry a strong reference for the process's life. */
-#define RECENT_NAMES 8
-static PyObject *recent_names[RECENT_NAMES];
-static int recent_next = 0;
-
-/* The topic name of `length` bytes at `at`: a recent one's str, else a new str (remembered when ASCII);
- * NULL with UnicodeDecodeError when not UTF-8, or another exception. */
-static PyObject *
-topic_name(const uint8_t *at, Py_ssize_t length)
-{
-    for (int i = 0; i < RECENT_NAMES; i++) {
-        PyObject *known = recent_names[i];
-        if (known != NULL && PyUnicode_GET_LENGTH(known) == length &&
-            memcmp(PyUnicode_1BYTE_DATA(known), at, (size_t)length) == 0) {
-            return Py_NewRef(known);
-        }
-    }
-    PyObject *name = PyUnicode_DecodeUTF8((const char *)at, length, "strict");
-    if (name != NULL && PyUnicode_IS_COMPACT_ASCII(name)) {
-        Py_XSETREF(recent_names[recent_next], Py_NewRef(name));
-        recent_next = (recent_next + 1) % RECENT_NAMES;
-    }
-    return name;
 }
 
 /* The walk of a whole Produce request body, from `start` to the end of the buffer (the version is checked by

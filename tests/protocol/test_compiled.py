@@ -272,6 +272,9 @@ def test_a_walk_reads_what_the_valid_body_says() -> None:
     found, end = fetch_walk(version, body, 0, True)
     assert found == [("orders", 20_300), ("ünï", 5)]
     assert end == len(body) - 1  # before the top-level tagged fields: one empty block
+    again, _ = fetch_walk(version, body, 0, True)
+    assert again == found
+    assert again[0][0] is found[0][0]  # a recent ASCII name's str, handed back (see below)
 
 
 def test_a_walk_refuses_a_negative_start_and_a_non_buffer_and_a_start_past_the_end_is_a_cut() -> None:
