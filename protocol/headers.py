@@ -134,14 +134,25 @@ def _compiled_parse() -> Callable[[Buffer], RequestHeader] | None:
 parse_request_header: Callable[[Buffer], RequestHeader] = _compiled_parse() or parse_request_header_in_python
 
 
+# Per API key, the first version whose responses have header v1 (response_header_version): the requests'
+# table, but for ApiVersions, whose responses keep header v0 (asked for every Produce and Fetch answer).
+_RESPONSE_FLEXIBLE_FROM = tuple(
+    NOT_FLEXIBLE if key == ApiKey.API_VERSIONS else first for key, first in enumerate(FLEXIBLE_FROM_BY_KEY)
+)
+
+
 def response_header_size(api_key: int, api_version: int, frame: memoryview | bytes) -> int:
     """Size of the response header of `frame` (prefix included in `frame`, excluded from the size):
     4 for header v0, 4 + the tagged-field block for v1. ApiVersions always uses v0."""
     size = len(frame)
     if size < _PREFIX + 4:
         raise ProtocolError("bad_response_header", f"frame of {size} bytes has no correlation id")
-    if response_header_version(api_key, api_version) == 0:
+    if api_version < (
+        _RESPONSE_FLEXIBLE_FROM[api_key] if 0 <= api_key < _KEYS_WITH_VERSIONS else NOT_FLEXIBLE
+    ):
         return 4
+    if size > _PREFIX + 4 and frame[_PREFIX + 4] == 0:
+        return 5  # header v1 with no tagged fields: nearly every answer
     try:
         return skip_tagged_fields(frame, _PREFIX + 4) - _PREFIX
     except ProtocolError as exc:

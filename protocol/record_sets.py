@@ -141,21 +141,24 @@ def _fetch_partition_fixed(api_version: int) -> int:
     return size
 
 
-def fetch_topic_bytes(api_version: int, body: Buffer) -> TopicBytes:
-    """[(topic, record bytes)] of a Fetch response body, one entry per topic in the response."""
+def fetch_topic_bytes(api_version: int, body: Buffer, start: int = 0) -> TopicBytes:
+    """[(topic, record bytes)] of a Fetch response body (from `start` in `body`, to its end), one entry per
+    topic in the response."""
     if not 0 <= api_version <= _FETCH_MAX:
         raise ProtocolError("unsupported_version", f"Fetch v{api_version}")
     if api_version >= _FETCH_FLEXIBLE_FROM:
         # The one walk of a flexible answer's responses (which the NodeEndpoints rewrite of a v16+ answer
         # makes too), then the top-level tagged fields; called directly, not through _finish (a call less).
         try:
-            found, pos = fetch_responses(api_version, body)
+            found, pos = fetch_responses(api_version, body, start)
             pos = skip_tagged_fields(body, pos)
         except ProtocolError as exc:
             raise ProtocolError("bad_fetch_response", exc.detail or exc.reason) from None
         if pos != len(body):
             raise ProtocolError("bad_fetch_response", f"{len(body) - pos} bytes after the topics")
         return found
+    if start:
+        body = memoryview(body)[start:]
     fixed = _fetch_partition_fixed(api_version)
     has_aborted = api_version >= 4
     replica = 4 if api_version >= 11 else 0

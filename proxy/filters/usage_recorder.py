@@ -115,7 +115,7 @@ class UsageRecording:
         found = walked_fetch_topics(header.api_version, frame, 4 + header_size)
         if found is None:
             try:
-                found = fetch_topic_bytes(header.api_version, memoryview(frame)[4 + header_size :])
+                found = fetch_topic_bytes(header.api_version, frame, 4 + header_size)
             except ProtocolError:
                 return
         usage.add_topics(self._named(found), True, broker)

@@ -105,6 +105,10 @@ def test_produce_every_version(version: int, transactional_id: str | None) -> No
 def test_fetch_every_version(version: int, extras: bool) -> None:
     body = fetch_body(version, extras=extras)
     assert fetch_topic_bytes(version, body) == _expected(version)
+    # Read in its frame, from where the body starts, as the usage records read an answer.
+    framed = b"\x00\x00\x00\x09header" + body
+    assert fetch_topic_bytes(version, framed, 10) == _expected(version)
+    assert fetch_topic_bytes(version, memoryview(framed), 10) == _expected(version)
 
 
 def test_memoryview_bodies_are_read_in_place() -> None:
@@ -139,6 +143,9 @@ def test_every_truncation_of_a_fetch_is_a_protocol_error(version: int) -> None:
     for cut in range(len(body)):
         with pytest.raises(ProtocolError) as info:
             fetch_topic_bytes(version, body[:cut])
+        assert info.value.reason == "bad_fetch_response"
+        with pytest.raises(ProtocolError) as info:
+            fetch_topic_bytes(version, b"head" + body[:cut], 4)  # and read from its start in a frame
         assert info.value.reason == "bad_fetch_response"
 
 
