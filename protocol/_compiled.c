@@ -234,10 +234,14 @@ steal_pair(PyObject *first, PyObject *second)
 }
 
 /* The topic names of the last few Produce requests and Fetch answers walked, as str: a client names the
- * same few topics request after request, and the walk hands back the str it made before (equal, its hash already
- * computed for the dictionaries it becomes a key of) instead of decoding a new one. ASCII names only
- * (Kafka's legal topic names are); filled in turn, each entry a strong reference for the process's life. */
+ * same few topics request after request, and the walk hands back the str it made before (equal, its hash
+ * already computed for the dictionaries it becomes a key of) instead of decoding a new one. ASCII names
+ * only (Kafka's legal topic names are; a kept name's bytes are its str's, compared byte for byte), of a
+ * legal length; filled in turn, each entry a strong reference for the process's life. */
 #define RECENT_NAMES 8
+/* Kafka's longest legal topic name: a longer one (a hostile client's, up to a frame's size) is decoded and
+ * never kept, so the names kept hold at most 8 x 249 bytes. */
+#define TOPIC_NAME_MAX 249
 static PyObject *recent_names[RECENT_NAMES];
 static int recent_next = 0;
 
@@ -254,7 +258,7 @@ topic_name(const uint8_t *at, Py_ssize_t length)
         }
     }
     PyObject *name = PyUnicode_DecodeUTF8((const char *)at, length, "strict");
-    if (name != NULL && PyUnicode_IS_COMPACT_ASCII(name)) {
+    if (name != NULL && length <= TOPIC_NAME_MAX && PyUnicode_IS_COMPACT_ASCII(name)) {
         Py_XSETREF(recent_names[recent_next], Py_NewRef(name));
         recent_next = (recent_next + 1) % RECENT_NAMES;
     }

@@ -134,11 +134,9 @@ def _compiled_parse() -> Callable[[Buffer], RequestHeader] | None:
 parse_request_header: Callable[[Buffer], RequestHeader] = _compiled_parse() or parse_request_header_in_python
 
 
-# Per API key, the first version whose responses have header v1 (response_header_version): the requests'
-# table, but for ApiVersions, whose responses keep header v0 (asked for every Produce and Fetch answer).
-_RESPONSE_FLEXIBLE_FROM = tuple(
-    NOT_FLEXIBLE if key == ApiKey.API_VERSIONS else first for key, first in enumerate(FLEXIBLE_FROM_BY_KEY)
-)
+# Responses have header v1 from the version their requests have header v2 (response_header_version, read
+# here from the requests' table: asked for every Produce and Fetch answer), but for ApiVersions: v0 always.
+_API_VERSIONS = ApiKey.API_VERSIONS
 
 
 def response_header_size(api_key: int, api_version: int, frame: memoryview | bytes) -> int:
@@ -147,8 +145,9 @@ def response_header_size(api_key: int, api_version: int, frame: memoryview | byt
     size = len(frame)
     if size < _PREFIX + 4:
         raise ProtocolError("bad_response_header", f"frame of {size} bytes has no correlation id")
-    if api_version < (
-        _RESPONSE_FLEXIBLE_FROM[api_key] if 0 <= api_key < _KEYS_WITH_VERSIONS else NOT_FLEXIBLE
+    if (
+        api_version < (FLEXIBLE_FROM_BY_KEY[api_key] if 0 <= api_key < _KEYS_WITH_VERSIONS else NOT_FLEXIBLE)
+        or api_key == _API_VERSIONS
     ):
         return 4
     if size > _PREFIX + 4 and frame[_PREFIX + 4] == 0:

@@ -309,10 +309,10 @@ class RequestPipeline:
                     # Forwarded untouched, no throttle, too small to count toward its broker's load:
                     # _settle's common case, and _expect's, without their calls (this is the hot path).
                     key = header.api_key
+                    count_request(key, size - 4)
                     if key == _PRODUCE and produce_acks(frame, header) == 0:
-                        self._expect(header, frame, size, 0, 0, None)  # no answer will come
+                        self._sent_acks0(header.correlation_id)  # no answer will come
                     else:
-                        count_request(key, size - 4)
                         in_flight.append(_new_in_flight(InFlight, (header, _FORWARDED, 0, None, 0, None, 0)))
                     self.outgoing.append(out)
                     continue

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,8 +45,11 @@ TARGET_RATIO = 1.2
 GIB = 1 << 30
 PARTITIONS = 6
 RECORD_BYTES = 1000
-RECORDS = 120_000  # 114 MiB of payload per run: a tenth of a CPU second of the relay's, read to the ns
-ROUNDS = 3
+# 572 MiB of payload per produce run, about half a CPU second of the relay's. A fifth of that (the count
+# before 2026-11-28) left one run's CPU per GiB moving by up to a third from round to round, more than the
+# changes it was to show; a fetch run reads what the mock kept, whatever the count.
+RECORDS = 600_000
+ROUNDS = 5
 FETCH_PASSES = 3  # the mock keeps ~5 MB per partition: 3 reads of 6 partitions' ~30 MB
 CLIENT_ID = "real-client-bench"  # kafka_client_load.py's
 NEVER = {
@@ -130,8 +133,17 @@ class Sample:
         return self.cpu_s / self.gib
 
 
+# (middle's name, the topics to make) -> a context giving (bootstrap, the middle's pid), in front of a fresh
+# mock cluster: `_middle` for this section's middles; an experiment may bring others.
+MiddleStarter = Callable[[str, Sequence[str]], AbstractContextManager[tuple[str, int]]]
+
+
 def run_round(
-    round_no: int, middles: Sequence[str], records: int, workloads: Sequence[Workload] = WORKLOADS
+    round_no: int,
+    middles: Sequence[str],
+    records: int,
+    workloads: Sequence[Workload] = WORKLOADS,
+    start_middle: MiddleStarter = _middle,
 ) -> list[Sample]:
     """Every workload through every middle; a fetch workload's topic is produced first (unmeasured) when
     its producing workload is not among `workloads`."""
@@ -144,7 +156,7 @@ def run_round(
         if w.mode == "produce" and w.name not in names and any(f.source == w.name for f in workloads)
     ]
     for name in middles:
-        with _middle(name, topics) as (bootstrap, pid):
+        with start_middle(name, topics) as (bootstrap, pid):
             for filler in fillers:
                 run_windowed(
                     client_command(bootstrap, filler, filler.topic(round_no), records), {"middle": pid}
@@ -209,10 +221,11 @@ def measure(
     records: int = RECORDS,
     middles: Sequence[str] = MIDDLES,
     workloads: Sequence[Workload] = WORKLOADS,
+    start_middle: MiddleStarter = _middle,
 ) -> list[Sample]:
     samples: list[Sample] = []
     for round_no in range(1, rounds + 1):
-        samples += run_round(round_no, rotated(middles, round_no), records, workloads)
+        samples += run_round(round_no, rotated(middles, round_no), records, workloads, start_middle)
     return samples
 
 

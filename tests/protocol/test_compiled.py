@@ -380,6 +380,25 @@ def test_the_walks_hand_back_the_str_of_a_recent_topic_name_and_read_each_name_r
             expected = [(name, i + 1) for i, name in enumerate(version_names)]
             assert topics(version, body) == expected
             assert walk(version, body)[2] == expected
+    # Only ASCII names are kept: a non-ASCII one whose str's stored units could equal another name's bytes
+    # ('中' is 0x2D 0x4E in UCS-2; "-" is 0x2D) is never handed back for it.
+    for first, then in (("中", "-"), ("é", "\xe9"), ("ü-x", "\xfc-x")):
+        assert topics(version, _named_request(version, [first])) == [(first, 1)]
+        assert topics(version, _named_request(version, [then])) == [(then, 1)]
+
+
+def test_a_topic_name_longer_than_kafkas_limit_is_read_but_not_kept() -> None:
+    # A hostile client's name, as long as a frame allows, must not stay pinned in the walks' names.
+    topics = compiled.produce_topic_bytes
+    assert topics is not None
+    for length in (249, 250, 100_000):
+        name = "y" * length
+        first = topics(9, _named_request(9, [name]))[0][0]
+        # Held by `first` and getrefcount's argument, and by the walks' names when kept.
+        assert sys.getrefcount(first) == (3 if length <= 249 else 2)
+        again = topics(9, _named_request(9, [name]))[0][0]
+        assert first == again == name
+        assert (again is first) == (length <= 249)
 
 
 def _small_produce_answer(version: int) -> bytes:
