@@ -27,9 +27,9 @@ def user_system_seconds(pid: int) -> tuple[float, float]:
 def precise_user_system_seconds(pid: int, proc: Path = Path("/proc")) -> tuple[float, float]:
     """User and system CPU time as `user_system_seconds`, to the nanosecond rather than the 10 ms clock
     tick: the total is the sum of every live thread's run time from /proc/<pid>/task/*/schedstat (the
-    scheduler's own count, which /proc/<pid>/stat rounds down to ticks), split between user and system in
-    /proc/<pid>/stat's proportion. A thread that has exited is no longer counted: for the long-lived
-    processes the benchmarks watch over a window (proxy, relay), not a concern."""
+    scheduler's own count, which /proc/<pid>/stat rounds down to ticks), split as `split_runtime` says. A
+    thread that has exited is no longer counted: for the long-lived processes the benchmarks watch over a
+    window (proxy, relay), not a concern."""
     return split_runtime(
         (proc / str(pid) / "stat").read_text(),
         [task.read_text() for task in (proc / str(pid) / "task").glob("*/schedstat")],
@@ -37,12 +37,18 @@ def precise_user_system_seconds(pid: int, proc: Path = Path("/proc")) -> tuple[f
 
 
 def split_runtime(stat: str, schedstats: list[str]) -> tuple[float, float]:
-    """(user, system) seconds: the schedstat run times' sum (ns), split in the stat text's proportion."""
+    """(user, system) seconds: the schedstat run times' sum (ns), as /proc/<pid>/stat's user and system
+    ticks plus the part the ticks have not counted (or counted ahead), that part split in the ticks'
+    proportion. The difference of two readings is then the window's own ticks, give or take that part:
+    splitting the whole sum in the lifetime's proportion, as this did before, moved a window's user time by
+    the lifetime's CPU times the proportion's change, enough to make it negative for a short window."""
     fields = stat.rsplit(")", 1)[1].split()
     utime, stime = int(fields[11]), int(fields[12])
     total = sum(int(text.split()[0]) for text in schedstats if text.strip()) / 1e9
+    user_ticks, system_ticks = utime / _CLOCK_TICKS, stime / _CLOCK_TICKS
+    rest = total - user_ticks - system_ticks
     user_share = utime / (utime + stime) if utime + stime else 1.0
-    return total * user_share, total * (1 - user_share)
+    return user_ticks + rest * user_share, system_ticks + rest * (1 - user_share)
 
 
 def rss_bytes(pid: int) -> int:

@@ -29,6 +29,17 @@ def test_runtime_of_a_process_that_has_not_run_yet_is_all_user() -> None:
     assert split_runtime(idle, ["2000000 1 1\n"]) == (pytest.approx(0.002), 0.0)
 
 
+def test_a_windows_user_time_is_its_own_ticks_not_the_lifetimes_proportion() -> None:
+    # A process that ran 100 s in user space, then 0.1 s in the kernel: the window's user time is 0, its
+    # system time 0.1 s (split in the lifetime's proportion, the user time came out at -0.01 s).
+    before = STAT.replace(" 300 100 ", " 10000 0 ")
+    after = STAT.replace(" 300 100 ", " 10000 10 ")
+    user_before, system_before = split_runtime(before, ["100000000000 0 0\n"])
+    user_after, system_after = split_runtime(after, ["100100000000 0 0\n"])
+    assert user_after - user_before == pytest.approx(0.0, abs=1e-9)
+    assert system_after - system_before == pytest.approx(0.1)
+
+
 def test_precise_clock_reads_a_proc_tree(tmp_path: Path) -> None:
     task = tmp_path / "4242" / "task"
     for tid, ns in (("4242", 3_000_000_000), ("4243", 1_000_000_000)):
