@@ -134,21 +134,13 @@ def _compiled_parse() -> Callable[[Buffer], RequestHeader] | None:
 parse_request_header: Callable[[Buffer], RequestHeader] = _compiled_parse() or parse_request_header_in_python
 
 
-# Responses have header v1 from the version their requests have header v2 (response_header_version, read
-# here from the requests' table: asked for every Produce and Fetch answer), but for ApiVersions: v0 always.
-_API_VERSIONS = ApiKey.API_VERSIONS
-
-
 def response_header_size(api_key: int, api_version: int, frame: memoryview | bytes) -> int:
     """Size of the response header of `frame` (prefix included in `frame`, excluded from the size):
     4 for header v0, 4 + the tagged-field block for v1. ApiVersions always uses v0."""
     size = len(frame)
     if size < _PREFIX + 4:
         raise ProtocolError("bad_response_header", f"frame of {size} bytes has no correlation id")
-    if (
-        api_version < (FLEXIBLE_FROM_BY_KEY[api_key] if 0 <= api_key < _KEYS_WITH_VERSIONS else NOT_FLEXIBLE)
-        or api_key == _API_VERSIONS
-    ):
+    if response_header_version(api_key, api_version) == 0:
         return 4
     if size > _PREFIX + 4 and frame[_PREFIX + 4] == 0:
         return 5  # header v1 with no tagged fields: nearly every answer
