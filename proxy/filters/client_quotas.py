@@ -177,7 +177,7 @@ class ClientQuotas(Filter):
         self._touched: dict[tuple[str, str, str | None], int] = {}
         # The last (user, client-id, rules version) touched for Produce bytes, request time and Fetch bytes,
         # each in `_touched` (dropped when it is cleared): a client's requests and answers, one entity under
-        # the same rules, are told apart from it by three comparisons, with no key to build and look up.
+        # the same rules, are told apart from it by one comparison, with no key to look up in `_touched`.
         self._produce_touched: tuple[str, str | None, int] | None = None
         self._request_touched: tuple[str, str | None, int] | None = None
         self._fetch_touched: tuple[str, str | None, int] | None = None
@@ -227,11 +227,10 @@ class ClientQuotas(Filter):
         conn = self.conn
         user, client_id = conn.user, header.client_id
         now = conn.now_ms()
-        touched = self._produce_touched
-        version = self._produce_rules.version
-        if touched is None or touched[0] is not user or touched[1] != client_id or touched[2] != version:
+        touched = (user, client_id, self._produce_rules.version)
+        if touched != self._produce_touched:
             self._touch("Produce", self._produce, self._produce_rules, user, client_id)
-            self._produce_touched = (user, client_id, version)
+            self._produce_touched = touched
         gates = self._gates
         shut_gates = 0
         if gates is not None:
@@ -357,15 +356,10 @@ class ClientQuotas(Filter):
                 or checked[3] != self._request_rules.version
             ):
                 version = self._request_rules.version
-                touched = self._request_touched
-                if (
-                    touched is None
-                    or touched[0] is not user
-                    or touched[1] != client_id
-                    or touched[2] != version
-                ):
+                touched = (user, client_id, version)
+                if touched != self._request_touched:
                     self._touch("Request", self._request, self._request_rules, user, client_id)
-                    self._request_touched = (user, client_id, version)
+                    self._request_touched = touched
                 request_throttle = self._request.record_request_time_ns(user, client_id, cpu_ns, now)
                 self._request_checked = (now, user, client_id, version, request_throttle)
                 usage = self._stats.usage
@@ -391,11 +385,10 @@ class ClientQuotas(Filter):
             header_size = response_header_size(key, header.api_version, frame)
             # FetchResponse.sizeOf: the body as serialised, + 4 (spec 2.7); ShareFetch is charged alike.
             fetch_size = len(frame) - 4 - header_size + 4
-            touched = self._fetch_touched
-            version = self._fetch_rules.version
-            if touched is None or touched[0] is not user or touched[1] != client_id or touched[2] != version:
+            touched = (user, client_id, self._fetch_rules.version)
+            if touched != self._fetch_touched:
                 self._touch("Fetch", self._fetch, self._fetch_rules, user, client_id)
-                self._fetch_touched = (user, client_id, version)
+                self._fetch_touched = touched
             fetch_throttle = self._fetch.record_and_get_throttle_ms(user, client_id, fetch_size, now)
             if fetch_throttle > 0:
                 self._stats.record_quota(
