@@ -291,8 +291,6 @@ class RequestPipeline:
                 return self._defer(verdict)
             answered = verdict is not None
         on_request = self._filters.on_request
-        count_request = self._metrics.count_request
-        in_flight = self._in_flight
         try:
             for i, frame in enumerate(frames):
                 # uvloop may deliver data that arrived with the connection before our pause took effect.
@@ -307,13 +305,8 @@ class RequestPipeline:
                 size = len(frame)
                 if type(out) is memoryview and size < COUNTED_MIN_BYTES:
                     # Forwarded untouched, no throttle, too small to count toward its broker's load:
-                    # _settle's common case, and _expect's, without their calls (this is the hot path).
-                    key = header.api_key
-                    count_request(key, size - 4)
-                    if key == _PRODUCE and produce_acks(frame, header) == 0:
-                        self._sent_acks0(header.correlation_id)  # no answer will come
-                    else:
-                        in_flight.append(_new_in_flight(InFlight, (header, _FORWARDED, 0, None, 0, None, 0)))
+                    # _settle's common case, without its dispatch (this is the hot path).
+                    self._expect(header, frame, size, 0, 0, None)
                     self.outgoing.append(out)
                     continue
                 verdict = self._settle(header, frame, out)
