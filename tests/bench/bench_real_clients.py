@@ -104,7 +104,7 @@ def client_command(bootstrap: str, workload: Workload, topic: str, records: int)
 
 
 @contextmanager
-def _middle(name: str, topics: Sequence[str]) -> Iterator[tuple[str, int]]:
+def fresh_middle(name: str, topics: Sequence[str]) -> Iterator[tuple[str, int]]:
     """A fresh mock cluster with `topics`, and `name` in front of it: (bootstrap, middle pid)."""
     with ExitStack() as stack:
         cluster = stack.enter_context(MockCluster(brokers=1, topics=dict.fromkeys(topics, PARTITIONS)))
@@ -134,7 +134,7 @@ class Sample:
 
 
 # (middle's name, the topics to make) -> a context giving (bootstrap, the middle's pid), in front of a fresh
-# mock cluster: `_middle` for this section's middles; an experiment may bring others.
+# mock cluster: `fresh_middle` for this section's middles; an experiment may bring others.
 MiddleStarter = Callable[[str, Sequence[str]], AbstractContextManager[tuple[str, int]]]
 
 
@@ -143,7 +143,7 @@ def run_round(
     middles: Sequence[str],
     records: int,
     workloads: Sequence[Workload] = WORKLOADS,
-    start_middle: MiddleStarter = _middle,
+    start_middle: MiddleStarter = fresh_middle,
 ) -> list[Sample]:
     """Every workload through every middle; a fetch workload's topic is produced first (unmeasured) when
     its producing workload is not among `workloads`."""
@@ -221,7 +221,7 @@ def measure(
     records: int = RECORDS,
     middles: Sequence[str] = MIDDLES,
     workloads: Sequence[Workload] = WORKLOADS,
-    start_middle: MiddleStarter = _middle,
+    start_middle: MiddleStarter = fresh_middle,
 ) -> list[Sample]:
     samples: list[Sample] = []
     for round_no in range(1, rounds + 1):

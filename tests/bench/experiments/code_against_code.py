@@ -16,42 +16,38 @@ import argparse
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_real_clients as section
-from harness import BareRelayProcess
 from mock_cluster_process import MockCluster
 from proxy_process import ProxyProcess
 
 OLD, NEW = "old", "new"
 
 
-def starter(old_checkout: Path):  # type: ignore[no-untyped-def]
+def starter(old_checkout: Path) -> section.MiddleStarter:
+    """Section 2b's relay and Sluice (as `new`), and the same Sluice run from `old_checkout` (as `old`)."""
     old_command = [str(old_checkout / ".venv" / "bin" / "python"), "-m", "sluice.proxy"]
 
     @contextmanager
     def start(name: str, topics: Sequence[str]) -> Iterator[tuple[str, int]]:
-        with ExitStack() as stack:
-            cluster = stack.enter_context(
-                MockCluster(brokers=1, topics=dict.fromkeys(topics, section.PARTITIONS))
-            )
-            if name == section.RELAY:
-                relay = stack.enter_context(BareRelayProcess(cluster.bootstrap))
-                cluster.advertise(1, "127.0.0.1", relay.port)
-                yield relay.address, relay.pid
-                return
+        if name != OLD:
+            with section.fresh_middle(section.SLUICE if name == NEW else name, topics) as started:
+                yield started
+            return
+        with MockCluster(brokers=1, topics=dict.fromkeys(topics, section.PARTITIONS)) as cluster:
             proxy = ProxyProcess(
                 cluster.bootstrap,
                 extra_config=section.SLUICE_CONFIG,
                 metrics=True,
                 log_level="warning",
-                command=old_command if name == OLD else None,
+                command=old_command,
             )
-            stack.enter_context(proxy)
-            yield proxy.bootstrap, proxy.process.pid
+            with proxy:
+                yield proxy.bootstrap, proxy.process.pid
 
     return start
 

@@ -167,8 +167,7 @@ def one_run(variant: str, round_no: int, options: Options) -> dict[str, Any]:
             if options.idle_s:
                 _wait_quiet(proxy)
                 before = cpu(pid)
-                # The sleep is the measurement: the proxy's own CPU over a span of wall time with no client.
-                time.sleep(options.idle_s)
+                time.sleep(options.idle_s)  # the measured span itself: idle wall time, no client
                 idle = (cpu(pid) - before) / options.idle_s * 1000
             before_threads = threads(pid)
             run = run_windowed(

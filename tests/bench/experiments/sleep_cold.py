@@ -1,6 +1,6 @@
 """Does the same Python cost more after the process slept longer? One Fetch v12 exchange through the chain
 (per_request_cost.py's: a ~94 KB answer), under several configurations, timed on the thread CPU clock
-after `time.sleep(gap)` for gaps of 0-30 ms (a real proxy sleeps in epoll between exchanges: ~4 ms a
+after the thread idled for gaps of 0-30 ms (a real proxy sleeps in epoll between exchanges: ~4 ms a
 fetch-16k exchange, ~16 ms a fetch-64k one at the mock's ~21 MB/s).
 
 Run: ``.venv/bin/python tests/bench/experiments/sleep_cold.py [--samples 200] [--spin]
@@ -106,8 +106,7 @@ def main() -> None:
                     while time.perf_counter() < until:
                         pass
                 elif gap:
-                    # The sleep is what is measured: the idle gap a proxy spends in epoll between exchanges.
-                    time.sleep(gap / 1000)
+                    time.sleep(gap / 1000)  # the measured idle gap itself (a proxy's wait in epoll)
                 _part_ns.clear()
                 started = clock()
                 for one_pass in passes:
