@@ -1,5 +1,6 @@
 """The filter chain: what every connection shares (`FilterChain`), and one connection's run of it
-(`ConnectionFilters`), routing each frame only to the filters that asked for its API key.
+(`ConnectionFilters`, whose runs over a request and an answer are filter_runs.FilterRuns), routing each
+frame only to the filters that asked for its API key.
 
 Routing tables are lists indexed by API key, computed once per proxy as tuples of filter positions and
 turned into tuples of one connection's filter instances when it opens; a frame whose API no filter wants
@@ -14,29 +15,24 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from sluice.protocol.api_vetting import vetted_max_versions
-from sluice.protocol.headers import RequestHeader
 
 from ..filter_api.contract import (
     BEYOND_TABLE,
     EVERY_API_KEY,
     TABLE_SIZE,
-    Answer,
     ChainVersions,
-    Close,
     ConnectionInfo,
-    Defer,
     Filter,
     FilterFactory,
-    Forward,
-    Frame,
-    InFlight,
-    Pending,
-    RequestFrame,
-    Respond,
-    whole,
 )
+from .filter_runs import ChainOutcome, Deferred, FilterGroups, FilterRuns
+
+__all__ = ["ChainOutcome", "ConnectionFilters", "Deferred", "FilterChain", "runs_tables"]
 
 _Positions = tuple[int, ...]
+# FilterRuns' routing tables (filter_runs.py): request, response and CPU response groups, then the CPU flags
+# and check.
+RunsTables = tuple[bytes, FilterGroups, bytes, FilterGroups, bytes, FilterGroups, bytes, Callable[[], bool]]
 
 
 def _never() -> bool:
@@ -146,121 +142,33 @@ def _index(wanted: list[frozenset[int]]) -> _KeyTable:
     return _KeyTable(bytes(group_of), tuple(groups))
 
 
-def _instances(table: _KeyTable, filters: list[Filter]) -> tuple[tuple[Filter, ...], ...]:
+def _instances(table: _KeyTable, filters: list[Filter]) -> FilterGroups:
     return tuple(tuple(filters[i] for i in at) for at in table.groups)
 
 
-class Deferred(NamedTuple):
-    """A request a filter deferred: where it resumes, and what the filters before it left."""
-
-    ready: Pending  # the filter's Defer.ready, or room at its broker
-    header: RequestHeader
-    original: Frame  # the frame as the client sent it
-    frame: Frame  # as the filters before the deferring one left it
-    position: int  # the deferring filter's place among the request's filters
-    throttle_ms: int
-
-
-# What running the request filters comes to: an effect, with Defer made a Deferred (where to resume).
-ChainOutcome = RequestFrame | Forward | Answer | Close | Deferred
-
-
-class ConnectionFilters:
-    """One connection's filters, run in chain order; applies the mutes the effects ask for at once, so a
-    later filter sees the connection as the earlier ones left it."""
-
-    __slots__ = (
-        "_cpu_adds_response_filters",
-        "_cpu_needed",
-        "_cpu_response_group",
-        "_cpu_response_groups",
-        "_mute",
-        "_request_group",
-        "_request_groups",
-        "_response_group",
-        "_response_groups",
-        "filters",
-        "may_stream",
+def runs_tables(chain: FilterChain, filters: list[Filter]) -> RunsTables:
+    """FilterRuns' arguments after `mute` for one connection's `filters`: per API key,
+    `request_groups[request_group[key]]` are the filters to run (the key -> group map is the chain's,
+    shared; only the few distinct groups of filters are the connection's own), and alike for answers."""
+    return (
+        chain._by_request_key.group_of,
+        _instances(chain._by_request_key, filters),
+        chain._by_response_key.group_of,
+        _instances(chain._by_response_key, filters),
+        chain._cpu_response_key.group_of,
+        _instances(chain._cpu_response_key, filters),
+        chain._cpu_adds_response_filters,
+        chain.cpu_time_needed(),
     )
 
+
+class ConnectionFilters(FilterRuns):
+    """One connection's filters, run in chain order (FilterRuns, with this chain's routing tables); the
+    effects' mutes are applied at once, so a later filter sees the connection as the earlier ones left it."""
+
+    __slots__ = ("filters", "may_stream")
+
     def __init__(self, chain: FilterChain, filters: list[Filter], mute: Callable[[int], None]) -> None:
-        self._mute = mute
+        super().__init__(mute, *runs_tables(chain, filters))
         self.filters = tuple(filters)
         self.may_stream = chain.may_stream
-        # Per API key: `_request_groups[_request_group[key]]` are the filters to run (the key -> group map
-        # is the chain's, shared; only the few distinct groups of filters are this connection's own).
-        self._request_group = chain._by_request_key.group_of
-        self._request_groups = _instances(chain._by_request_key, filters)
-        self._response_group = chain._by_response_key.group_of
-        self._response_groups = _instances(chain._by_response_key, filters)
-        self._cpu_response_group = chain._cpu_response_key.group_of
-        self._cpu_response_groups = _instances(chain._cpu_response_key, filters)
-        self._cpu_adds_response_filters = chain._cpu_adds_response_filters
-        self._cpu_needed = chain.cpu_time_needed()
-
-    def on_request(
-        self, header: RequestHeader, frame: RequestFrame, deferred: Deferred | None = None
-    ) -> ChainOutcome:
-        """Run the request filters (or, given `deferred`, go on from the filter that deferred it); the frame
-        (or Forward with the throttle earned), an Answer (its throttle includes the earlier filters'), a
-        Close, or a Deferred to resume later. One method for both, so the hot path makes one call."""
-        key = header.api_key
-        filters = self._request_groups[self._request_group[key if 0 <= key < TABLE_SIZE else BEYOND_TABLE]]
-        if not filters:
-            return frame
-        original: RequestFrame = frame
-        start, throttle = 0, 0
-        if deferred is not None:
-            original, frame, start, throttle = (
-                deferred.original,
-                deferred.frame,
-                deferred.position,
-                deferred.throttle_ms,
-            )
-        for f in filters[start:] if start else filters:
-            out = f.on_request(header, frame)
-            # The common case first, by exact type (the cheapest test): forwarded untouched.
-            if type(out) is memoryview:
-                frame = out
-            elif isinstance(out, Forward):
-                frame = out.frame
-                if out.throttle_ms > 0:
-                    self._mute(out.throttle_ms)
-                    throttle = max(throttle, out.throttle_ms)
-            elif isinstance(out, Answer):
-                if out.throttle_ms > 0:
-                    self._mute(out.throttle_ms)
-                return out if out.throttle_ms >= throttle else out._replace(throttle_ms=throttle)
-            elif isinstance(out, Defer):
-                # (A request passing through cannot wait: only a whole frame is deferred.)
-                return Deferred(
-                    out.ready, header, whole(original), whole(frame), filters.index(f, start), throttle
-                )
-            elif isinstance(out, Close):
-                return out
-            else:  # bytes a filter rewrote
-                frame = out
-        return Forward(frame, throttle) if throttle > 0 else frame
-
-    def on_response(self, request: InFlight, frame: Frame) -> Frame | Respond:
-        """Run the response filters; the frame, or Respond with the longest delay asked for (mutes are
-        applied as they are asked for)."""
-        key = request.header.api_key
-        if not 0 <= key < TABLE_SIZE:
-            key = BEYOND_TABLE
-        if self._cpu_adds_response_filters[key] and self._cpu_needed():
-            filters = self._cpu_response_groups[self._cpu_response_group[key]]
-        else:
-            filters = self._response_groups[self._response_group[key]]
-        delay = 0
-        for f in filters:
-            out = f.on_response(request, frame)
-            if isinstance(out, Respond):
-                frame = out.frame
-                if out.mute_ms > 0:
-                    self._mute(out.mute_ms)
-                if out.delay_ms > delay:
-                    delay = out.delay_ms
-            else:
-                frame = out
-        return Respond(frame, delay) if delay > 0 else frame

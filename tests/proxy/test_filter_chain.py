@@ -34,6 +34,9 @@ from sluice.proxy.filters.unadvertised_requests import UnadvertisedRequestsFacto
 from sluice.proxy.observability.quota_metrics import MutationRates, ThrottleStats
 from sluice.quota import ANONYMOUS, QuotaEntity, QuotaKey, QuotaManagers
 
+# Each test on both twins of the filter runs (tests/proxy/conftest.py).
+pytestmark = pytest.mark.usefixtures("both_filter_runs")
+
 CLIENT = "chain-test"
 
 

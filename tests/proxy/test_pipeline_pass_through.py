@@ -27,6 +27,9 @@ from sluice.proxy.filter_api import Answer, Filter, FilterFactory, Forward, Fram
 from sluice.proxy.filters.usage_recorder import UsageRecorderFactory, UsageRecording
 from sluice.quota.usage_ledger import UsageLedger
 
+# Each test on both twins of the filter runs (tests/proxy/conftest.py).
+pytestmark = pytest.mark.usefixtures("both_filter_runs")
+
 PRODUCE, METADATA = ApiKey.PRODUCE, ApiKey.METADATA
 MIN_FRAME, HEAD = 100, 40  # the connection's thresholds, scaled down so every cut can be tried
 AT_ONCE = frozenset({"upstream_backlog"})

@@ -39,6 +39,9 @@ from sluice.proxy.filter_api import (
     Respond,
 )
 
+# Each test on both twins of the filter runs (tests/proxy/conftest.py).
+pytestmark = pytest.mark.usefixtures("both_filter_runs")
+
 METADATA, PRODUCE, API_VERSIONS = ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.API_VERSIONS
 
 

@@ -41,6 +41,11 @@ def check_compiled_readers() -> None:
 
     assert quota_compiled.SampledRate is not None, "the wheel has no compiled sampled-window rate"
     assert type(WindowQuotaSensor(1000, 0).rate) is quota_compiled.SampledRate
+    # and the compiled filter runs, every connection's (proxy/data_path/_filter_runs.c)
+    from sluice.proxy.data_path.filter_chain import ConnectionFilters
+    from sluice.proxy.data_path.filter_runs import FilterRunsInPython
+
+    assert ConnectionFilters.__mro__[1] is not FilterRunsInPython, "the wheel has no compiled filter runs"
 
 
 def check_top_level() -> None:
