@@ -19,9 +19,8 @@ each step reads or changes several of them; split, that invariant would have no 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
@@ -283,36 +282,34 @@ class RequestPipeline:
                 self._held[:0] = _kept(frames)
                 return None
             deferred, self._resume = self._resume, None
-            header = deferred.header
-            out = self._filters.on_request(header, deferred.frame, deferred)
-            verdict = self._settle(header, deferred.original, out)
+            resumed = self._filters.on_request(deferred.header, deferred.frame, deferred)
+            verdict = self._settle(deferred.header, deferred.original, resumed)
             if isinstance(verdict, Deferred):
                 self._held[:0] = _kept(frames)
                 return self._defer(verdict)
             answered = verdict is not None
-        on_request = self._filters.on_request
         try:
-            for i, frame in enumerate(frames):
-                # uvloop may deliver data that arrived with the connection before our pause took effect.
-                if self.state is not _OPEN or gate.muted:
-                    self._held.extend(_kept(frames[i:]))
-                    break
-                if self._raw_exchange is not None:
-                    self._raw_request(frame)
+            i, count = 0, len(frames)
+            while i < count:
+                # The common requests, forwarded as they are (the hot path; compiled where the install has
+                # it).
+                i, other = _forward_plain(self, frames, i)
+                if other is None:  # stopped before frames[i], having run nothing of it
+                    if i == count:
+                        break
+                    # uvloop may deliver data that arrived with the connection before our pause took effect.
+                    if self.state is not _OPEN or gate.muted:
+                        self._held.extend(_kept(frames[i:]))
+                        break
+                    self._raw_request(frames[i])  # (a raw SASL exchange: what else stops the run)
+                    i += 1
                     continue
-                header = parse_request_header(frame)
-                out = on_request(header, frame)
-                size = len(frame)
-                if type(out) is memoryview and size < COUNTED_MIN_BYTES:
-                    # Forwarded untouched, no throttle, too small to count toward its broker's load:
-                    # _settle's common case, without its dispatch (this is the hot path).
-                    self._expect(header, frame, size, 0, 0, None)
-                    self.outgoing.append(out)
-                    continue
-                verdict = self._settle(header, frame, out)
+                header, out = other
+                verdict = self._settle(header, frames[i], out)
+                i += 1
                 if verdict is not None:
                     if isinstance(verdict, Deferred):
-                        self._held.extend(_kept(frames[i + 1 :]))
+                        self._held.extend(_kept(frames[i:]))
                         ready = self._defer(verdict)
                         break
                     answered = True
@@ -326,6 +323,34 @@ class RequestPipeline:
         if answered:
             self._answers()
         return ready
+
+    def _forward_plain_in_python(
+        self, frames: list[memoryview], i: int
+    ) -> tuple[int, tuple[RequestHeader, ChainOutcome] | None]:
+        """From frames[i] on, forward each request the filters pass on as it is, with no throttle, that is too
+        small to count toward its broker's load (_settle's common case, without its dispatch), while the
+        connection is open, not muted and in no raw SASL exchange. Where it stops: (i, None) before
+        frames[i] (or at the end), nothing of it run; (i, (header, out)) when the filters' outcome `out` for
+        frames[i] is another case, for the caller to settle.
+
+        The reference of the compiled run (proxy/data_path/_pipeline_runs.c, `forward_plain`), which runs
+        in its place where the install has it."""
+        gate = self._gate
+        on_request = self._filters.on_request
+        count = len(frames)
+        while i < count:
+            if self.state is not _OPEN or gate.muted or self._raw_exchange is not None:
+                break
+            frame = frames[i]
+            header = parse_request_header(frame)
+            out = on_request(header, frame)
+            size = len(frame)
+            if type(out) is not memoryview or size >= COUNTED_MIN_BYTES:
+                return i, (header, out)
+            self._expect(header, frame, size, 0, 0, None)
+            self.outgoing.append(out)
+            i += 1
+        return i, None
 
     def stream_tail(self, requests: FrameSplitter, min_frame_bytes: int, head_bytes: int) -> bool:
         """The incomplete request `requests` ends with, if at least `min_frame_bytes` and `head_bytes` of
@@ -511,26 +536,49 @@ class RequestPipeline:
 
     # ---- responses ------------------------------------------------------------------------------
 
-    def broker_frames(self, frames: Iterable[memoryview]) -> None:
+    def broker_frames(self, frames: list[memoryview]) -> None:
         """Match the broker's responses to the requests in flight and send them on, in request order, with
         the answers filters made in their turn."""
         in_flight = self._in_flight
-        respond = self._respond
-        for frame in frames:
-            # The common case inline (the hot path): the answer to the oldest request, forwarded.
+        i, count = 0, len(frames)
+        while i < count:
+            # The common answers, sent on as they come (the hot path; compiled where the install has it).
+            i, answers_due = _answers_plain(self, frames, i)
+            if not answers_due:
+                if i == count:
+                    break
+                self._response(frames[i])
+                i += 1
+                answers_due = bool(in_flight) and in_flight[0].kind is _ANSWERED
+            if answers_due:
+                self._answers()
+
+    def _answers_plain_in_python(self, frames: list[memoryview], i: int) -> tuple[int, bool]:
+        """From frames[i] on, send on each answer to the oldest request in flight, a forwarded one whose
+        correlation id it carries. Where it stops, and whether answers filters made are due (the oldest
+        request in flight now is one a filter answered): before the first frame of another case (or at the
+        end), or after the answer that made answers due, for the caller to send them.
+
+        The reference of the compiled run (proxy/data_path/_pipeline_runs.c, `answers_plain`), which runs
+        in its place where the install has it."""
+        in_flight = self._in_flight
+        count = len(frames)
+        while i < count:
+            frame = frames[i]
             request = in_flight[0] if in_flight else None
             if (
-                request is not None
-                and request.kind is _FORWARDED
-                and len(frame) >= 8
-                and INT32_UNPACK(frame, 4)[0] == request.header.correlation_id
+                request is None
+                or request.kind is not _FORWARDED
+                or len(frame) < 8
+                or INT32_UNPACK(frame, 4)[0] != request.header.correlation_id
             ):
-                in_flight.popleft()
-                respond(request, frame, 0)
-            else:
-                self._response(frame)
+                return i, False
+            in_flight.popleft()
+            self._respond(request, frame, 0)
+            i += 1
             if in_flight and in_flight[0].kind is _ANSWERED:
-                self._answers()
+                return i, True
+        return i, False
 
     def _response(self, frame: memoryview) -> None:
         in_flight = self._in_flight
@@ -578,3 +626,28 @@ class RequestPipeline:
         if request.throttle_ms > 0:
             self._gate.response_sent()  # written in this same pass; the gate also waits for the flush
         self._sink.send_response(frame, delay_ms)
+
+
+# The hot loops: compiled where the install has them (proxy/data_path/_pipeline_runs.c), else the methods
+# above, their references.
+_forward_plain = RequestPipeline._forward_plain_in_python
+_answers_plain = RequestPipeline._answers_plain_in_python
+if not TYPE_CHECKING:  # the type checker reads the Python methods; the compiled ones take the same
+    try:
+        from sluice.proxy.data_path import _pipeline_runs
+    except ImportError:  # built without a C compiler
+        pass
+    else:
+        _pipeline_runs.bind(
+            parse_request_header,
+            produce_acks,
+            Lifecycle.OPEN,
+            EntryKind.FORWARDED,
+            EntryKind.ANSWERED,
+            InFlight,
+            Respond,
+            ApiKey.PRODUCE,
+            COUNTED_MIN_BYTES,
+        )
+        _forward_plain = _pipeline_runs.forward_plain
+        _answers_plain = _pipeline_runs.answers_plain

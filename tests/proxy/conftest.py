@@ -6,8 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
+from sluice.proxy.data_path import request_pipeline
 from sluice.proxy.data_path.filter_chain import FilterChain, runs_tables
 from sluice.proxy.data_path.filter_runs import FilterRunsInPython
+from sluice.proxy.data_path.request_pipeline import RequestPipeline
 from sluice.proxy.filter_api.contract import ConnectionInfo, Filter
 
 
@@ -23,8 +25,9 @@ class ConnectionFiltersInPython(FilterRunsInPython):
 
 
 @pytest.fixture(params=["compiled runs", "python runs"])
-def both_filter_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A test of the chain runs on each twin of FilterRuns (tests/proxy/test_filter_runs.py)."""
+def both_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A test of the chain or the pipeline runs on each twin of their hot loops: the compiled ones, and the
+    Python ones they translate (tests/proxy/test_filter_runs.py, tests/proxy/test_pipeline_runs.py)."""
     if request.param == "python runs":
 
         def for_connection(
@@ -33,4 +36,6 @@ def both_filter_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
             return ConnectionFiltersInPython(chain, [f.create(conn) for f in chain.factories], mute)
 
         monkeypatch.setattr(FilterChain, "for_connection", for_connection)
+        monkeypatch.setattr(request_pipeline, "_forward_plain", RequestPipeline._forward_plain_in_python)
+        monkeypatch.setattr(request_pipeline, "_answers_plain", RequestPipeline._answers_plain_in_python)
     return str(request.param)

@@ -34,8 +34,8 @@ from sluice.proxy.filters.unadvertised_requests import UnadvertisedRequestsFacto
 from sluice.proxy.observability.quota_metrics import MutationRates, ThrottleStats
 from sluice.quota import ANONYMOUS, QuotaEntity, QuotaKey, QuotaManagers
 
-# Each test on both twins of the filter runs (tests/proxy/conftest.py).
-pytestmark = pytest.mark.usefixtures("both_filter_runs")
+# Each test on both twins of the chain's and the pipeline's hot loops (tests/proxy/conftest.py).
+pytestmark = pytest.mark.usefixtures("both_runs")
 
 CLIENT = "chain-test"
 

@@ -4,7 +4,7 @@ Random chains of scripted filters (each returns, in turn, what its script says: 
 Forward, Answer, Defer, Close, Respond with any throttle, delay or mute, or an exception) run on both
 twins, built alike from one seed: every call the filters see, every mute asked for, and every outcome are
 the same, compared by type and value. The chain's own tests (test_filter_chain, test_request_pipeline,
-test_pipeline_pass_through) run on both as well (tests/proxy/conftest.py's `both_filter_runs`); what the
+test_pipeline_pass_through) run on both as well (tests/proxy/conftest.py's `both_runs`); what the
 proxy runs is the compiled one, where the install has it.
 """
 

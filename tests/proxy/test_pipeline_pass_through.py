@@ -27,8 +27,8 @@ from sluice.proxy.filter_api import Answer, Filter, FilterFactory, Forward, Fram
 from sluice.proxy.filters.usage_recorder import UsageRecorderFactory, UsageRecording
 from sluice.quota.usage_ledger import UsageLedger
 
-# Each test on both twins of the filter runs (tests/proxy/conftest.py).
-pytestmark = pytest.mark.usefixtures("both_filter_runs")
+# Each test on both twins of the chain's and the pipeline's hot loops (tests/proxy/conftest.py).
+pytestmark = pytest.mark.usefixtures("both_runs")
 
 PRODUCE, METADATA = ApiKey.PRODUCE, ApiKey.METADATA
 MIN_FRAME, HEAD = 100, 40  # the connection's thresholds, scaled down so every cut can be tried

@@ -39,8 +39,8 @@ from sluice.proxy.filter_api import (
     Respond,
 )
 
-# Each test on both twins of the filter runs (tests/proxy/conftest.py).
-pytestmark = pytest.mark.usefixtures("both_filter_runs")
+# Each test on both twins of the chain's and the pipeline's hot loops (tests/proxy/conftest.py).
+pytestmark = pytest.mark.usefixtures("both_runs")
 
 METADATA, PRODUCE, API_VERSIONS = ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.API_VERSIONS
 

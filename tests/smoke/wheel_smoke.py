@@ -46,6 +46,12 @@ def check_compiled_readers() -> None:
     from sluice.proxy.data_path.filter_runs import FilterRunsInPython
 
     assert ConnectionFilters.__mro__[1] is not FilterRunsInPython, "the wheel has no compiled filter runs"
+    # and the request pipeline's compiled hot loops (proxy/data_path/_pipeline_runs.c)
+    from sluice.proxy.data_path import request_pipeline
+
+    assert request_pipeline._forward_plain.__module__ == "sluice.proxy.data_path._pipeline_runs", (
+        "the wheel has no compiled pipeline runs"
+    )
 
 
 def check_top_level() -> None:

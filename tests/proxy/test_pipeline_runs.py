@@ -1,0 +1,329 @@
+"""proxy/data_path/_pipeline_runs.c: the request pipeline's compiled hot loops do what its Python ones do.
+
+Two pipelines, one on each twin of the runs (`forward_plain` and `answers_plain` against RequestPipeline's
+`_forward_plain_in_python` and `_answers_plain_in_python`), take the same random traffic: reads of
+pipelined requests (Produce with acks 1 and 0, small and large enough to count toward a broker's load,
+Metadata, an unknown API key) and of answers (in order, out of order, to acks=0 requests, cut short), through
+scripted filters that pass, rewrite, throttle, answer, defer, close and refuse, beside a gate that mutes and
+a broker share that fills. Every call the collaborators see, what each pipeline forwards, its state and
+each error are the same. The pipeline's own tests run on both twins too (tests/proxy/conftest.py's
+`both_runs`); what the proxy runs is the compiled one, where the install has it.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from sluice.protocol.errors import ProtocolError
+from sluice.protocol.frames import FrameSplitter
+from sluice.protocol.headers import RequestHeader, encode_request, encode_response
+from sluice.proxy.data_path import request_pipeline
+from sluice.proxy.data_path.broker_load import COUNTED_MIN_BYTES
+from sluice.proxy.data_path.filter_runs import FilterRuns
+from sluice.proxy.data_path.request_pipeline import CloseConnection, RequestPipeline
+from sluice.proxy.filter_api.contract import (
+    TABLE_SIZE,
+    Answer,
+    Close,
+    Defer,
+    EntryKind,
+    Forward,
+    InFlight,
+    Respond,
+)
+
+SCENARIOS = 300
+STEPS = 12
+
+
+def _compiled() -> tuple[Any, Any]:
+    forward, answers = request_pipeline._forward_plain, request_pipeline._answers_plain
+    assert forward is not RequestPipeline._forward_plain_in_python, "built without _pipeline_runs.c"
+    assert answers is not RequestPipeline._answers_plain_in_python, "built without _pipeline_runs.c"
+    return forward, answers
+
+
+def test_this_install_runs_the_compiled_pipeline_runs() -> None:
+    forward, answers = _compiled()
+    assert forward.__module__ == answers.__module__ == "sluice.proxy.data_path._pipeline_runs"
+
+
+# ---- the collaborators, logging what they are asked -------------------------------------------------
+
+
+def _shape(value: object) -> object:
+    if isinstance(value, memoryview | bytes | bytearray):
+        return (type(value).__name__, bytes(value))
+    if isinstance(value, tuple):
+        return (type(value).__name__, *(_shape(v) for v in value))
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return (type(value).__name__, repr(value))
+
+
+class _Script:
+    """Random choices that both worlds make alike (one seed each, the same)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+
+class _Filter:
+    def __init__(self, name: str, log: list[object], script: _Script) -> None:
+        self._name, self._log, self._rng = name, log, script.rng
+
+    def on_request(self, header: RequestHeader, frame: Any) -> Any:
+        self._log.append((self._name, "request", header.correlation_id, _shape(frame)))
+        kind = self._rng.choice(["same"] * 12 + ["bytes", "forward", "answer", "defer", "close", "refuse"])
+        if kind == "same":
+            return frame
+        if kind == "bytes":
+            return bytes(frame)  # rewritten: not the common case
+        if kind == "forward":
+            return Forward(frame, self._rng.choice([0, 5]))
+        if kind == "answer":
+            answer = encode_response(header.api_key, header.api_version, header.correlation_id, b"made")
+            return Answer(answer, self._rng.choice([0, 3]), self._rng.choice([0, 7]))
+        if kind == "defer":
+            return Defer(f"ready-{header.correlation_id}")
+        if kind == "close":
+            return Close("scripted")
+        raise ProtocolError("scripted_refusal", f"request {header.correlation_id}")
+
+    def on_response(self, request: InFlight, frame: Any) -> Any:
+        self._log.append((self._name, "response", request.header.correlation_id, _shape(frame)))
+        kind = self._rng.choice(["same"] * 10 + ["bytes", "respond", "refuse"])
+        if kind == "same":
+            return frame
+        if kind == "bytes":
+            return bytes(frame) + b"!"
+        if kind == "respond":
+            return Respond(frame, self._rng.choice([0, 4, -1, 2.5]), self._rng.choice([0, 6]))
+        raise ProtocolError("scripted_refusal", f"answer {request.header.correlation_id}")
+
+
+class _Gate:
+    def __init__(self, log: list[object]) -> None:
+        self._log = log
+        self.muted = False
+
+    def expect_response(self) -> None:
+        self._log.append(("gate", "expect_response"))
+
+    def response_sent(self) -> None:
+        self._log.append(("gate", "response_sent"))
+
+
+class _Sink:
+    def __init__(self, log: list[object]) -> None:
+        self._log = log
+
+    def send_response(self, frame: Any, delay_ms: int) -> None:
+        self._log.append(("sink", _shape(frame), _shape(delay_ms)))
+
+    def deliver_reply(self, reply: object, body: bytes) -> None:
+        self._log.append(("reply", reply, body))
+
+
+class _Counters:
+    def __init__(self, log: list[object]) -> None:
+        self._log = log
+
+    def count_request(self, api_key: int, size: int) -> None:
+        self._log.append(("count_request", _shape(api_key), size))
+
+    def count_response(self, api_key: int, size: int) -> None:
+        self._log.append(("count_response", _shape(api_key), size))
+
+
+class _Share:
+    """A broker share with room for some requests, then none until given back."""
+
+    def __init__(self, log: list[object], script: _Script) -> None:
+        self._log, self._rng = log, script.rng
+
+    def take(self, size: int) -> bool:
+        taken = self._rng.random() < 0.8
+        self._log.append(("take", size, taken))
+        return taken
+
+    def fits(self, size: int) -> bool:
+        return True
+
+    def give(self, size: int) -> None:
+        self._log.append(("give", size))
+
+    def wait(self, size: int) -> object:
+        self._log.append(("wait", size))
+        return f"room-{size}"
+
+    def close(self, in_flight: int) -> None:
+        self._log.append(("share_close", in_flight))
+
+
+class _Runs(FilterRuns):
+    """The runs of one chain of scripted filters, which no request passes through as it arrives."""
+
+    __slots__ = ()
+
+    def may_stream(self, key: int) -> bool:
+        return False
+
+
+class _Direct(_Filter):
+    """One scripted filter standing for a whole chain's runs (a deferred request goes through it again)."""
+
+    def on_request(self, header: RequestHeader, frame: Any, deferred: object = None) -> Any:
+        return super().on_request(header, frame)
+
+    def may_stream(self, key: int) -> bool:
+        return False
+
+
+class _World:
+    def __init__(self, seed: int, compiled: bool) -> None:
+        self.log: list[object] = []
+        script = _Script(seed)
+        self._script = script
+        self._compiled = compiled
+        filters = tuple(_Filter(f"f{i}", self.log, script) for i in range(script.rng.randint(0, 3)))
+        self.gate = _Gate(self.log)
+        one = bytes(TABLE_SIZE + 1)
+        runs: object = _Runs(
+            self._mute, one, (filters,), one, (filters,), one, (filters,), one, lambda: False
+        )
+        if script.rng.random() < 0.3:
+            # One filter as the whole chain: its effects reach the pipeline as they are (a throttle of 0 in a
+            # Forward, a delay of 0 or less in a Respond), which the chain's runs would have taken off.
+            runs = _Direct("direct", self.log, script)
+        self.pipeline = RequestPipeline(
+            runs,  # type: ignore[arg-type]  # (what the pipeline calls of its filters)
+            self.gate,
+            _Sink(self.log),
+            _Counters(self.log),
+            FrameSplitter(),
+            FrameSplitter(),
+        )
+        if script.rng.random() < 0.5:
+            self.pipeline.load = _Share(self.log, script)
+        self.pipeline.upstream_ready()
+
+    def _mute(self, ms: int) -> None:
+        self.log.append(("mute", ms))
+        self.gate.muted = True
+
+    def act(self, name: str, *args: Any) -> None:
+        """One call on the pipeline, on this world's twin of the runs; what it did, logged."""
+        saved = request_pipeline._forward_plain, request_pipeline._answers_plain
+        if not self._compiled:
+            request_pipeline._forward_plain = RequestPipeline._forward_plain_in_python
+            request_pipeline._answers_plain = RequestPipeline._answers_plain_in_python
+        try:
+            returned = getattr(self.pipeline, name)(*args)
+            self.log.append(("returned", name, _shape(returned)))
+        except (ProtocolError, CloseConnection) as exc:
+            self.log.append(("raised", name, type(exc).__name__, str(exc)))
+        finally:
+            request_pipeline._forward_plain, request_pipeline._answers_plain = saved
+        pipeline = self.pipeline
+        self.log.append(
+            (
+                "after",
+                _shape(pipeline.outgoing),
+                pipeline.state.value,
+                pipeline.in_flight,
+                pipeline.waiting,
+                [
+                    (_shape(entry.header), entry.kind.value, entry.throttle_ms, entry.load)
+                    for entry in pipeline._in_flight
+                ],
+            )
+        )
+        pipeline.outgoing = []
+
+
+def _produce(correlation_id: int, acks: int, large: bool) -> bytes:
+    padding = b"r" * (COUNTED_MIN_BYTES if large else 40)
+    body = b"\x00" + struct.pack(">hi", acks, 30_000) + b"\x01\x00" + padding
+    return encode_request(0, 9, correlation_id, "client", body)
+
+
+def _request(rng: random.Random, correlation_id: int) -> bytes:
+    kind = rng.choice(["produce", "produce", "produce0", "large", "metadata", "unknown"])
+    if kind == "produce":
+        return _produce(correlation_id, 1, False)
+    if kind == "produce0":
+        return _produce(correlation_id, 0, False)
+    if kind == "large":
+        return _produce(correlation_id, rng.choice([1, 0]), True)
+    if kind == "metadata":
+        return encode_request(3, 1, correlation_id, "client", b"\xff\xff\xff\xff")
+    return encode_request(500, 0, correlation_id, "client", b"")
+
+
+def _step(rng: random.Random, reference: _World, next_id: int) -> tuple[str, list[bytes] | None, int]:
+    """The next call of a scenario, the same for both worlds: answers are made for what the reference
+    pipeline has in flight (mostly in order, now and then another id or a frame cut short)."""
+    action = rng.choice(["client", "client", "broker", "broker", "broker", "release", "resume", "unmute"])
+    if action == "client":
+        frames = []
+        for _ in range(rng.randint(1, 6)):
+            frames.append(_request(rng, next_id))
+            next_id += 1
+        return "client_frames", frames, next_id
+    if action == "broker":
+        waiting = [
+            e.header.correlation_id for e in reference.pipeline._in_flight if e.kind is EntryKind.FORWARDED
+        ]
+        answers = []
+        for correlation_id in waiting[: rng.randint(1, 5)]:
+            if rng.random() < 0.05:
+                correlation_id = rng.choice([correlation_id + 1, next_id - 1])  # another request's id
+            answer = encode_response(0, 9, correlation_id, b"answer")
+            answers.append(answer[:7] if rng.random() < 0.02 else answer)
+        return "broker_frames", answers, next_id
+    return action, None, next_id
+
+
+def _act(world: _World, action: str, frames: list[bytes] | None) -> None:
+    if action == "unmute":
+        world.gate.muted = False
+        world.log.append(("unmuted",))
+    elif frames is None:
+        world.act(action)
+    else:
+        world.act(action, [memoryview(frame).toreadonly() for frame in frames])
+
+
+@pytest.mark.parametrize("chunk", range(SCENARIOS // 50))
+def test_the_compiled_runs_do_what_the_python_runs_do_on_random_traffic(chunk: int) -> None:
+    _compiled()
+    for seed in range(chunk * 50, (chunk + 1) * 50):
+        reference, translated = _World(seed, compiled=False), _World(seed, compiled=True)
+        rng, next_id = random.Random(seed * 7919), 0
+        for _ in range(STEPS):
+            action, frames, next_id = _step(rng, reference, next_id)
+            _act(reference, action, frames)
+            _act(translated, action, frames)
+            assert translated.log == reference.log, seed
+        _MET.update(entry[0] for entry in reference.log if isinstance(entry, tuple))
+
+
+# What the scenarios met, over all of them: the runs' common cases and their ends, not only refusals.
+_MET: Counter[object] = Counter()
+
+
+def test_the_random_traffic_meets_every_case_the_runs_handle() -> None:
+    _MET.clear()
+    for chunk in range(SCENARIOS // 50):
+        test_the_compiled_runs_do_what_the_python_runs_do_on_random_traffic(chunk)
+    # answers sent on, throttled ones among them; requests counted, forwarded, held by a mute and a full
+    # broker share, given back; errors of both sides (refusals, mismatched ids, frames cut short)
+    assert _MET["sink"] > 300 and _MET["count_request"] > 700 and _MET["mute"] > 50
+    assert _MET["gate"] > 50 and _MET["take"] > 60 and _MET["give"] > 40 and _MET["wait"] > 10
+    assert _MET["raised"] > 100 and _MET["returned"] > 1400
