@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
@@ -82,6 +82,10 @@ class UsageRecording:
     def request(
         self, user: str, header: RequestHeader, frame: Frame | FrameHead, broker: int | None = None
     ) -> None:
+        """Count the request, and a Produce's bytes and topics. The reference of the compiled one
+        (proxy/filters/_usage_recording.c, `record_request`), which the filters run where the install has
+        it; it writes out `usage`, the all-named case of `_named`, and EntityUsage's `add_request` and
+        `add_topics` inline: a change to any of them is a change to it."""
         usage = self.usage(user, header.client_id)
         key = header.api_key
         usage.add_request(key)
@@ -197,7 +201,7 @@ class UsageRecorder(Filter):
         if broker is None:
             broker = self._broker_node()
         # a FrameHead too (head_only_api_keys)
-        self._recording.request(self.conn.user, header, frame, broker)
+        _record_request(self._recording, self.conn.user, header, frame, broker)
         return frame
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame:
@@ -231,3 +235,18 @@ class UsageRecorderFactory(FilterFactory):
 
     def create(self, conn: ConnectionInfo) -> UsageRecorder:
         return UsageRecorder(conn, self)
+
+
+# What every connection's UsageRecorder runs per request: compiled where the install has it
+# (proxy/filters/_usage_recording.c), else UsageRecording.request, its reference.
+_record_request = UsageRecording.request
+if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled one takes the same
+    try:
+        from sluice.proxy.filters import _usage_recording
+    except ImportError:  # built without a C compiler
+        pass
+    else:
+        _usage_recording.bind(
+            PRODUCE, FrameHead, produce_topics, ProtocolError, EntityUsage, _StreamedProduce
+        )
+        _record_request = _usage_recording.record_request

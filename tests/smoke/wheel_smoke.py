@@ -52,6 +52,12 @@ def check_compiled_readers() -> None:
     assert request_pipeline._forward_plain.__module__ == "sluice.proxy.data_path._pipeline_runs", (
         "the wheel has no compiled pipeline runs"
     )
+    # and the compiled usage recording of a request (proxy/filters/_usage_recording.c)
+    from sluice.proxy.filters import usage_recorder
+
+    assert usage_recorder._record_request.__module__ == "sluice.proxy.filters._usage_recording", (
+        "the wheel has no compiled usage recording"
+    )
 
 
 def check_top_level() -> None:
