@@ -151,6 +151,22 @@ mute_for(FilterRunsObject *self, PyObject *out, PyObject *field, PyObject **valu
     return 1;
 }
 
+/* `effect(frame, value) if value > 0 else frame`: how both runs end (Forward with the throttle earned, Respond
+ * with the longest delay asked for). */
+static PyObject *
+effect_if_positive(PyObject *effect, PyObject *frame, PyObject *value)
+{
+    int is_positive = positive(value);
+    if (is_positive < 0) {
+        return NULL;
+    }
+    if (!is_positive) {
+        return Py_NewRef(frame);
+    }
+    PyObject *fields[2] = {frame, value};
+    return PyObject_Vectorcall(effect, fields, 2, NULL);
+}
+
 /* A frame that is surely none of the effects (the common outcome): no isinstance test needed. */
 static inline int
 plain_frame(PyObject *out)
@@ -329,17 +345,7 @@ FilterRuns_on_request(FilterRunsObject *self, PyObject *const *args, Py_ssize_t 
         Py_SETREF(frame, out); /* bytes a filter rewrote (or any frame-like object) */
         out = NULL;
     }
-    int throttled = positive(throttle);
-    if (throttled < 0) {
-        goto done;
-    }
-    if (throttled) {
-        PyObject *fields[2] = {frame, throttle};
-        result = PyObject_Vectorcall(forward_type, fields, 2, NULL);
-    }
-    else {
-        result = Py_NewRef(frame);
-    }
+    result = effect_if_positive(forward_type, frame, throttle);
 done:
     Py_DECREF(filters);
     Py_XDECREF(out);
@@ -444,17 +450,7 @@ FilterRuns_on_response(FilterRunsObject *self, PyObject *const *args, Py_ssize_t
             Py_DECREF(asked);
         }
     }
-    int delayed = positive(delay);
-    if (delayed < 0) {
-        goto done;
-    }
-    if (delayed) {
-        PyObject *fields[2] = {frame, delay};
-        result = PyObject_Vectorcall(respond_type, fields, 2, NULL);
-    }
-    else {
-        result = Py_NewRef(frame);
-    }
+    result = effect_if_positive(respond_type, frame, delay);
 done:
     Py_DECREF(filters);
     Py_DECREF(frame);

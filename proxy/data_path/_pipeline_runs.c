@@ -51,6 +51,21 @@ bound(void)
     return 1;
 }
 
+/* A run's arguments (pipeline, frames, i): i read as an index; 0, or -1 with an exception. */
+static int
+run_arguments(const char *signature, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *i)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s", signature);
+        return -1;
+    }
+    if (!bound()) {
+        return -1;
+    }
+    *i = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    return *i == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *
 call_method1(PyObject *self, PyObject *name, PyObject *a)
 {
@@ -218,18 +233,11 @@ must_stop(PyObject *pipeline, PyObject *gate)
 static PyObject *
 forward_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "forward_plain(pipeline, frames, i)");
-        return NULL;
-    }
-    if (!bound()) {
+    Py_ssize_t i;
+    if (run_arguments("forward_plain(pipeline, frames, i)", args, nargs, &i) < 0) {
         return NULL;
     }
     PyObject *pipeline = args[0], *frames = args[1];
-    Py_ssize_t i = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
-    if (i == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
     Py_ssize_t count = PyObject_Size(frames);
     if (count < 0) {
         return NULL;
@@ -489,18 +497,11 @@ done:
 static PyObject *
 answers_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "answers_plain(pipeline, frames, i)");
-        return NULL;
-    }
-    if (!bound()) {
+    Py_ssize_t i;
+    if (run_arguments("answers_plain(pipeline, frames, i)", args, nargs, &i) < 0) {
         return NULL;
     }
     PyObject *pipeline = args[0], *frames = args[1];
-    Py_ssize_t i = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
-    if (i == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
     PyObject *in_flight = PyObject_GetAttr(pipeline, s_in_flight);
     if (in_flight == NULL) {
         return NULL;
