@@ -11,7 +11,7 @@
  * line-by-line translation: the same attributes read in the same order (the pipeline's slots are read
  * where the Python reads them, each time), the same calls with the same arguments, the same comparisons of
  * Python objects, the same objects handed back (the pipeline's own tests run on both twins:
- * tests/proxy/conftest.py's `both_pipeline_runs`; tests/proxy/test_pipeline_runs.py compares them on random
+ * tests/proxy/conftest.py's `both_runs`; tests/proxy/test_pipeline_runs.py compares them on random
  * traffic).
  *
  * The in-flight entry is made as the Python makes it (tuple.__new__(InFlight, fields)): bind() checks that

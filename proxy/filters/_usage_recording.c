@@ -163,6 +163,26 @@ named_pairs(PyObject *found)
     return 1;
 }
 
+/* `topic, size = item`: a new reference to an exact 2-tuple (the item itself when it is one), or NULL with
+ * the error the unpacking raises. */
+static PyObject *
+unpacked_pair(PyObject *item)
+{
+    if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
+        return Py_NewRef(item);
+    }
+    PyObject *pair = PySequence_Tuple(item);
+    if (pair == NULL) {
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(pair) != 2) {
+        PyErr_Format(PyExc_ValueError, "expected 2 values to unpack, got %zd", PyTuple_GET_SIZE(pair));
+        Py_DECREF(pair);
+        return NULL;
+    }
+    return pair;
+}
+
 /* usage.add_topics(found, False, broker): EntityUsage's, inline, for an EntityUsage whose `topics` is a dict,
  * and `found` a list of (str, size) pairs. */
 static int
@@ -183,10 +203,13 @@ add_produced_topics(PyObject *usage, PyObject *found, PyObject *broker)
         return done_with(PyObject_VectorcallMethod(s_add_topics, args, 4, NULL));
     }
     int failed = -1;
-    /* (found is a list nobody else changes here: the loop reads it as the Python's for loop does) */
+    /* The loop reads the list as the Python's for loop does, an item at a time: Python code that runs inside
+     * it (a broker's __hash__, a size's __iadd__) may have changed the list since named_pairs looked. */
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(found); k++) {
-        PyObject *pair = PyList_GET_ITEM(found, k);
-        Py_INCREF(pair);
+        PyObject *pair = unpacked_pair(PyList_GET_ITEM(found, k));
+        if (pair == NULL) {
+            goto done;
+        }
         PyObject *topic = PyTuple_GET_ITEM(pair, 0), *size = PyTuple_GET_ITEM(pair, 1);
         PyObject *key = PyTuple_Pack(2, topic, broker);
         if (key == NULL) {
