@@ -23,10 +23,11 @@ static PyObject *produce_topics = NULL;   /* protocol.produce_stream.produce_top
 static PyObject *protocol_error = NULL;
 static PyTypeObject *entity_usage_type = NULL;
 static PyObject *streamed_produce = NULL; /* usage_recorder._StreamedProduce */
+static PyTypeObject *usage_recording_type = NULL;
 
 static PyObject *s_client_id, *s_api_key, *s_cache, *s_ledger, *s_generation, *s_entity, *s_requests,
     *s_add_request, *s_produce_bytes, *s_observe, *s_named, *s_topics, *s_add_topics, *s_max_topics,
-    *s_overflow, *s_bytes;
+    *s_overflow, *s_bytes, *s_request;
 static PyObject *zero = NULL, *one = NULL;
 
 /* UsageRecording.usage(user, client_id): a new reference. */
@@ -288,6 +289,11 @@ record_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *recording = args[0], *user = args[1], *header = args[2], *frame = args[3];
     PyObject *broker = nargs == 5 ? args[4] : Py_None;
+    if (!Py_IS_TYPE(recording, usage_recording_type)) {
+        /* a subclass may have its own usage() or _named(): its request() runs, as the Python would run */
+        PyObject *call[5] = {recording, user, header, frame, broker};
+        return PyObject_VectorcallMethod(s_request, call, 5, NULL);
+    }
     PyObject *client_id = PyObject_GetAttr(header, s_client_id);
     if (client_id == NULL) {
         return NULL;
@@ -381,14 +387,14 @@ done:
 static PyObject *
 bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
+    if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError,
                         "bind(ApiKey.PRODUCE, FrameHead, produce_topics, ProtocolError, EntityUsage, "
-                        "_StreamedProduce)");
+                        "_StreamedProduce, UsageRecording)");
         return NULL;
     }
-    if (!PyType_Check(args[1]) || !PyType_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "FrameHead and EntityUsage must be types");
+    if (!PyType_Check(args[1]) || !PyType_Check(args[4]) || !PyType_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "FrameHead, EntityUsage and UsageRecording must be types");
         return NULL;
     }
     Py_XSETREF(produce_key, Py_NewRef(args[0]));
@@ -397,6 +403,7 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(protocol_error, Py_NewRef(args[3]));
     Py_XSETREF(entity_usage_type, (PyTypeObject *)Py_NewRef(args[4]));
     Py_XSETREF(streamed_produce, Py_NewRef(args[5]));
+    Py_XSETREF(usage_recording_type, (PyTypeObject *)Py_NewRef(args[6]));
     Py_RETURN_NONE;
 }
 
@@ -440,6 +447,7 @@ PyInit__usage_recording(void)
     INTERN(s_max_topics, "_max_topics");
     INTERN(s_overflow, "_overflow");
     INTERN(s_bytes, "bytes");
+    INTERN(s_request, "request");
     if ((zero = PyLong_FromLong(0)) == NULL || (one = PyLong_FromLong(1)) == NULL) {
         return NULL;
     }

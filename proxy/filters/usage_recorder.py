@@ -247,6 +247,6 @@ if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled 
         pass
     else:
         _usage_recording.bind(
-            PRODUCE, FrameHead, produce_topics, ProtocolError, EntityUsage, _StreamedProduce
+            PRODUCE, FrameHead, produce_topics, ProtocolError, EntityUsage, _StreamedProduce, UsageRecording
         )
         _record_request = _usage_recording.record_request

@@ -172,12 +172,12 @@ def test_only_a_protocol_error_of_the_walk_costs_just_the_topics() -> None:
     data = _produce(random.Random(2), 9, "pump")
     recording = UsageRecording(UsageLedger("x"), NAMES.get)
     bound = (usage_recorder.PRODUCE, FrameHead, produce_topics, ProtocolError, EntityUsage)
-    _usage_recording.bind(*bound[:2], broken, *bound[3:], usage_recorder._StreamedProduce)
+    _usage_recording.bind(*bound[:2], broken, *bound[3:], usage_recorder._StreamedProduce, UsageRecording)
     try:
         with pytest.raises(ValueError, match="a bug in the walk"):
             compiled(recording, "alice", parse_request_header(data), memoryview(data), 1)
     finally:
-        _usage_recording.bind(*bound, usage_recorder._StreamedProduce)
+        _usage_recording.bind(*bound, usage_recorder._StreamedProduce, UsageRecording)
     compiled(recording, "alice", parse_request_header(data), memoryview(data), 1)  # bound as before
     assert recording.usage("alice", "pump").topics
 
@@ -210,12 +210,14 @@ def test_a_list_of_topics_changed_while_it_is_added_is_read_as_the_python_reads_
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(usage_recorder, "produce_topics", walk)
             bound = (usage_recorder.PRODUCE, FrameHead, walk, ProtocolError, EntityUsage)
-            _usage_recording.bind(*bound, usage_recorder._StreamedProduce)
+            _usage_recording.bind(*bound, usage_recorder._StreamedProduce, UsageRecording)
             try:
                 with pytest.raises(TypeError):
                     record(recording, "alice", parse_request_header(data), memoryview(data), Meddling(1))
             finally:
-                _usage_recording.bind(*bound[:2], produce_topics, *bound[3:], usage_recorder._StreamedProduce)
+                _usage_recording.bind(
+                    *bound[:2], produce_topics, *bound[3:], usage_recorder._StreamedProduce, UsageRecording
+                )
         outcomes.append({k: list(v) for k, v in recording.usage("alice", "pump").topics.items()})
     assert outcomes[0] == outcomes[1] == {("a", 1): [10, 0]}
 
@@ -241,3 +243,18 @@ def test_the_compiled_recording_leaks_nothing_on_any_path() -> None:
     for _ in range(300):
         one_round()
     assert sys.getallocatedblocks() - before < 100
+
+
+def test_a_subclass_of_the_recording_runs_its_own_request() -> None:
+    # Its usage() or _named() may be its own: the compiled one does not write them out for it.
+    class Counting(UsageRecording):
+        calls = 0
+
+        def request(self, *args: Any) -> None:
+            Counting.calls += 1
+            super().request(*args)
+
+    data = _produce(random.Random(5), 9, "pump")
+    recording = Counting(UsageLedger("x"), NAMES.get)
+    _compiled()(recording, "alice", parse_request_header(data), memoryview(data), 1)
+    assert Counting.calls == 1 and recording.usage("alice", "pump").topics
