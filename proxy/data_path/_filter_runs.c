@@ -11,9 +11,12 @@
  * converted), the same mutes asked for in the same order, and the same objects handed back
  * (tests/proxy/test_filter_runs.py runs the chain's tests on both and holds them equal on random chains).
  *
- * One difference, out of the proxy's reach: a Deferred names the deferring filter's position as the loop's
- * own index, where the Python asks the group for the filter's first index from the resume point; they are
- * the same while no filter object sits twice in a group, and a group never holds one twice (filter_chain).
+ * Differences, out of the proxy's reach: a Deferred names the deferring filter's position as the loop's own
+ * index, where the Python asks the group for the first equal filter's index from the resume point (the same
+ * while no two equal filters sit in a group: the chain makes one fresh filter per factory); the effects'
+ * fields are read once each where the Python reads a throttle up to three times (the same for the effects'
+ * own NamedTuples); the two methods take their arguments by position (on_request's `deferred` also by
+ * name).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -77,8 +80,17 @@ slot_of(PyObject *key, Py_ssize_t *slot)
             return -1;
         }
         if (below) {
-            Py_ssize_t value = PyNumber_AsSsize_t(key, PyExc_OverflowError);
+            /* then `group_of[key]`, as bytes index by __index__: a key whose comparisons and __index__
+             * disagree is read as bytes would read it (a negative index from the end, others refused) */
+            Py_ssize_t value = PyNumber_AsSsize_t(key, PyExc_IndexError);
             if (value == -1 && PyErr_Occurred()) {
+                return -1;
+            }
+            if (value < 0) {
+                value += TABLE_SIZE + 1;
+            }
+            if (value < 0 || value > TABLE_SIZE) {
+                PyErr_SetString(PyExc_IndexError, "index out of range");
                 return -1;
             }
             *slot = value;
@@ -224,7 +236,9 @@ FilterRuns_on_request(FilterRunsObject *self, PyObject *const *args, Py_ssize_t 
         PyObject *position = frame == NULL ? NULL : PyObject_GetAttr(deferred, s_position);
         throttle = position == NULL ? NULL : PyObject_GetAttr(deferred, s_throttle_ms);
         if (throttle != NULL) {
-            start = PyNumber_AsSsize_t(position, PyExc_OverflowError);
+            /* `filters[start:] if start else filters`: a false start is 0, a huge one clamped as a slice's */
+            int truth = PyObject_IsTrue(position);
+            start = truth < 0 ? -1 : truth == 0 ? 0 : PyNumber_AsSsize_t(position, NULL);
         }
         Py_XDECREF(position);
         if (throttle == NULL || (start == -1 && PyErr_Occurred())) {
@@ -571,8 +585,8 @@ FilterRuns_traverse(FilterRunsObject *self, visitproc visit, void *arg)
 static int
 FilterRuns_clear(FilterRunsObject *self)
 {
+    Py_CLEAR(self->request_group); /* first: a run entered while the rest is cleared is refused (ready()) */
     Py_CLEAR(self->mute);
-    Py_CLEAR(self->request_group);
     Py_CLEAR(self->request_groups);
     Py_CLEAR(self->response_group);
     Py_CLEAR(self->response_groups);

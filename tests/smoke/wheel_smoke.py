@@ -46,6 +46,7 @@ def check_compiled_readers() -> None:
     from sluice.proxy.data_path.filter_runs import FilterRunsInPython
 
     assert ConnectionFilters.__mro__[1] is not FilterRunsInPython, "the wheel has no compiled filter runs"
+    assert ConnectionFilters.__mro__[1].__module__ == "sluice.proxy.data_path._filter_runs"
     # and the request pipeline's compiled hot loops (proxy/data_path/_pipeline_runs.c)
     from sluice.proxy.data_path import request_pipeline
 
