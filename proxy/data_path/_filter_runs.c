@@ -163,6 +163,20 @@ mute_for(FilterRunsObject *self, PyObject *out, PyObject *field, PyObject **valu
     return 1;
 }
 
+/* `*kept = candidate if candidate > *kept else *kept`, as Python's max(kept, candidate) keeps the first of
+ * equals: 0, or -1 with an exception. Takes the candidate's reference. */
+static int
+keep_greater(PyObject **kept, PyObject *candidate)
+{
+    int greater = PyObject_RichCompareBool(candidate, *kept, Py_GT);
+    if (greater > 0) {
+        Py_SETREF(*kept, candidate);
+        return 0;
+    }
+    Py_DECREF(candidate);
+    return greater;
+}
+
 /* `effect(frame, value) if value > 0 else frame`: how both runs end (Forward with the throttle earned, Respond
  * with the longest delay asked for). */
 static PyObject *
@@ -284,17 +298,9 @@ FilterRuns_on_request(FilterRunsObject *self, PyObject *const *args, Py_ssize_t 
                 goto done;
             }
             if (muted) {
-                /* throttle = max(throttle, earned): the later one only when it is greater. */
-                int greater = PyObject_RichCompareBool(earned, throttle, Py_GT);
-                if (greater < 0) {
-                    Py_DECREF(earned);
+                /* throttle = max(throttle, earned) */
+                if (keep_greater(&throttle, earned) < 0) {
                     goto done;
-                }
-                if (greater) {
-                    Py_SETREF(throttle, earned);
-                }
-                else {
-                    Py_DECREF(earned);
                 }
             }
             else {
@@ -452,16 +458,8 @@ FilterRuns_on_response(FilterRunsObject *self, PyObject *const *args, Py_ssize_t
         if (asked == NULL) {
             goto done;
         }
-        int longer = PyObject_RichCompareBool(asked, delay, Py_GT);
-        if (longer < 0) {
-            Py_DECREF(asked);
+        if (keep_greater(&delay, asked) < 0) { /* if out.delay_ms > delay: delay = out.delay_ms */
             goto done;
-        }
-        if (longer) {
-            Py_SETREF(delay, asked);
-        }
-        else {
-            Py_DECREF(asked);
         }
     }
     result = effect_if_positive(respond_type, frame, delay);
