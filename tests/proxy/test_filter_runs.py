@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from twin_outcomes import shape
 
 from sluice.protocol.frames import FrameHead
 from sluice.protocol.headers import RequestHeader
@@ -124,26 +125,13 @@ class _Scripted:
 
     def on_request(self, header: RequestHeader, frame: Any) -> Any:
         self._calls += 1
-        self._log.append((self._name, "request", header.api_key, _shape(frame)))
+        self._log.append((self._name, "request", header.api_key, shape(frame)))
         return _request_outcome(self._rng, self._calls)(frame)
 
     def on_response(self, request: InFlight, frame: Any) -> Any:
         self._calls += 1
-        self._log.append((self._name, "response", request.header.api_key, _shape(frame)))
+        self._log.append((self._name, "response", request.header.api_key, shape(frame)))
         return _response_outcome(self._rng, self._calls)(frame)
-
-
-def _shape(value: object) -> object:
-    """What is compared: types and values, a FrameHead and `ready` by what they are."""
-    if isinstance(value, memoryview | bytes | bytearray):
-        return (type(value).__name__, bytes(value))
-    if isinstance(value, FrameHead):
-        return ("FrameHead", bytes(value.head), value.size)
-    if value is _READY:
-        return "ready"
-    if isinstance(value, tuple):
-        return (type(value).__name__, *(_shape(v) for v in value))
-    return (type(value).__name__, repr(value))
 
 
 class _World:
@@ -178,13 +166,13 @@ class _World:
         )
 
     def _mute(self, ms: Any) -> None:
-        self.log.append(("mute", _shape(ms)))
+        self.log.append(("mute", shape(ms)))
         if ms == 13:
             raise _Refused("mute")
 
     def _cpu_needed(self) -> Any:
         answer = self._cpu_answers.choice([True, False, 1, 0, "", "yes"])
-        self.log.append(("cpu_needed", _shape(answer)))
+        self.log.append(("cpu_needed", shape(answer)))
         return answer
 
 
@@ -193,7 +181,7 @@ _KEYS = [0, 1, 3, 18, 127, 128, -1, -32768, 32767, 1 << 64, -(1 << 64), True]
 
 def _outcome(call: Callable[[], object]) -> object:
     try:
-        return ("returned", _shape(call()))
+        return ("returned", shape(call()))
     except (_Refused, TypeError) as exc:  # TypeError: whole() of a FrameHead, when a filter defers one
         return ("raised", type(exc).__name__, str(exc))
 
@@ -370,7 +358,7 @@ def test_a_key_whose_comparisons_and_index_disagree_is_read_as_bytes_read_it() -
         for runs_type in (FilterRunsInPython, _compiled()):
             runs = runs_type(print, *_tables((_Returns(memoryview(b"seen")),)))
             try:
-                outcomes.append(_shape(runs.on_request(header, memoryview(b"x"))))
+                outcomes.append(shape(runs.on_request(header, memoryview(b"x"))))
             except IndexError:
                 outcomes.append("IndexError")
         assert outcomes[0] == outcomes[1], index

@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from twin_outcomes import shape
 
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frames import FrameSplitter
@@ -58,16 +59,6 @@ def test_this_install_runs_the_compiled_pipeline_runs() -> None:
 # ---- the collaborators, logging what they are asked -------------------------------------------------
 
 
-def _shape(value: object) -> object:
-    if isinstance(value, memoryview | bytes | bytearray):
-        return (type(value).__name__, bytes(value))
-    if isinstance(value, tuple):
-        return (type(value).__name__, *(_shape(v) for v in value))
-    if isinstance(value, list):
-        return [_shape(v) for v in value]
-    return (type(value).__name__, repr(value))
-
-
 class _Script:
     """Random choices that both worlds make alike (one seed each, the same)."""
 
@@ -80,7 +71,7 @@ class _Filter:
         self._name, self._log, self._rng = name, log, script.rng
 
     def on_request(self, header: RequestHeader, frame: Any) -> Any:
-        self._log.append((self._name, "request", header.correlation_id, _shape(frame)))
+        self._log.append((self._name, "request", header.correlation_id, shape(frame)))
         kind = self._rng.choice(["same"] * 12 + ["bytes", "forward", "answer", "defer", "close", "refuse"])
         if kind == "same":
             return frame
@@ -98,7 +89,7 @@ class _Filter:
         raise ProtocolError("scripted_refusal", f"request {header.correlation_id}")
 
     def on_response(self, request: InFlight, frame: Any) -> Any:
-        self._log.append((self._name, "response", request.header.correlation_id, _shape(frame)))
+        self._log.append((self._name, "response", request.header.correlation_id, shape(frame)))
         kind = self._rng.choice(["same"] * 10 + ["bytes", "respond", "refuse"])
         if kind == "same":
             return frame
@@ -126,7 +117,7 @@ class _Sink:
         self._log = log
 
     def send_response(self, frame: Any, delay_ms: int) -> None:
-        self._log.append(("sink", _shape(frame), _shape(delay_ms)))
+        self._log.append(("sink", shape(frame), shape(delay_ms)))
 
     def deliver_reply(self, reply: object, body: bytes) -> None:
         self._log.append(("reply", reply, body))
@@ -137,10 +128,10 @@ class _Counters:
         self._log = log
 
     def count_request(self, api_key: int, size: int) -> None:
-        self._log.append(("count_request", _shape(api_key), size))
+        self._log.append(("count_request", shape(api_key), size))
 
     def count_response(self, api_key: int, size: int) -> None:
-        self._log.append(("count_response", _shape(api_key), size))
+        self._log.append(("count_response", shape(api_key), size))
 
 
 class _Share:
@@ -227,7 +218,7 @@ class _World:
             request_pipeline._answers_plain = RequestPipeline._answers_plain_in_python
         try:
             returned = getattr(self.pipeline, name)(*args)
-            self.log.append(("returned", name, _shape(returned)))
+            self.log.append(("returned", name, shape(returned)))
         except (ProtocolError, CloseConnection) as exc:
             self.log.append(("raised", name, type(exc).__name__, str(exc)))
         finally:
@@ -236,12 +227,12 @@ class _World:
         self.log.append(
             (
                 "after",
-                _shape(pipeline.outgoing),
+                shape(pipeline.outgoing),
                 pipeline.state.value,
                 pipeline.in_flight,
                 pipeline.waiting,
                 [
-                    (_shape(entry.header), entry.kind.value, entry.throttle_ms, entry.load)
+                    (shape(entry.header), entry.kind.value, entry.throttle_ms, entry.load)
                     for entry in pipeline._in_flight
                 ],
             )
