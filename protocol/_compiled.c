@@ -1,6 +1,7 @@
 /* The compiled readers of the hot path: the request header of every request (protocol/headers.py), a
- * Produce request's topics and partitions (protocol/produce_stream.py), and the responses of a flexible
- * Produce or Fetch answer (protocol/response_walks.py).
+ * Produce request's topics and partitions (protocol/produce_stream.py), the responses of a flexible
+ * Produce or Fetch answer (protocol/response_walks.py), and the common case of the NodeEndpoints rewrite
+ * of those answers (protocol/node_endpoints.py; the rest is its Python's, called from here).
  *
  * Why C: they run per request and per answer, and in Python a header costs 1.25 us and a partition's few
  * field reads as much as the rest of the request's handling (docs/architecture.md, "Compiled readers").
@@ -308,20 +309,12 @@ read_version_and_start(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expec
     return read_offset(args[2], start);
 }
 
-/* produce_responses_end(api_version, body, start) -> the offset after a Produce v9+ answer's responses. */
-static PyObject *
-produce_responses_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The walk of produce_responses_end over an open buffer, from *end: 0 with *end the offset after the
+ * responses, or -1 with an exception set. */
+static int
+produce_end_of(walk_buffer b, long version, Py_ssize_t *end)
 {
-    long version;
-    Py_ssize_t pos;
-    if (read_version_and_start(args, nargs, 3, "produce_responses_end(api_version, body, start)", &version, &pos) < 0) {
-        return NULL;
-    }
-    Py_buffer view;
-    walk_buffer b;
-    if (open_buffer(args[1], &view, &b) < 0) {
-        return NULL;
-    }
+    Py_ssize_t pos = *end;
     int topic_id = version >= PRODUCE_FIRST_WITH_TOPIC_ID;
     int64_t topics, partitions, record_errors;
     uint8_t c;
@@ -360,38 +353,42 @@ produce_responses_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         SKIP_TAGS();
     }
-    PyBuffer_Release(&view);
-    return PyLong_FromSsize_t(pos);
+    *end = pos;
+    return 0;
 
 truncated:
     raise_protocol_error("truncated", "Produce responses");
 failed:
-    PyBuffer_Release(&view);
-    return NULL;
+    return -1;
 }
 
-/* fetch_responses(api_version, body, start, topics_wanted) -> ([(topic, record bytes)], the offset after
- * the responses) of a Fetch v12+ answer. */
+/* produce_responses_end(api_version, body, start) -> the offset after a Produce v9+ answer's responses. */
 static PyObject *
-fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+produce_responses_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     long version;
     Py_ssize_t pos;
-    if (read_version_and_start(args, nargs, 4, "fetch_responses(api_version, body, start, topics_wanted)", &version, &pos) < 0) {
-        return NULL;
-    }
-    int topics_wanted = PyObject_IsTrue(args[3]);
-    if (topics_wanted < 0) {
-        return NULL;
-    }
-    PyObject *found = PyList_New(0);
-    if (found == NULL) {
+    if (read_version_and_start(args, nargs, 3, "produce_responses_end(api_version, body, start)", &version, &pos) < 0) {
         return NULL;
     }
     Py_buffer view;
     walk_buffer b;
     if (open_buffer(args[1], &view, &b) < 0) {
-        Py_DECREF(found);
+        return NULL;
+    }
+    int walked = produce_end_of(b, version, &pos);
+    PyBuffer_Release(&view);
+    return walked < 0 ? NULL : PyLong_FromSsize_t(pos);
+}
+
+/* The walk of fetch_responses over an open buffer, from *end: its topics (a new list) with *end the offset
+ * after the responses, or NULL with an exception set. */
+static PyObject *
+fetch_topics_of(walk_buffer b, long version, Py_ssize_t *end, int topics_wanted)
+{
+    Py_ssize_t pos = *end;
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
         return NULL;
     }
     int by_id = version > LAST_WITH_TOPIC_NAMES;
@@ -506,15 +503,38 @@ fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (pos > b.n) {
         goto truncated;
     }
-    PyBuffer_Release(&view);
-    return steal_pair(found, PyLong_FromSsize_t(pos));
+    *end = pos;
+    return found;
 
 truncated:
     raise_protocol_error("truncated", "Fetch responses");
 failed:
-    PyBuffer_Release(&view);
     Py_DECREF(found);
     return NULL;
+}
+
+/* fetch_responses(api_version, body, start, topics_wanted) -> ([(topic, record bytes)], the offset after
+ * the responses) of a Fetch v12+ answer. */
+static PyObject *
+fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long version;
+    Py_ssize_t pos;
+    if (read_version_and_start(args, nargs, 4, "fetch_responses(api_version, body, start, topics_wanted)", &version, &pos) < 0) {
+        return NULL;
+    }
+    int topics_wanted = PyObject_IsTrue(args[3]);
+    if (topics_wanted < 0) {
+        return NULL;
+    }
+    Py_buffer view;
+    walk_buffer b;
+    if (open_buffer(args[1], &view, &b) < 0) {
+        return NULL;
+    }
+    PyObject *found = fetch_topics_of(b, version, &pos, topics_wanted);
+    PyBuffer_Release(&view);
+    return found == NULL ? NULL : steal_pair(found, PyLong_FromSsize_t(pos));
 }
 
 #undef BYTE
@@ -1012,6 +1032,264 @@ failed:
     return NULL;
 }
 
+/* ---- the NodeEndpoints rewrite's common case (protocol/node_endpoints.py) ----------------------------
+ *
+ * rewrite_node_endpoints(api_key, api_version, body, address_for, start, remember): the reference's
+ * (rewrite_node_endpoints_in_python) answer for a Produce or Fetch answer whose top-level tagged block is
+ * the usual empty one, (None, 0), with the walk remembered as the reference's walk remembers it (the
+ * globals `_last` and `_last_fetch` of protocol/response_walks.py, written as its `global` statements
+ * write them). Every other call is the reference's: another API, a version the reference refuses, a
+ * tagged block with something in it, a walk that fails (the reference walks again and raises), and
+ * arguments the fast path does not read as the Python would (not exact ints, `remember` not a bool, a
+ * negative start, a buffer other than bytes, a bytearray or a one-dimensional view of bytes, keywords).
+ * Why C: every Produce v10+ and Fetch v16+ answer comes here, and the three Python calls between the
+ * filter and the compiled walk cost ~0.2 us, eight times the walk of a one-partition answer. */
+
+#define API_PRODUCE 0
+#define API_FETCH 1
+
+static PyObject *endpoints_reference = NULL;
+static PyObject *walks_globals = NULL;
+static PyObject *nothing_rewritten = NULL; /* (None, 0) */
+static PyObject *last_produce_name = NULL; /* "_last" */
+static PyObject *last_fetch_name = NULL;   /* "_last_fetch" */
+/* Per api key (Produce, Fetch): the first version carrying NodeEndpoints and the last the walks know. */
+static long endpoints_first[2], endpoints_last[2];
+
+/* bind_node_endpoints({api key: (first, last)}, response_walks' globals, the reference). */
+static PyObject *
+bind_node_endpoints(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bind_node_endpoints({api key: (first, last)}, response_walks' globals, reference)");
+        return NULL;
+    }
+    long first[2], last[2];
+    for (long key = API_PRODUCE; key <= API_FETCH; key++) {
+        PyObject *key_obj = PyLong_FromLong(key);
+        if (key_obj == NULL) {
+            return NULL;
+        }
+        PyObject *versions = PyDict_GetItemWithError(args[0], key_obj); /* borrowed */
+        Py_DECREF(key_obj);
+        if (versions == NULL || !PyTuple_Check(versions) || PyTuple_GET_SIZE(versions) != 2) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "Produce and Fetch need (first, last) versions");
+            }
+            return NULL;
+        }
+        first[key] = PyLong_AsLong(PyTuple_GET_ITEM(versions, 0));
+        last[key] = PyLong_AsLong(PyTuple_GET_ITEM(versions, 1));
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    if (nothing_rewritten == NULL) {
+        nothing_rewritten = Py_BuildValue("(Oi)", Py_None, 0);
+        last_produce_name = PyUnicode_InternFromString("_last");
+        last_fetch_name = PyUnicode_InternFromString("_last_fetch");
+        if (nothing_rewritten == NULL || last_produce_name == NULL || last_fetch_name == NULL) {
+            return NULL;
+        }
+    }
+    for (int key = API_PRODUCE; key <= API_FETCH; key++) {
+        endpoints_first[key] = first[key];
+        endpoints_last[key] = last[key];
+    }
+    Py_XSETREF(walks_globals, Py_NewRef(args[1]));
+    Py_XSETREF(endpoints_reference, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+/* Whether the Python reads `body` byte by byte as the walks read its buffer: bytes, a bytearray, or a
+ * contiguous one-dimensional view of unsigned bytes. */
+static int
+read_as_bytes(PyObject *body)
+{
+    if (PyBytes_CheckExact(body) || PyByteArray_CheckExact(body)) {
+        return 1;
+    }
+    if (!Py_IS_TYPE(body, &PyMemoryView_Type)) {
+        return 0;
+    }
+    Py_buffer *view = PyMemoryView_GET_BUFFER(body);
+    return view->ndim == 1 && view->itemsize == 1 && view->format != NULL && strcmp(view->format, "B") == 0 &&
+           PyBuffer_IsContiguous(view, 'C');
+}
+
+/* globals[name] = (body, start, version, last): what the reference's walk remembers. 0, or -1. */
+static int
+remember_walk(PyObject *name, PyObject *body, PyObject *start, PyObject *version, PyObject *last)
+{
+    PyObject *walked = PyTuple_Pack(4, body, start, version, last);
+    if (walked == NULL) {
+        return -1;
+    }
+    int stored = PyDict_SetItem(walks_globals, name, walked);
+    Py_DECREF(walked);
+    return stored;
+}
+
+static PyObject *
+rewrite_node_endpoints(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (endpoints_reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_node_endpoints was not called");
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs != 6) {
+        goto reference;
+    }
+    PyObject *key_obj = args[0], *version_obj = args[1], *body = args[2], *start_obj = args[4];
+    PyObject *remember_obj = args[5];
+    if (!PyLong_CheckExact(key_obj) || !PyLong_CheckExact(version_obj) || !PyLong_CheckExact(start_obj) ||
+        !PyBool_Check(remember_obj) || !read_as_bytes(body)) {
+        goto reference;
+    }
+    int overflow;
+    long key = PyLong_AsLongAndOverflow(key_obj, &overflow);
+    if (overflow || (key != API_PRODUCE && key != API_FETCH)) {
+        goto reference;
+    }
+    long version = PyLong_AsLongAndOverflow(version_obj, &overflow);
+    if (overflow) {
+        goto reference;
+    }
+    if (version < endpoints_first[key]) {
+        return Py_NewRef(nothing_rewritten); /* a version before the field: not read */
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(start_obj);
+    if (version > endpoints_last[key] || start < 0) {
+        PyErr_Clear(); /* a start beyond Py_ssize_t */
+        goto reference;
+    }
+    int remember = remember_obj == Py_True;
+    Py_buffer view;
+    walk_buffer b;
+    if (open_buffer(body, &view, &b) < 0) {
+        goto walk_failed;
+    }
+    Py_ssize_t pos = start;
+    int stored = 0;
+    if (key == API_PRODUCE) {
+        if (produce_end_of(b, version, &pos) < 0) {
+            PyBuffer_Release(&view);
+            goto walk_failed;
+        }
+        if (remember) {
+            PyObject *end = PyLong_FromSsize_t(pos);
+            stored = end == NULL ? -1 : remember_walk(last_produce_name, body, start_obj, version_obj, end);
+            Py_XDECREF(end);
+        }
+        pos += 4; /* throttle_time_ms */
+    }
+    else {
+        PyObject *found = fetch_topics_of(b, version, &pos, remember);
+        if (found == NULL) {
+            PyBuffer_Release(&view);
+            goto walk_failed;
+        }
+        if (remember) {
+            stored = remember_walk(last_fetch_name, body, start_obj, version_obj, found);
+        }
+        Py_DECREF(found);
+    }
+    /* the usual empty top-level tagged block, the body's last byte */
+    int plain = pos == b.n - 1 && b.p[pos] == 0;
+    PyBuffer_Release(&view);
+    if (stored < 0) {
+        return NULL;
+    }
+    if (plain) {
+        return Py_NewRef(nothing_rewritten);
+    }
+    goto reference;
+
+walk_failed:
+    PyErr_Clear(); /* the reference walks again, and raises what it raises */
+reference:
+    return PyObject_Vectorcall(endpoints_reference, args, nargsf, kwnames);
+}
+
+/* ---- a Produce request's acks (protocol/produce.py) ---------------------------------------------------
+ *
+ * produce_acks(frame, header): the reference's (produce_acks_in_python) answer where a v3+ Produce's
+ * transactional id is null (every producer but a transactional one's), read from a RequestHeader as the
+ * header parse makes it; every other call is the reference's (an older version, a transactional id, a
+ * frame cut before acks, a header or frame not of the types the parse gives). Why C: the request pipeline
+ * asks it of every Produce it forwards, and the Python costs ~0.18 us where the read is a few bytes. */
+
+static PyObject *acks_reference = NULL;
+static long acks_first_transactional = 0, acks_first_flexible = 0;
+
+/* bind_produce_acks(first transactional version, first flexible version, the reference). */
+static PyObject *
+bind_produce_acks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "bind_produce_acks(first transactional, first flexible, reference)");
+        return NULL;
+    }
+    long transactional = PyLong_AsLong(args[0]);
+    long flexible = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    acks_first_transactional = transactional;
+    acks_first_flexible = flexible;
+    Py_XSETREF(acks_reference, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+produce_acks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (acks_reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_produce_acks was not called");
+        return NULL;
+    }
+    if (nargs != 2 || header_type == NULL || !Py_IS_TYPE(args[1], header_type) || !read_as_bytes(args[0])) {
+        goto reference;
+    }
+    PyObject *version_obj = PyTuple_GET_ITEM(args[1], 1), *size_obj = PyTuple_GET_ITEM(args[1], 4);
+    if (!PyLong_CheckExact(version_obj) || !PyLong_CheckExact(size_obj)) {
+        goto reference;
+    }
+    int overflow;
+    long version = PyLong_AsLongAndOverflow(version_obj, &overflow);
+    if (overflow || version < acks_first_transactional) {
+        goto reference;
+    }
+    long size = PyLong_AsLongAndOverflow(size_obj, &overflow);
+    if (overflow || size < 0 || size > PY_SSIZE_T_MAX / 2) {
+        goto reference;
+    }
+    Py_buffer view;
+    walk_buffer b;
+    if (open_buffer(args[0], &view, &b) < 0) {
+        PyErr_Clear();
+        goto reference;
+    }
+    Py_ssize_t pos = 4 + (Py_ssize_t)size, acks_at = -1;
+    if (version >= acks_first_flexible) {
+        if (b.n >= pos + 3 && b.p[pos] == 0) { /* a null compact transactional id: one zero byte */
+            acks_at = pos + 1;
+        }
+    }
+    else if (b.n >= pos + 4 && int16_at(b.p + pos) == -1) { /* a null transactional id: int16 -1 */
+        acks_at = pos + 2;
+    }
+    long acks = acks_at >= 0 ? int16_at(b.p + acks_at) : 0;
+    PyBuffer_Release(&view);
+    if (acks_at >= 0) {
+        return PyLong_FromLong(acks);
+    }
+reference:
+    return PyObject_Vectorcall(acks_reference, args, (size_t)nargs, NULL);
+}
+
 static PyMethodDef walks_methods[] = {
     {"produce_responses_end", (PyCFunction)(void (*)(void))produce_responses_end, METH_FASTCALL,
      "The offset after a Produce v9+ answer's responses (protocol.response_walks)."},
@@ -1025,6 +1303,14 @@ static PyMethodDef walks_methods[] = {
      "What parse_request_header reads beside the frame (protocol.headers binds it once)."},
     {"parse_request_header", (PyCFunction)parse_request_header, METH_O,
      "The request header of a frame, length prefix included (protocol.headers)."},
+    {"bind_produce_acks", (PyCFunction)(void (*)(void))bind_produce_acks, METH_FASTCALL,
+     "What produce_acks reads beside its arguments (protocol.produce binds it once)."},
+    {"produce_acks", (PyCFunction)(void (*)(void))produce_acks, METH_FASTCALL,
+     "protocol.produce.produce_acks: its common case compiled, the rest its reference's."},
+    {"bind_node_endpoints", (PyCFunction)(void (*)(void))bind_node_endpoints, METH_FASTCALL,
+     "What rewrite_node_endpoints reads beside its arguments (protocol.node_endpoints binds it once)."},
+    {"rewrite_node_endpoints", (PyCFunction)(void (*)(void))rewrite_node_endpoints, METH_FASTCALL | METH_KEYWORDS,
+     "protocol.node_endpoints.rewrite_node_endpoints: its common case compiled, the rest its reference's."},
     {NULL, NULL, 0, NULL},
 };
 

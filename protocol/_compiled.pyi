@@ -1,6 +1,7 @@
 # The compiled readers (protocol/_compiled.c); protocol/compiled.py says what each is and takes.
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from sluice.protocol.metadata_brokers import AddressMap
 from sluice.protocol.primitives import Buffer
 from sluice.protocol.request_header import RequestHeader
 
@@ -24,3 +25,24 @@ def bind_request_headers(
     /,
 ) -> None: ...
 def parse_request_header(frame: Buffer, /) -> RequestHeader: ...
+def bind_node_endpoints(
+    versions: Mapping[int, tuple[int, int]],
+    walks_globals: dict[str, object],
+    reference: Callable[..., object],
+    /,
+) -> None: ...
+def rewrite_node_endpoints(
+    api_key: int,
+    api_version: int,
+    body: Buffer,
+    address_for: AddressMap,
+    start: int = 0,
+    remember: bool = False,
+) -> tuple[bytes | None, int]: ...
+def bind_produce_acks(
+    first_transactional: int,
+    first_flexible: int,
+    reference: Callable[..., int],
+    /,
+) -> None: ...
+def produce_acks(frame: Buffer, header: RequestHeader, /) -> int: ...

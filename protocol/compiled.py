@@ -5,7 +5,11 @@ Each is the translation of a Python reader that stays the reference and runs in 
 `produce_responses_end` and `fetch_responses` of protocol/response_walks.py, `walk_produce_body` and
 `produce_topic_bytes` (its topics alone) of protocol/produce_stream.py, `parse_request_header` of
 protocol/headers.py (which binds what it reads beside the frame once, `bind_request_headers`);
-tests/protocol/test_compiled.py holds each pair equal.
+tests/protocol/test_compiled.py holds each pair equal. Two are twins of their common case only, handing
+every other call to the Python they translate (each bound once): `rewrite_node_endpoints` of
+protocol/node_endpoints.py answers a Produce or Fetch answer with an empty top-level tagged block
+(`bind_node_endpoints`), `produce_acks` of protocol/produce.py reads a v3+ Produce request's acks after a
+null transactional id (`bind_produce_acks`).
 Why they exist: they run on every request and every Produce and Fetch answer, and in Python a partition's
 few field reads cost as much as the rest of the request's handling (docs/architecture.md, "Compiled
 readers").
@@ -17,17 +21,21 @@ memoryview), read from a `start` of 0 or more; the Python twins also take what t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from sluice.protocol.primitives import Buffer
 from sluice.protocol.request_header import RequestHeader
 
 __all__ = [
+    "bind_node_endpoints",
+    "bind_produce_acks",
     "bind_request_headers",
     "fetch_responses",
     "parse_request_header",
+    "produce_acks",
     "produce_responses_end",
     "produce_topic_bytes",
+    "rewrite_node_endpoints",
     "walk_produce_body",
 ]
 
@@ -49,6 +57,17 @@ bind_request_headers: (
     | None
 ) = None
 parse_request_header: Callable[[Buffer], RequestHeader] | None = None
+# ({api key: (first version with NodeEndpoints, last known)}, response_walks' globals, the Python rewrite)
+# -> None; then rewrite_node_endpoints(api_key, api_version, body, address_for, start, remember), the
+# Python's answer: (the new body or None, how many entries were rewritten).
+bind_node_endpoints: (
+    Callable[[Mapping[int, tuple[int, int]], dict[str, object], Callable[..., object]], None] | None
+) = None
+rewrite_node_endpoints: Callable[..., tuple[bytes | None, int]] | None = None
+# (first transactional version, first flexible version, the Python produce_acks) -> None; then
+# produce_acks(frame, header), the Python's answer: a Produce request's acks.
+bind_produce_acks: Callable[[int, int, Callable[..., int]], None] | None = None
+produce_acks: Callable[[Buffer, RequestHeader], int] | None = None
 
 try:
     from sluice.protocol import _compiled
@@ -61,3 +80,7 @@ else:
     produce_topic_bytes = _compiled.produce_topic_bytes
     bind_request_headers = _compiled.bind_request_headers
     parse_request_header = _compiled.parse_request_header
+    bind_node_endpoints = _compiled.bind_node_endpoints
+    rewrite_node_endpoints = _compiled.rewrite_node_endpoints
+    bind_produce_acks = _compiled.bind_produce_acks
+    produce_acks = _compiled.produce_acks

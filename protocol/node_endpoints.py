@@ -24,7 +24,9 @@ ProtocolError('unsupported_version').
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
+from sluice.protocol import compiled, response_walks
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.metadata_brokers import (
@@ -47,6 +49,7 @@ __all__ = [
     "NODE_ENDPOINTS_MAX_VERSIONS",
     "decode_node_endpoints",
     "rewrite_node_endpoints",
+    "rewrite_node_endpoints_in_python",
 ]
 
 _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
@@ -74,7 +77,7 @@ _NODE_ENDPOINTS_TAG = 0
 Endpoint = tuple[int, str, int]  # node_id, host, port
 
 
-def rewrite_node_endpoints(
+def rewrite_node_endpoints_in_python(
     api_key: int,
     api_version: int,
     body: Buffer,
@@ -89,7 +92,10 @@ def rewrite_node_endpoints(
     The body begins at `start` in `body` (a caller holding the whole frame passes it and the body's offset,
     saving a view per answer); what is returned is the new body alone. `remember`: the answer's walk is kept
     for the filters that may read it next (a Produce answer's for the throttle patch, a Fetch answer's
-    topics for the usage records; protocol/response_walks.py says for which frames)."""
+    topics for the usage records; protocol/response_walks.py says for which frames).
+
+    The reference for the compiled one (protocol/_compiled.c), which answers the common case, a Produce or
+    Fetch answer with an empty top-level tagged block, itself, and calls this for every other."""
     found = _find(api_key, api_version, body, start, remember)
     if found is None:
         return None, 0
@@ -101,6 +107,25 @@ def rewrite_node_endpoints(
         return b"".join((body[start:at], array, body[end:])), changed
     # In the top-level tagged block: the field's size prefix changes with it.
     return b"".join((body[start:at], encode_uvarint(len(array)), array, body[end:])), changed
+
+
+class _Rewrite(Protocol):
+    def __call__(
+        self,
+        api_key: int,
+        api_version: int,
+        body: Buffer,
+        address_for: AddressMap,
+        start: int = 0,
+        remember: bool = False,
+    ) -> tuple[bytes | None, int]: ...
+
+
+rewrite_node_endpoints: _Rewrite = rewrite_node_endpoints_in_python
+if compiled.rewrite_node_endpoints is not None and compiled.bind_node_endpoints is not None:
+    # What the compiled one writes as the reference's walks do: response_walks' remembered walks.
+    compiled.bind_node_endpoints(_VERSIONS, vars(response_walks), rewrite_node_endpoints_in_python)
+    rewrite_node_endpoints = compiled.rewrite_node_endpoints
 
 
 def decode_node_endpoints(api_key: int, api_version: int, body: Buffer, start: int = 0) -> list[Endpoint]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 
 from kafka.errors import RequestTimedOutError
 
+from sluice.protocol import compiled
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
@@ -36,12 +38,15 @@ def _past_null_transactional_id(frame: memoryview | bytes, pos: int, version: in
     return pos + 2 if len(frame) >= pos + 2 and _INT16(frame, pos)[0] == -1 else -1
 
 
-def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
+def produce_acks_in_python(frame: memoryview | bytes, header: RequestHeader) -> int:
     """Read `acks` from a Produce request without decoding the rest of the body.
 
     `frame` includes the 4-byte length prefix; the body starts at 4 + header.size.
     v0-2: acks is the first field. v3+: it follows the nullable transactional_id, which is a compact
     string in flexible versions (v9+).
+
+    The reference for the compiled one (protocol/_compiled.c), which reads the two common cases, a v3+
+    request with a null transactional id, itself, and calls this for every other.
     """
     pos = 4 + header.size
     version = header.api_version
@@ -58,6 +63,12 @@ def produce_acks(frame: memoryview | bytes, header: RequestHeader) -> int:
             acks = _INT16(frame, at)[0]
             return acks
     return produce_acks_and_timeout(frame, header)[0]
+
+
+produce_acks: Callable[[memoryview | bytes, RequestHeader], int] = produce_acks_in_python
+if compiled.produce_acks is not None and compiled.bind_produce_acks is not None:
+    compiled.bind_produce_acks(FIRST_TRANSACTIONAL, _FIRST_FLEXIBLE, produce_acks_in_python)
+    produce_acks = compiled.produce_acks
 
 
 def produce_acks_and_timeout(frame: memoryview | bytes, header: RequestHeader) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from sluice.protocol import compiled, headers, produce_stream, response_walks
+from sluice.protocol import compiled, headers, node_endpoints, produce, produce_stream, response_walks
+from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.primitives import encode_uvarint
@@ -43,6 +44,7 @@ def test_this_install_has_the_compiled() -> None:
     assert response_walks._fetch_walk is compiled.fetch_responses
     assert produce_stream._walk_whole is compiled.walk_produce_body
     assert produce_stream._topics_whole is compiled.produce_topic_bytes
+    assert node_endpoints.rewrite_node_endpoints is compiled.rewrite_node_endpoints
 
 
 def _outcome(walk: Callable[..., object], *args: object) -> tuple[str, object]:
@@ -506,3 +508,253 @@ def test_an_array_count_just_past_the_bytes_left_is_refused_alike(beyond: int) -
     assert expected == ("refused", "bad_array_length" if beyond else "truncated")
     expected = _outcome(response_walks.fetch_responses_in_python, 12, fetch_answer, 0, True)
     assert _outcome(fetch_walk, 12, fetch_answer, 0, True) == expected
+
+
+# ---- the NodeEndpoints rewrite: its common case compiled, every other case its Python reference's ----------
+
+
+def _endpoint(node: int, host: str, port: int, rack: str | None) -> bytes:
+    raw_host, raw_rack = host.encode(), None if rack is None else rack.encode()
+    return b"".join(
+        (
+            node.to_bytes(4, "big", signed=True),
+            encode_uvarint(len(raw_host) + 1),
+            raw_host,
+            port.to_bytes(4, "big", signed=True),
+            b"\x00" if raw_rack is None else encode_uvarint(len(raw_rack) + 1) + raw_rack,
+            b"\x00",
+        )
+    )
+
+
+@st.composite
+def _top_level_tags(draw: st.DrawFn) -> bytes:
+    """A top-level tagged block: the usual empty one (the compiled path), or NodeEndpoints (tag 0) and
+    other tags, or a cut one."""
+    fields: list[tuple[int, bytes]] = []
+    if draw(st.booleans()):
+        entries = draw(
+            st.lists(
+                st.tuples(
+                    st.integers(1, 4),
+                    st.text(min_size=1, max_size=20),
+                    st.integers(1, 65535),
+                    st.none() | st.text(max_size=8),
+                ),
+                max_size=3,
+            )
+        )
+        array = encode_uvarint(len(entries) + 1) + b"".join(_endpoint(*entry) for entry in entries)
+        fields.append((0, array))
+    for tag in draw(st.lists(st.integers(1, 300), max_size=2)):
+        fields.append((tag, draw(st.binary(max_size=4))))
+    block = encode_uvarint(len(fields)) + b"".join(
+        encode_uvarint(tag) + encode_uvarint(len(value)) + value for tag, value in fields
+    )
+    return block[: draw(st.integers(0, len(block)))] if draw(st.integers(0, 9)) == 0 else block
+
+
+def _advertise(node: int, host: str, port: int) -> tuple[str, int] | None:
+    return None if node == 4 else ("sluice.example", 9000 + node)  # node 4 has no listener
+
+
+def _unchanged(node: int, host: str, port: int) -> tuple[str, int]:
+    return host, port
+
+
+def _rewrite_outcome(rewrite: Callable[..., object], body: object, *args: object, **kwargs: object) -> object:
+    """What a rewrite answers or raises, and what it leaves remembered for the throttle patch and the usage
+    records (response_walks' two walks, forgotten first)."""
+    response_walks._last = (None, -1, -1, -1)
+    response_walks._last_fetch = response_walks._NO_FETCH_WALK
+    try:
+        outcome: object = ("rewritten", rewrite(*args, **kwargs))
+    except (ProtocolError, ValueError, TypeError, BufferError) as exc:
+        outcome = ("refused", type(exc), getattr(exc, "reason", None), getattr(exc, "detail", str(exc)))
+    walked, walked_start, walked_version, end = response_walks._last
+    fetched, fetched_start, fetched_version, found = response_walks._last_fetch
+    remembered = (
+        (walked is body, walked is None, walked_start, walked_version, end),
+        (fetched is body, fetched is None, fetched_start, fetched_version, found),
+    )
+    return outcome, remembered
+
+
+@st.composite
+def _answers_to_rewrite(draw: st.DrawFn) -> tuple[int, int, bytes]:
+    """(api key, version, body): a Produce or Fetch answer of any version the walks know, asked for as
+    itself or as a neighbouring version, with any top-level tagged block, maybe spoiled; or bytes of
+    another API."""
+    kind = draw(st.sampled_from(["produce", "fetch", "other"]))
+    if kind == "other":
+        key = draw(st.sampled_from([ApiKey.METADATA, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, 90]))
+        return int(key), draw(st.integers(-1, 3)), draw(st.binary(max_size=40))
+    version, body = draw(_produce_answers() if kind == "produce" else _fetch_answers())
+    assert body.endswith(b"\x00")  # the usual empty top-level tagged block
+    body = body[:-1] + draw(_top_level_tags())
+    if draw(st.integers(0, 3)) == 0:
+        body = draw(_spoiled(body))
+    version += draw(st.sampled_from([0, 0, 0, -1, 1, -3, 4]))
+    return (ApiKey.PRODUCE if kind == "produce" else ApiKey.FETCH), version, body
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_answers_to_rewrite(), data=st.data())
+def test_the_compiled_node_endpoints_rewrite_is_the_pythons(
+    case: tuple[int, int, bytes], data: st.DataObject
+) -> None:
+    key, version, body = case
+    rewrite = compiled.rewrite_node_endpoints
+    assert rewrite is not None
+    address_for = data.draw(st.sampled_from([_advertise, _unchanged]))
+    remember = data.draw(st.sampled_from([True, False, 1, 0]))
+    # the key as the header parse gives it (an int), or as ApiKey names it
+    asked = data.draw(st.sampled_from([int(key), ApiKey(key) if key in ApiKey._value2member_map_ else key]))
+    for held, start in _views(body, data.draw(st.binary(max_size=9))):
+        for call in ("positional", "keywords", "defaults"):
+            if call == "defaults" and start:
+                continue
+            args: tuple[object, ...] = (asked, version, held, address_for)
+            kwargs: dict[str, object] = {}
+            if call == "positional":
+                args += (start, remember)
+            elif call == "keywords":
+                kwargs = {"start": start, "remember": remember}
+            expected = _rewrite_outcome(
+                node_endpoints.rewrite_node_endpoints_in_python, held, *args, **kwargs
+            )
+            assert _rewrite_outcome(rewrite, held, *args, **kwargs) == expected
+
+
+class _CountedReference:
+    """The Python rewrite, counting the calls the compiled one hands it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        self.calls += 1
+        return node_endpoints.rewrite_node_endpoints_in_python(*args, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def counted_reference() -> Iterator[_CountedReference]:
+    bind = compiled.bind_node_endpoints
+    assert bind is not None
+    reference = _CountedReference()
+    bind(node_endpoints._VERSIONS, vars(response_walks), reference)
+    try:
+        yield reference
+    finally:
+        bind(node_endpoints._VERSIONS, vars(response_walks), node_endpoints.rewrite_node_endpoints_in_python)
+
+
+def test_the_common_answers_are_the_compiled_ones_and_every_other_the_references(
+    counted_reference: _CountedReference,
+) -> None:
+    rewrite = compiled.rewrite_node_endpoints
+    assert rewrite is not None
+    produce_key, fetch_key = int(ApiKey.PRODUCE), int(ApiKey.FETCH)  # as the header parse gives them
+    produce, fetch = _small_produce_answer(10), _small_fetch_answer(16)
+    framed = memoryview(b"\x00" * 9 + produce)
+    # The common case: an empty top-level tagged block, in bytes and in a view of a frame; an old version.
+    assert rewrite(produce_key, 10, framed, _advertise, 9, True) == (None, 0)
+    assert response_walks.walked_produce_responses_end(10, framed, 9) == len(framed) - 5
+    assert rewrite(fetch_key, 16, fetch, _advertise, 0, True) == (None, 0)
+    assert response_walks.walked_fetch_topics(16, fetch, 0) == [(uuid.UUID(int=1).bytes, 2)]
+    assert rewrite(produce_key, 9, b"", _advertise, 0, False) == (None, 0)
+    assert counted_reference.calls == 0
+    # Everything else: NodeEndpoints, another tag, a cut walk, another API, other arguments.
+    entry = b"\x02" + _endpoint(2, "k", 1, None)
+    with_endpoints = produce[:-1] + b"\x01\x00" + encode_uvarint(len(entry)) + entry
+    assert rewrite(produce_key, 10, with_endpoints, _advertise, 0, False)[1] == 1
+    assert rewrite(produce_key, 10, produce[:-1] + b"\x01\x07\x00", _advertise, 0, False) == (None, 0)
+    with pytest.raises(ProtocolError):
+        rewrite(produce_key, 10, produce[:-3], _advertise, 0, False)
+    assert rewrite(int(ApiKey.METADATA), 12, b"", _advertise, 0, False) == (None, 0)  # not a field of it
+    assert rewrite(produce_key, 10, produce, _advertise) == (None, 0)  # defaults
+    assert rewrite(produce_key, 10, produce, _advertise, 0, 1) == (None, 0)  # remember not a bool
+    assert rewrite(ApiKey.PRODUCE, 10, produce, _advertise, 0, False) == (None, 0)  # not an exact int
+    assert counted_reference.calls == 7
+
+
+def test_the_compiled_rewrite_keeps_no_reference_and_no_memory() -> None:
+    rewrite = compiled.rewrite_node_endpoints
+    assert rewrite is not None
+    produce = memoryview(b"\x00" * 9 + _small_produce_answer(11))
+    fetch = _small_fetch_answer(17)
+    cases = [(int(ApiKey.PRODUCE), 11, produce, 9), (int(ApiKey.FETCH), 17, fetch, 0)]
+
+    def run(times: int) -> None:
+        for _ in range(times):
+            for key, version, body, start in cases:
+                rewrite(key, version, body, _advertise, start, True)
+                rewrite(key, version, body, _advertise, start, False)
+
+    run(1000)  # caches and free lists warmed up
+    references = [sys.getrefcount(body) for _, _, body, _ in cases]
+    blocks = sys.getallocatedblocks()
+    run(20_000)
+    assert sys.getallocatedblocks() - blocks < 100
+    assert [sys.getrefcount(body) for _, _, body, _ in cases] == references
+
+
+# ---- a Produce request's acks: the common case compiled, every other case the Python's --------------------
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_produce_requests(), client_id=st.none() | st.text(max_size=20), data=st.data())
+def test_the_compiled_produce_acks_is_the_pythons(
+    case: tuple[int, bytes], client_id: str | None, data: st.DataObject
+) -> None:
+    version, body = case
+    frame = headers.encode_request(ApiKey.PRODUCE, version, 7, client_id, body)
+    header = headers.parse_request_header_in_python(frame)
+    cut = data.draw(st.integers(len(frame) - len(body), len(frame)))  # only the head may have arrived
+    acks = compiled.produce_acks
+    assert acks is not None
+    for held in (frame[:cut], bytearray(frame[:cut]), memoryview(frame)[:cut]):
+        expected = _outcome(produce.produce_acks_in_python, held, header)
+        assert _outcome(acks, held, header) == expected
+        # a header of another version or size than the frame's: read as the Python reads it
+        other = header._replace(
+            api_version=data.draw(st.integers(-1, 14)), size=data.draw(st.integers(0, 40))
+        )
+        assert _outcome(acks, held, other) == _outcome(produce.produce_acks_in_python, held, other)
+
+
+class _CountedAcks:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, frame: bytes, header: headers.RequestHeader) -> int:
+        self.calls += 1
+        return produce.produce_acks_in_python(frame, header)
+
+
+def test_a_null_transactional_ids_acks_are_read_by_the_compiled_and_every_other_by_the_python() -> None:
+    acks, bind = compiled.produce_acks, compiled.bind_produce_acks
+    assert acks is not None and bind is not None
+    reference = _CountedAcks()
+    bind(produce.FIRST_TRANSACTIONAL, 9, reference)
+    try:
+        frames = {}
+        for version in (2, 3, 8, 9, 12):
+            request = ProduceRequest(version=version, acks=-1, timeout_ms=100, topic_data=[])
+            if version >= 3:
+                request.transactional_id = None  # what every producer but a transactional one sends
+            body = bytes(request.encode(version=version))
+            frames[version] = headers.encode_request(ApiKey.PRODUCE, version, 1, "c", body)
+        for version in (3, 8, 9, 12):
+            frame = frames[version]
+            assert acks(memoryview(frame), headers.parse_request_header(frame)) == -1
+        assert reference.calls == 0
+        frame = frames[2]  # acks first: the Python's
+        assert acks(frame, headers.parse_request_header(frame)) == -1
+        frame = frames[12]
+        header = headers.parse_request_header(frame)
+        with pytest.raises(ProtocolError):
+            acks(frame[: 4 + header.size + 2], header)  # cut before all of acks: the Python's refusal
+        assert reference.calls == 2
+    finally:
+        bind(produce.FIRST_TRANSACTIONAL, 9, produce.produce_acks_in_python)

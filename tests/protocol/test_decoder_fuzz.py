@@ -224,7 +224,7 @@ def _node_endpoints(fn: Callable[..., object]) -> Callable[[int, bytes], object]
 
     def call(key_and_version: int, data: bytes) -> object:
         api_key, version = divmod(key_and_version, 100)
-        if fn is node_endpoints.rewrite_node_endpoints:
+        if fn is not node_endpoints.decode_node_endpoints:  # a rewrite: as installed, or the Python
             return fn(api_key, version, data, lambda n, h, p: None if n % 3 == 0 else _address(n, h, p))
         return fn(api_key, version, data)
 
@@ -325,6 +325,11 @@ def _targets() -> list[Target]:
             {**_request_frames(0, ProduceRequest), 100: _request_frames(1, FetchRequest)[12]},
         ),
         Target("produce.produce_acks", _produce_acks, _request_frames(0, ProduceRequest)),
+        Target(
+            "produce.produce_acks_in_python",
+            lambda v, d: produce.produce_acks_in_python(d, headers.parse_request_header(d)),
+            _request_frames(0, ProduceRequest),
+        ),
         Target(
             "produce.produce_acks_and_timeout",
             lambda v, d: produce.produce_acks_and_timeout(d, headers.parse_request_header(d)),
@@ -500,7 +505,11 @@ def _targets() -> list[Target]:
         ),
         *(
             Target(f"node_endpoints.{fn.__name__}", _node_endpoints(fn), seeds, versions)
-            for fn in (node_endpoints.rewrite_node_endpoints, node_endpoints.decode_node_endpoints)
+            for fn in (
+                node_endpoints.rewrite_node_endpoints,
+                node_endpoints.rewrite_node_endpoints_in_python,
+                node_endpoints.decode_node_endpoints,
+            )
             for versions, seeds in [_node_endpoints_seeds()]
         ),
         Target("metadata_brokers.parse_broker_entries", _broker_entries, _broker_entries_seeds(), range(4)),

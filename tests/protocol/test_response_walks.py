@@ -73,13 +73,19 @@ def counted_walks() -> Iterator[list[int]]:
         yield walks
 
 
-def test_the_throttle_field_of_an_answer_just_walked_for_its_node_endpoints_is_found_without_a_walk() -> None:
+# The rewrite the proxy runs (compiled where the install has it) and its Python reference.
+_REWRITES = [node_endpoints.rewrite_node_endpoints, node_endpoints.rewrite_node_endpoints_in_python]
+
+
+@pytest.mark.parametrize("rewrite", _REWRITES, ids=["as installed", "python"])
+def test_the_throttle_field_of_an_answer_just_walked_for_its_node_endpoints_is_found_without_a_walk(
+    rewrite: node_endpoints._Rewrite,
+) -> None:
     frame = b"\x00" * 9 + produce_answer(12)  # a size, a correlation id and an empty tagged block first
+    assert rewrite(0, 12, frame, lambda n, h, p: (h, p), 9, True) == (None, 0)
     with counted_walks() as walks:
-        rewritten = node_endpoints.rewrite_node_endpoints(0, 12, frame, lambda n, h, p: (h, p), 9, True)
-        assert rewritten == (None, 0)
         at = throttle_field_at(ApiKey.PRODUCE, 12, frame, 9)
-    assert walks == [12]
+    assert walks == []
     assert at == len(frame) - 5  # then only the empty tagged block
 
 
