@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from itertools import count
 
 from sluice.protocol.api_keys import ApiKey
@@ -66,7 +66,7 @@ class _Gate:
 class EntityGates:
     """The gates of every throttled entity (keyed by quota key and metric tags), shared by connections."""
 
-    __slots__ = ("_arrivals", "_gates", "_loop", "_now_ms", "waiting")
+    __slots__ = ("_arrivals", "_gates", "_loop", "_now_ms", "shut", "waiting")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop | None = None, now_ms: Callable[[], int] | None = None
@@ -75,6 +75,9 @@ class EntityGates:
         self._loop = loop
         self._now_ms = now_ms
         self._gates: dict[Hashable, _Gate] = {}
+        # The same dict, to be read only: its len() is how many entities are throttled now, which every
+        # Produce of a throttled client's proxy asks (a dict's len, where len(self) is a Python call).
+        self.shut: Mapping[Hashable, object] = self._gates
         self._arrivals = count()
         # Requests waiting for their turn now, at every gate (a metric: nothing waits unseen).
         self.waiting = 0

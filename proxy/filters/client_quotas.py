@@ -234,7 +234,7 @@ class ClientQuotas(Filter):
         gates = self._gates
         shut_gates = 0
         if gates is not None:
-            shut_gates = len(gates)  # one per entity throttled now: none is the common case
+            shut_gates = len(gates.shut)  # one per entity throttled now: none is the common case
             turn, self._turn = self._turn, None
             if turn is not None:
                 if not turn.cancelled() and turn.result() is TIMED_OUT:
