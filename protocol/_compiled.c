@@ -1102,20 +1102,28 @@ bind_node_endpoints(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* Whether the Python reads `body` byte by byte as the walks read its buffer: bytes, a bytearray, or a
- * contiguous one-dimensional view of unsigned bytes. */
+/* Open `body` for a walk when the Python reads it byte by byte as the walk reads its buffer: bytes, a
+ * bytearray, or a C-contiguous one-dimensional view of unsigned bytes. 1 with the buffer held, or 0 with
+ * nothing held and no exception set (another type or shape, a released view: the Python's to read). */
 static int
-read_as_bytes(PyObject *body)
+open_as_bytes(PyObject *body, Py_buffer *view, walk_buffer *b)
 {
-    if (PyBytes_CheckExact(body) || PyByteArray_CheckExact(body)) {
-        return 1;
-    }
-    if (!Py_IS_TYPE(body, &PyMemoryView_Type)) {
+    int exact = PyBytes_CheckExact(body) || PyByteArray_CheckExact(body);
+    if (!exact && !Py_IS_TYPE(body, &PyMemoryView_Type)) {
         return 0;
     }
-    Py_buffer *view = PyMemoryView_GET_BUFFER(body);
-    return view->ndim == 1 && view->itemsize == 1 && view->format != NULL && strcmp(view->format, "B") == 0 &&
-           PyBuffer_IsContiguous(view, 'C');
+    if (PyObject_GetBuffer(body, view, exact ? PyBUF_SIMPLE : PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!exact && !(view->ndim == 1 && view->itemsize == 1 && view->format != NULL &&
+                    strcmp(view->format, "B") == 0)) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    b->p = (const uint8_t *)view->buf;
+    b->n = view->len;
+    return 1;
 }
 
 /* globals[name] = (body, start, version, last): what the reference's walk remembers. 0, or -1. */
@@ -1145,7 +1153,7 @@ rewrite_node_endpoints(PyObject *module, PyObject *const *args, size_t nargsf, P
     PyObject *key_obj = args[0], *version_obj = args[1], *body = args[2], *start_obj = args[4];
     PyObject *remember_obj = args[5];
     if (!PyLong_CheckExact(key_obj) || !PyLong_CheckExact(version_obj) || !PyLong_CheckExact(start_obj) ||
-        !PyBool_Check(remember_obj) || !read_as_bytes(body)) {
+        !PyBool_Check(remember_obj)) {
         goto reference;
     }
     int overflow;
@@ -1168,8 +1176,8 @@ rewrite_node_endpoints(PyObject *module, PyObject *const *args, size_t nargsf, P
     int remember = remember_obj == Py_True;
     Py_buffer view;
     walk_buffer b;
-    if (open_buffer(body, &view, &b) < 0) {
-        goto walk_failed;
+    if (!open_as_bytes(body, &view, &b)) {
+        goto reference;
     }
     Py_ssize_t pos = start;
     int stored = 0;
@@ -1250,7 +1258,7 @@ produce_acks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "bind_produce_acks was not called");
         return NULL;
     }
-    if (nargs != 2 || header_type == NULL || !Py_IS_TYPE(args[1], header_type) || !read_as_bytes(args[0])) {
+    if (nargs != 2 || header_type == NULL || !Py_IS_TYPE(args[1], header_type)) {
         goto reference;
     }
     PyObject *version_obj = PyTuple_GET_ITEM(args[1], 1), *size_obj = PyTuple_GET_ITEM(args[1], 4);
@@ -1268,8 +1276,7 @@ produce_acks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_buffer view;
     walk_buffer b;
-    if (open_buffer(args[0], &view, &b) < 0) {
-        PyErr_Clear();
+    if (!open_as_bytes(args[0], &view, &b)) {
         goto reference;
     }
     Py_ssize_t pos = 4 + (Py_ssize_t)size, acks_at = -1;
@@ -1290,6 +1297,87 @@ reference:
     return PyObject_Vectorcall(acks_reference, args, (size_t)nargs, NULL);
 }
 
+/* ---- a response header's size (protocol/headers.py) ---------------------------------------------------
+ *
+ * response_header_size(api_key, api_version, frame): the reference's (response_header_size_in_python)
+ * answer for a header v0 (4) or a header v1 with an empty tagged block (5), told apart with the request
+ * header parse's table (bind_request_headers); every other call is the reference's (a frame too short
+ * for a correlation id, tagged fields in the header, arguments not exact ints, a frame not bytes-like).
+ * Why C: the quota filters, the usage records and the address rewrite ask it of answers, and the Python
+ * costs two calls. */
+
+static PyObject *header_size_reference = NULL;
+static long api_versions_key = -1;
+
+/* bind_response_headers(ApiVersions' key, the reference). */
+static PyObject *
+bind_response_headers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bind_response_headers(ApiVersions key, reference)");
+        return NULL;
+    }
+    long key = PyLong_AsLong(args[0]);
+    if (key == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    api_versions_key = key;
+    Py_XSETREF(header_size_reference, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+response_header_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (header_size_reference == NULL || flexible_from == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_request_headers and bind_response_headers were not both called");
+        return NULL;
+    }
+    if (nargs != 3 || !PyLong_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        goto reference;
+    }
+    int overflow;
+    long key = PyLong_AsLongAndOverflow(args[0], &overflow);
+    if (overflow) {
+        goto reference;
+    }
+    long version = PyLong_AsLongAndOverflow(args[1], &overflow);
+    if (overflow) {
+        goto reference;
+    }
+    int flexible = 0; /* ApiVersions answers with header v0 in every version */
+    if (key != api_versions_key) {
+        long first_flexible = not_flexible;
+        if (0 <= key && key < PyTuple_GET_SIZE(flexible_from)) {
+            first_flexible = PyLong_AsLong(PyTuple_GET_ITEM(flexible_from, key));
+            if (first_flexible == -1 && PyErr_Occurred()) {
+                return NULL;
+            }
+        }
+        flexible = version >= first_flexible;
+    }
+    Py_buffer view;
+    walk_buffer b;
+    if (!open_as_bytes(args[2], &view, &b)) {
+        goto reference;
+    }
+    long size = -1;
+    if (b.n >= HEADER_PREFIX + 4) {
+        if (!flexible) {
+            size = 4;
+        }
+        else if (b.n > HEADER_PREFIX + 4 && b.p[HEADER_PREFIX + 4] == 0) {
+            size = 5; /* header v1 with no tagged fields: nearly every answer */
+        }
+    }
+    PyBuffer_Release(&view);
+    if (size > 0) {
+        return PyLong_FromLong(size);
+    }
+reference:
+    return PyObject_Vectorcall(header_size_reference, args, (size_t)nargs, NULL);
+}
+
 static PyMethodDef walks_methods[] = {
     {"produce_responses_end", (PyCFunction)(void (*)(void))produce_responses_end, METH_FASTCALL,
      "The offset after a Produce v9+ answer's responses (protocol.response_walks)."},
@@ -1303,6 +1391,10 @@ static PyMethodDef walks_methods[] = {
      "What parse_request_header reads beside the frame (protocol.headers binds it once)."},
     {"parse_request_header", (PyCFunction)parse_request_header, METH_O,
      "The request header of a frame, length prefix included (protocol.headers)."},
+    {"bind_response_headers", (PyCFunction)(void (*)(void))bind_response_headers, METH_FASTCALL,
+     "What response_header_size reads beside its arguments (protocol.headers binds it once)."},
+    {"response_header_size", (PyCFunction)(void (*)(void))response_header_size, METH_FASTCALL,
+     "protocol.headers.response_header_size: its common case compiled, the rest its reference's."},
     {"bind_produce_acks", (PyCFunction)(void (*)(void))bind_produce_acks, METH_FASTCALL,
      "What produce_acks reads beside its arguments (protocol.produce binds it once)."},
     {"produce_acks", (PyCFunction)(void (*)(void))produce_acks, METH_FASTCALL,

@@ -134,9 +134,12 @@ def _compiled_parse() -> Callable[[Buffer], RequestHeader] | None:
 parse_request_header: Callable[[Buffer], RequestHeader] = _compiled_parse() or parse_request_header_in_python
 
 
-def response_header_size(api_key: int, api_version: int, frame: memoryview | bytes) -> int:
+def response_header_size_in_python(api_key: int, api_version: int, frame: memoryview | bytes) -> int:
     """Size of the response header of `frame` (prefix included in `frame`, excluded from the size):
-    4 for header v0, 4 + the tagged-field block for v1. ApiVersions always uses v0."""
+    4 for header v0, 4 + the tagged-field block for v1. ApiVersions always uses v0.
+
+    The reference for the compiled one (protocol/_compiled.c), which answers a header v0 and a header v1
+    with no tagged fields itself, and calls this for every other."""
     size = len(frame)
     if size < _PREFIX + 4:
         raise ProtocolError("bad_response_header", f"frame of {size} bytes has no correlation id")
@@ -148,6 +151,16 @@ def response_header_size(api_key: int, api_version: int, frame: memoryview | byt
         return skip_tagged_fields(frame, _PREFIX + 4) - _PREFIX
     except ProtocolError as exc:
         raise ProtocolError("bad_response_header", f"tagged fields: {exc.reason}") from None
+
+
+response_header_size: Callable[[int, int, memoryview | bytes], int] = response_header_size_in_python
+if (
+    compiled.response_header_size is not None
+    and compiled.bind_response_headers is not None
+    and parse_request_header is compiled.parse_request_header  # which bound the table it reads
+):
+    compiled.bind_response_headers(int(ApiKey.API_VERSIONS), response_header_size_in_python)
+    response_header_size = compiled.response_header_size
 
 
 def read_correlation_id(frame: memoryview | bytes) -> int:

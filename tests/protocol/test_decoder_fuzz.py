@@ -340,6 +340,11 @@ def _targets() -> list[Target]:
             lambda v, d: headers.response_header_size(3, v, d),
             _response_frames(3, MetadataResponse),
         ),
+        Target(
+            "headers.response_header_size_in_python",
+            lambda v, d: headers.response_header_size_in_python(3, v, d),
+            _response_frames(3, MetadataResponse),
+        ),
         Target("headers.read_correlation_id", lambda v, d: headers.read_correlation_id(d), versions=[0]),
         Target(
             "metadata_brokers.metadata_brokers",
