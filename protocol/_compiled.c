@@ -1085,13 +1085,10 @@ bind_node_endpoints(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    if (nothing_rewritten == NULL) {
-        nothing_rewritten = Py_BuildValue("(Oi)", Py_None, 0);
-        last_produce_name = PyUnicode_InternFromString("_last");
-        last_fetch_name = PyUnicode_InternFromString("_last_fetch");
-        if (nothing_rewritten == NULL || last_produce_name == NULL || last_fetch_name == NULL) {
-            return NULL;
-        }
+    if ((nothing_rewritten == NULL && (nothing_rewritten = Py_BuildValue("(Oi)", Py_None, 0)) == NULL) ||
+        (last_produce_name == NULL && (last_produce_name = PyUnicode_InternFromString("_last")) == NULL) ||
+        (last_fetch_name == NULL && (last_fetch_name = PyUnicode_InternFromString("_last_fetch")) == NULL)) {
+        return NULL;
     }
     for (int key = API_PRODUCE; key <= API_FETCH; key++) {
         endpoints_first[key] = first[key];
@@ -1251,14 +1248,23 @@ bind_produce_acks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* Whether `header` is a RequestHeader as the header parse makes it: the type exactly, with its five items
+ * (tuple.__new__ can make one of any length). */
+static int
+parsed_header(PyObject *header)
+{
+    return header_type != NULL && Py_IS_TYPE(header, header_type) && PyTuple_GET_SIZE(header) == 5;
+}
+
 static PyObject *
-produce_acks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+produce_acks(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     if (acks_reference == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "bind_produce_acks was not called");
         return NULL;
     }
-    if (nargs != 2 || header_type == NULL || !Py_IS_TYPE(args[1], header_type)) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs != 2 || !parsed_header(args[1])) {
         goto reference;
     }
     PyObject *version_obj = PyTuple_GET_ITEM(args[1], 1), *size_obj = PyTuple_GET_ITEM(args[1], 4);
@@ -1294,7 +1300,7 @@ produce_acks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return PyLong_FromLong(acks);
     }
 reference:
-    return PyObject_Vectorcall(acks_reference, args, (size_t)nargs, NULL);
+    return PyObject_Vectorcall(acks_reference, args, nargsf, kwnames);
 }
 
 /* ---- a response header's size (protocol/headers.py) ---------------------------------------------------
@@ -1327,13 +1333,14 @@ bind_response_headers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
-response_header_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+response_header_size(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     if (header_size_reference == NULL || flexible_from == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "bind_request_headers and bind_response_headers were not both called");
         return NULL;
     }
-    if (nargs != 3 || !PyLong_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs != 3 || !PyLong_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
         goto reference;
     }
     int overflow;
@@ -1375,7 +1382,90 @@ response_header_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return PyLong_FromLong(size);
     }
 reference:
-    return PyObject_Vectorcall(header_size_reference, args, (size_t)nargs, NULL);
+    return PyObject_Vectorcall(header_size_reference, args, nargsf, kwnames);
+}
+
+/* ---- a Produce request's topics for the usage records (protocol/produce_stream.py) ---------------------
+ *
+ * produce_topics(frame, header): the reference's (produce_topics_in_python) answer where no other filter
+ * walked this request (the last walk `produce_body` kept, produce_stream's global `_last`, is of another
+ * header): the compiled walk of the topics alone, as `produce_topic_bytes` runs it. Every other call is
+ * the reference's (a walk kept for this header, a version beyond the walks', a header not of the type the
+ * parse gives). Why C: the usage records ask it of every Produce, and the Python is two calls before the
+ * compiled walk. */
+
+static PyObject *topics_reference = NULL;
+static PyObject *stream_globals = NULL;
+static PyObject *last_body_walk_name = NULL; /* "_last" */
+static long produce_max = -1;
+
+/* bind_produce_topics(produce_stream's globals, PRODUCE_MAX, the reference). */
+static PyObject *
+bind_produce_topics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyDict_Check(args[0]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "bind_produce_topics(produce_stream's globals, PRODUCE_MAX, reference)");
+        return NULL;
+    }
+    long newest = PyLong_AsLong(args[1]);
+    if (newest == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (last_body_walk_name == NULL && (last_body_walk_name = PyUnicode_InternFromString("_last")) == NULL) {
+        return NULL;
+    }
+    produce_max = newest;
+    Py_XSETREF(stream_globals, Py_NewRef(args[0]));
+    Py_XSETREF(topics_reference, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+produce_topics(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (topics_reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_produce_topics was not called");
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs != 2 || !parsed_header(args[1])) {
+        goto reference;
+    }
+    PyObject *last = PyDict_GetItemWithError(stream_globals, last_body_walk_name); /* borrowed */
+    if (last == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        goto reference;
+    }
+    if (last != Py_None && (!PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) < 1 ||
+                            PyTuple_GET_ITEM(last, 0) == args[1])) {
+        goto reference; /* a walk kept for this very header: the reference takes its topics */
+    }
+    PyObject *version = PyTuple_GET_ITEM(args[1], 1), *size = PyTuple_GET_ITEM(args[1], 4);
+    if (!PyLong_CheckExact(version) || !PyLong_CheckExact(size)) {
+        goto reference;
+    }
+    int overflow;
+    long api_version = PyLong_AsLongAndOverflow(version, &overflow);
+    if (overflow || api_version < 0 || api_version > produce_max) {
+        goto reference; /* refused there */
+    }
+    long header_size = PyLong_AsLongAndOverflow(size, &overflow);
+    if (overflow || header_size < 0 || header_size > PY_SSIZE_T_MAX / 2) {
+        goto reference;
+    }
+    PyObject *start = PyLong_FromLong(4 + header_size);
+    if (start == NULL) {
+        return NULL;
+    }
+    PyObject *walk_args[3] = {version, args[0], start};
+    PyObject *found = produce_walk(walk_args, 3, 1, "produce_topics(frame, header)");
+    Py_DECREF(start);
+    return found;
+
+reference:
+    return PyObject_Vectorcall(topics_reference, args, nargsf, kwnames);
 }
 
 static PyMethodDef walks_methods[] = {
@@ -1391,13 +1481,17 @@ static PyMethodDef walks_methods[] = {
      "What parse_request_header reads beside the frame (protocol.headers binds it once)."},
     {"parse_request_header", (PyCFunction)parse_request_header, METH_O,
      "The request header of a frame, length prefix included (protocol.headers)."},
+    {"bind_produce_topics", (PyCFunction)(void (*)(void))bind_produce_topics, METH_FASTCALL,
+     "What produce_topics reads beside its arguments (protocol.produce_stream binds it once)."},
+    {"produce_topics", (PyCFunction)(void (*)(void))produce_topics, METH_FASTCALL | METH_KEYWORDS,
+     "protocol.produce_stream.produce_topics: its common case compiled, the rest its reference's."},
     {"bind_response_headers", (PyCFunction)(void (*)(void))bind_response_headers, METH_FASTCALL,
      "What response_header_size reads beside its arguments (protocol.headers binds it once)."},
-    {"response_header_size", (PyCFunction)(void (*)(void))response_header_size, METH_FASTCALL,
+    {"response_header_size", (PyCFunction)(void (*)(void))response_header_size, METH_FASTCALL | METH_KEYWORDS,
      "protocol.headers.response_header_size: its common case compiled, the rest its reference's."},
     {"bind_produce_acks", (PyCFunction)(void (*)(void))bind_produce_acks, METH_FASTCALL,
      "What produce_acks reads beside its arguments (protocol.produce binds it once)."},
-    {"produce_acks", (PyCFunction)(void (*)(void))produce_acks, METH_FASTCALL,
+    {"produce_acks", (PyCFunction)(void (*)(void))produce_acks, METH_FASTCALL | METH_KEYWORDS,
      "protocol.produce.produce_acks: its common case compiled, the rest its reference's."},
     {"bind_node_endpoints", (PyCFunction)(void (*)(void))bind_node_endpoints, METH_FASTCALL,
      "What rewrite_node_endpoints reads beside its arguments (protocol.node_endpoints binds it once)."},

@@ -5,12 +5,13 @@ Each is the translation of a Python reader that stays the reference and runs in 
 `produce_responses_end` and `fetch_responses` of protocol/response_walks.py, `walk_produce_body` and
 `produce_topic_bytes` (its topics alone) of protocol/produce_stream.py, `parse_request_header` of
 protocol/headers.py (which binds what it reads beside the frame once, `bind_request_headers`);
-tests/protocol/test_compiled.py holds each pair equal. Three are twins of their common case only, handing
+tests/protocol/test_compiled.py holds each pair equal. Four are twins of their common case only, handing
 every other call to the Python they translate (each bound once): `rewrite_node_endpoints` of
 protocol/node_endpoints.py answers a Produce or Fetch answer with an empty top-level tagged block
 (`bind_node_endpoints`), `produce_acks` of protocol/produce.py reads a v3+ Produce request's acks after a
 null transactional id (`bind_produce_acks`), `response_header_size` of protocol/headers.py sizes a header
-with no tagged fields (`bind_response_headers`).
+with no tagged fields (`bind_response_headers`), `produce_topics` of protocol/produce_stream.py walks a
+Produce request's topics where no other filter kept a walk of it (`bind_produce_topics`).
 Why they exist: they run on every request and every Produce and Fetch answer, and in Python a partition's
 few field reads cost as much as the rest of the request's handling (docs/architecture.md, "Compiled
 readers").
@@ -30,6 +31,7 @@ from sluice.protocol.request_header import RequestHeader
 __all__ = [
     "bind_node_endpoints",
     "bind_produce_acks",
+    "bind_produce_topics",
     "bind_request_headers",
     "bind_response_headers",
     "fetch_responses",
@@ -37,6 +39,7 @@ __all__ = [
     "produce_acks",
     "produce_responses_end",
     "produce_topic_bytes",
+    "produce_topics",
     "response_header_size",
     "rewrite_node_endpoints",
     "walk_produce_body",
@@ -72,6 +75,10 @@ rewrite_node_endpoints: Callable[..., tuple[bytes | None, int]] | None = None
 bind_produce_acks: Callable[[int, int, Callable[..., int]], None] | None = None
 # (ApiVersions' key, the Python response_header_size) -> None; then response_header_size(api_key,
 # api_version, frame), the Python's answer (reading the table bind_request_headers bound).
+# (produce_stream's globals, PRODUCE_MAX, the Python produce_topics) -> None; then produce_topics(frame,
+# header), the Python's answer: [(topic, record bytes)] of a framed Produce request.
+bind_produce_topics: Callable[[dict[str, object], int, Callable[..., _TopicBytes]], None] | None = None
+produce_topics: Callable[[Buffer, RequestHeader], _TopicBytes] | None = None
 bind_response_headers: Callable[[int, Callable[..., int]], None] | None = None
 response_header_size: Callable[[int, int, Buffer], int] | None = None
 produce_acks: Callable[[Buffer, RequestHeader], int] | None = None
@@ -91,5 +98,7 @@ else:
     rewrite_node_endpoints = _compiled.rewrite_node_endpoints
     bind_produce_acks = _compiled.bind_produce_acks
     produce_acks = _compiled.produce_acks
+    bind_produce_topics = _compiled.bind_produce_topics
+    produce_topics = _compiled.produce_topics
     bind_response_headers = _compiled.bind_response_headers
     response_header_size = _compiled.response_header_size

@@ -30,6 +30,7 @@ a topic quota read), and each able to stop and resume anywhere.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 from sluice.protocol import compiled
@@ -431,14 +432,24 @@ def produce_body(frame: Buffer, header: RequestHeader) -> ProduceBody:
     return found
 
 
-def produce_topics(frame: Buffer, header: RequestHeader) -> TopicBytes:
+def produce_topics_in_python(frame: Buffer, header: RequestHeader) -> TopicBytes:
     """The topics of a framed Produce request with their record bytes: from the walk another filter of this
     request made (`produce_body`) if one did, else from a walk of the topics alone (the usage records ask
-    last, and for nothing more). Raises as `walk_produce_body`."""
+    last, and for nothing more). Raises as `walk_produce_body`.
+
+    The reference for the compiled one (protocol/_compiled.c), which walks the topics itself where no
+    walk of this request was kept, and calls this for every other case."""
     last = _last
     if last is not None and last[0] is header and last[1] == len(frame):
         return last[2].topics
     return produce_topic_bytes(header.api_version, frame, 4 + header.size)
+
+
+produce_topics: Callable[[Buffer, RequestHeader], TopicBytes] = produce_topics_in_python
+if compiled.produce_topics is not None and compiled.bind_produce_topics is not None:
+    # It reads the walk `produce_body` keeps (`_last`) as the Python does, from this module's globals.
+    compiled.bind_produce_topics(globals(), PRODUCE_MAX, produce_topics_in_python)
+    produce_topics = compiled.produce_topics
 
 
 class ProduceTopicStream:

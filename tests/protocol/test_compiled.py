@@ -678,38 +678,60 @@ def test_the_common_answers_are_the_compiled_ones_and_every_other_the_references
     assert counted_reference.calls == 7
 
 
+def _long_produce_answer(version: int, partitions: int) -> bytes:
+    """A Produce answer whose responses end past 256 bytes: the offset the walk remembers is no cached
+    small int, so a reference leaked on it shows."""
+    answer = ProduceResponse.TopicProduceResponse
+    partition = answer.PartitionProduceResponse
+    entries = [partition(index=p, error_code=0, base_offset=p) for p in range(partitions)]
+    message = ProduceResponse(version=version, responses=[answer(name="t", partition_responses=entries)])
+    return encode_body(message, version)
+
+
 def test_the_compiled_common_cases_keep_no_reference_and_no_memory() -> None:
-    rewrite, acks, header_size = (
+    rewrite, acks, header_size, topics = (
         compiled.rewrite_node_endpoints,
         compiled.produce_acks,
         compiled.response_header_size,
+        compiled.produce_topics,
     )
-    assert rewrite is not None and acks is not None and header_size is not None
-    produce_answer = memoryview(b"\x00" * 9 + _small_produce_answer(11))
+    assert rewrite is not None and acks is not None and header_size is not None and topics is not None
+    produce_frame = memoryview(b"\x00" * 9 + _long_produce_answer(11, 12))
     fetch_answer = _small_fetch_answer(17)
+    # (key, version, body, start): answers walked to the end, and answers cut short (the walk fails there,
+    # and the Python refuses them)
+    whole = [(0, 11, produce_frame, 9), (1, 17, fetch_answer, 0)]
+    cut = [(0, 11, produce_frame[:-6], 9), (1, 17, memoryview(fetch_answer)[:-3], 0)]
     request = ProduceRequest(version=9, acks=1, timeout_ms=100, topic_data=[])
     request.transactional_id = None
-    produce_request = memoryview(
-        headers.encode_request(ApiKey.PRODUCE, 9, 1, "c", bytes(request.encode(version=9)))
-    )
+    produce_request = memoryview(headers.encode_request(ApiKey.PRODUCE, 9, 1, "c", request.encode(version=9)))
     request_header = headers.parse_request_header(produce_request)
-    held = [produce_answer, fetch_answer, produce_request, request_header]
 
     def run(times: int) -> None:
         for _ in range(times):
-            for remember in (True, False):
-                rewrite(0, 11, produce_answer, _advertise, 9, remember)
-                rewrite(1, 17, fetch_answer, _advertise, 0, remember)
+            for key, version, body, start in whole:
+                for remember in (True, False):
+                    rewrite(key, version, body, _advertise, start, remember)
+            for key, version, body, start in cut:
+                with pytest.raises(ProtocolError):
+                    rewrite(key, version, body, _advertise, start, True)
             acks(produce_request, request_header)
-            header_size(0, 11, produce_answer)
+            topics(produce_request, request_header)
+            header_size(0, 11, produce_frame)
             header_size(1, 17, fetch_answer)  # not a frame: another header, sized by the Python
 
     run(1000)  # caches and free lists warmed up
+    # The end each Produce walk remembers is a new int, no cached small one: one leaked per walk shows.
+    assert response_walks.walked_produce_responses_end(11, produce_frame, 9) > 256
+    held = [produce_frame, fetch_answer, *(body for _, _, body, _ in cut), produce_request, request_header]
     references = [sys.getrefcount(one) for one in held]
     blocks = sys.getallocatedblocks()
     run(20_000)
     assert sys.getallocatedblocks() - blocks < 100
     assert [sys.getrefcount(one) for one in held] == references
+    response_walks._last = (None, -1, -1, -1)  # the walk remembered holds the frame
+    for view in (produce_frame, *(body for _, _, body, _ in cut), produce_request):
+        view.release()  # no buffer of theirs is still held (BufferError otherwise)
 
 
 # ---- a Produce request's acks: the common case compiled, every other case the Python's --------------------
@@ -824,3 +846,84 @@ def test_a_header_without_tagged_fields_is_sized_by_the_compiled_and_every_other
         assert len(calls) == 3
     finally:
         bind(int(ApiKey.API_VERSIONS), headers.response_header_size_in_python)
+
+
+# ---- a Produce request's topics: the common case compiled, every other case the Python's ------------------
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=_produce_requests(),
+    kept=st.sampled_from(["none", "another", "this", "this, another size"]),
+    data=st.data(),
+)
+def test_the_compiled_produce_topics_is_the_pythons(
+    case: tuple[int, bytes], kept: str, data: st.DataObject
+) -> None:
+    version, body = case
+    body = data.draw(_spoiled(body))
+    frame = headers.encode_request(ApiKey.PRODUCE, version, 7, "c", body)
+    header = headers.parse_request_header(frame)
+    topics = compiled.produce_topics
+    assert topics is not None
+    # The walk another filter of a request keeps (produce_body), of none, another or this request
+    walk = produce_stream.ProduceBody(1, 1, [("kept", 5)], [[(0, 5)]])
+    last = {
+        "none": None,
+        "another": (headers.parse_request_header(frame), len(frame), walk),
+        "this": (header, len(frame), walk),
+        "this, another size": (header, len(frame) + 1, walk),
+    }[kept]
+    asked = data.draw(st.sampled_from([header, header._replace(api_version=data.draw(st.integers(-1, 14)))]))
+    for held in (frame, bytearray(frame), memoryview(b"ab" + frame)[2:]):
+        produce_stream._last = last
+        assert _outcome(topics, held, asked) == _outcome(produce_stream.produce_topics_in_python, held, asked)
+    produce_stream._last = None
+
+
+def test_a_request_no_filter_walked_has_its_topics_walked_by_the_compiled_and_every_other_by_the_python() -> (
+    None
+):
+    topics, bind = compiled.produce_topics, compiled.bind_produce_topics
+    assert topics is not None and bind is not None
+    calls: list[object] = []
+
+    def reference(frame: bytes, header: headers.RequestHeader) -> object:
+        calls.append(header)
+        return produce_stream.produce_topics_in_python(frame, header)
+
+    bind(vars(produce_stream), produce_stream.PRODUCE_MAX, reference)
+    try:
+        frame = headers.encode_request(ApiKey.PRODUCE, 9, 1, "c", _small_produce_request(9))
+        header, other = headers.parse_request_header(frame), headers.parse_request_header(frame)
+        produce_stream._last = None
+        assert topics(frame, header) == [("t", 2)]
+        produce_stream.produce_body(frame, other)  # another request's walk kept
+        assert topics(frame, header) == [("t", 2)]
+        assert calls == []
+        produce_stream.produce_body(frame, header)  # this request's walk kept: the Python takes it
+        assert topics(frame, header) == [("t", 2)]
+        with pytest.raises(ProtocolError):
+            topics(frame, header._replace(api_version=produce_stream.PRODUCE_MAX + 1))  # refused there
+        assert topics(frame=frame, header=other) == [("t", 2)]  # keywords
+        assert calls == [header, header._replace(api_version=produce_stream.PRODUCE_MAX + 1), other]
+    finally:
+        bind(vars(produce_stream), produce_stream.PRODUCE_MAX, produce_stream.produce_topics_in_python)
+        produce_stream._last = None
+
+
+def test_a_header_too_short_to_be_the_parses_is_read_by_the_python() -> None:
+    # tuple.__new__ makes a RequestHeader of any length; the compiled twins read items 1 and 4 only of
+    # one of five (the parse's), and hand any other to the Python, which fails on it as it does.
+    short = tuple.__new__(headers.RequestHeader, (0, 9))
+    frame = headers.encode_request(ApiKey.PRODUCE, 9, 1, "c", _small_produce_request(9))
+    for twin, python in (
+        (compiled.produce_acks, produce.produce_acks_in_python),
+        (compiled.produce_topics, produce_stream.produce_topics_in_python),
+    ):
+        assert twin is not None
+        with pytest.raises(IndexError) as compiled_error:
+            twin(frame, short)
+        with pytest.raises(IndexError) as python_error:
+            python(frame, short)
+        assert str(compiled_error.value) == str(python_error.value)

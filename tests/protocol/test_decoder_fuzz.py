@@ -504,6 +504,11 @@ def _targets() -> list[Target]:
             _request_frames(0, ProduceRequest),
         ),
         Target(
+            "produce_stream.produce_topics_in_python",
+            lambda v, d: produce_stream.produce_topics_in_python(d, headers.parse_request_header(d)),
+            _request_frames(0, ProduceRequest),
+        ),
+        Target(
             "produce_stream.produce_topic_bytes_in_python",
             produce_stream.produce_topic_bytes_in_python,
             {v: bodies for v, bodies in _samples(ProduceRequest).items() if v <= produce_stream.PRODUCE_MAX},
