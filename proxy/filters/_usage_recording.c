@@ -1,6 +1,7 @@
-/* The usage records of one request, compiled: UsageRecording.request of proxy/filters/usage_recorder.py,
- * with what it calls of its own and of the ledger's entity written out inline (`UsageRecording.usage`, the
- * all-named case of `_named`, `EntityUsage.add_request` and `EntityUsage.add_topics`).
+/* The usage records of one request and of one Fetch answer, compiled: UsageRecording.request and
+ * UsageRecording.fetch_response of proxy/filters/usage_recorder.py, with what they call of their own and of
+ * the ledger's entity written out inline (`UsageRecording.usage`, the all-named case of `_named`,
+ * `EntityUsage.add_request` and `EntityUsage.add_topics`).
  *
  * Why C: every request of every client is counted here, and every Produce's topics added, and in Python the
  * five calls cost ~0.55 us a Produce beside the walk of its topics (docs/architecture.md, "Compiled readers").
@@ -24,11 +25,16 @@ static PyObject *protocol_error = NULL;
 static PyTypeObject *entity_usage_type = NULL;
 static PyObject *streamed_produce = NULL; /* usage_recorder._StreamedProduce */
 static PyTypeObject *usage_recording_type = NULL;
+/* What bind_fetch() hands over once, for the Fetch answers. */
+static PyObject *fetch_key = NULL;             /* ApiKey.FETCH */
+static PyObject *response_header_size = NULL;  /* protocol.headers.response_header_size */
+static PyObject *walked_fetch_topics = NULL;   /* protocol.response_walks.walked_fetch_topics */
+static PyObject *fetch_topic_bytes = NULL;     /* protocol.record_sets.fetch_topic_bytes */
 
 static PyObject *s_client_id, *s_api_key, *s_cache, *s_ledger, *s_generation, *s_entity, *s_requests,
     *s_add_request, *s_produce_bytes, *s_observe, *s_named, *s_topics, *s_add_topics, *s_max_topics,
-    *s_overflow, *s_bytes, *s_request;
-static PyObject *zero = NULL, *one = NULL;
+    *s_overflow, *s_bytes, *s_request, *s_fetch_response, *s_api_version, *s_fetch_bytes;
+static PyObject *zero = NULL, *one = NULL, *four = NULL;
 
 /* UsageRecording.usage(user, client_id): a new reference. */
 static PyObject *
@@ -184,10 +190,10 @@ unpacked_pair(PyObject *item)
     return pair;
 }
 
-/* usage.add_topics(found, False, broker): EntityUsage's, inline, for an EntityUsage whose `topics` is a dict,
- * and `found` a list of (str, size) pairs. */
+/* usage.add_topics(found, fetched, broker): EntityUsage's, inline, for an EntityUsage whose `topics` is a
+ * dict, and `found` a list of (str, size) pairs. */
 static int
-add_produced_topics(PyObject *usage, PyObject *found, PyObject *broker)
+add_topics(PyObject *usage, PyObject *found, int fetched, PyObject *broker)
 {
     PyObject *topics = NULL;
     if (Py_IS_TYPE(usage, entity_usage_type) && named_pairs(found)) {
@@ -200,9 +206,10 @@ add_produced_topics(PyObject *usage, PyObject *found, PyObject *broker)
         }
     }
     if (topics == NULL) {
-        PyObject *args[4] = {usage, found, Py_False, broker};
+        PyObject *args[4] = {usage, found, fetched ? Py_True : Py_False, broker};
         return done_with(PyObject_VectorcallMethod(s_add_topics, args, 4, NULL));
     }
+    Py_ssize_t at = fetched ? 1 : 0;
     int failed = -1;
     /* The loop reads the list as the Python's for loop does, an item at a time: Python code that runs inside
      * it (a broker's __hash__, a size's __iadd__) may have changed the list since named_pairs looked. */
@@ -258,11 +265,11 @@ add_produced_topics(PyObject *usage, PyObject *found, PyObject *broker)
             }
         }
         Py_DECREF(key);
-        /* counters[0] += size */
-        PyObject *before = PySequence_GetItem(counters, 0);
+        /* counters[at] += size */
+        PyObject *before = PySequence_GetItem(counters, at);
         PyObject *after = before == NULL ? NULL : PyNumber_InPlaceAdd(before, size);
         Py_XDECREF(before);
-        int stored = after == NULL ? -1 : PySequence_SetItem(counters, 0, after);
+        int stored = after == NULL ? -1 : PySequence_SetItem(counters, at, after);
         Py_XDECREF(after);
         Py_DECREF(counters);
         Py_DECREF(pair);
@@ -274,6 +281,17 @@ add_produced_topics(PyObject *usage, PyObject *found, PyObject *broker)
 done:
     Py_DECREF(topics);
     return failed;
+}
+
+/* self._named(found): found itself when every topic is named already (a new reference), else the Python's. */
+static PyObject *
+named_topics(PyObject *recording, PyObject *found)
+{
+    if (named_pairs(found)) {
+        return Py_NewRef(found);
+    }
+    PyObject *named_args[2] = {recording, found};
+    return PyObject_VectorcallMethod(s_named, named_args, 2, NULL);
 }
 
 static PyObject *
@@ -362,18 +380,8 @@ record_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         goto done;
     }
-    /* self._named(found): found itself when every topic is named already */
-    if (named_pairs(found)) {
-        named = Py_NewRef(found);
-    }
-    else {
-        PyObject *named_args[2] = {recording, found};
-        named = PyObject_VectorcallMethod(s_named, named_args, 2, NULL);
-        if (named == NULL) {
-            goto done;
-        }
-    }
-    if (add_produced_topics(usage, named, broker) == 0) {
+    named = named_topics(recording, found);
+    if (named != NULL && add_topics(usage, named, 0, broker) == 0) {
         result = Py_NewRef(Py_None);
     }
 done:
@@ -382,6 +390,126 @@ done:
     Py_XDECREF(key);
     Py_DECREF(usage);
     return result;
+}
+
+/* A call of `fn(a, b, c)` whose ProtocolError the recording swallows: the result, or NULL with no error set
+ * (*failed 0: a ProtocolError, the breakdown is lost) or with one (*failed -1). */
+static PyObject *
+call_or_lose(PyObject *fn, PyObject *a, PyObject *b, PyObject *c, int *failed)
+{
+    PyObject *call_args[3] = {a, b, c};
+    PyObject *result = PyObject_Vectorcall(fn, call_args, 3, NULL);
+    *failed = 0;
+    if (result == NULL) {
+        if (PyErr_ExceptionMatches(protocol_error)) {
+            PyErr_Clear();
+        }
+        else {
+            *failed = -1;
+        }
+    }
+    return result;
+}
+
+/* record_fetch_response(recording, user, header, frame, broker=None): UsageRecording.fetch_response. */
+static PyObject *
+record_fetch_response(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 4 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError, "record_fetch_response(recording, user, header, frame, broker=None)");
+        return NULL;
+    }
+    if (fetch_key == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "usage recording used before bind()");
+        return NULL;
+    }
+    PyObject *recording = args[0], *user = args[1], *header = args[2], *frame = args[3];
+    PyObject *broker = nargs == 5 ? args[4] : Py_None;
+    if (!Py_IS_TYPE(recording, usage_recording_type)) {
+        /* a subclass may have its own usage() or _named(): its fetch_response() runs, as the Python's would */
+        PyObject *call[5] = {recording, user, header, frame, broker};
+        return PyObject_VectorcallMethod(s_fetch_response, call, 5, NULL);
+    }
+    PyObject *client_id = PyObject_GetAttr(header, s_client_id);
+    if (client_id == NULL) {
+        return NULL;
+    }
+    PyObject *usage = usage_of(recording, user, client_id);
+    Py_DECREF(client_id);
+    if (usage == NULL) {
+        return NULL;
+    }
+    PyObject *result = NULL, *version = NULL, *header_size = NULL, *start = NULL, *found = NULL, *named = NULL;
+    int failed;
+    /* header_size = response_header_size(FETCH, header.api_version, frame): a ProtocolError, nothing more */
+    version = PyObject_GetAttr(header, s_api_version);
+    if (version == NULL) {
+        goto done;
+    }
+    header_size = call_or_lose(response_header_size, fetch_key, version, frame, &failed);
+    if (header_size == NULL) {
+        result = failed ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    /* usage.fetch_bytes += len(frame) - 4 - header_size + 4 */
+    Py_ssize_t size = PyObject_Size(frame);
+    PyObject *less = size < 0 ? NULL : PyLong_FromSsize_t(size - 4);
+    PyObject *body = less == NULL ? NULL : PyNumber_Subtract(less, header_size);
+    PyObject *counted = body == NULL ? NULL : PyNumber_Add(body, four);
+    Py_XDECREF(less);
+    Py_XDECREF(body);
+    failed = counted == NULL ? -1 : add_to_attribute(usage, s_fetch_bytes, counted);
+    Py_XDECREF(counted);
+    if (failed) {
+        goto done;
+    }
+    /* The walk the NodeEndpoints rewrite made of this very answer (v16+), if it made one. */
+    start = PyNumber_Add(four, header_size);
+    if (start == NULL) {
+        goto done;
+    }
+    PyObject *walked_args[3] = {version, frame, start};
+    found = PyObject_Vectorcall(walked_fetch_topics, walked_args, 3, NULL);
+    if (found == NULL) {
+        goto done;
+    }
+    if (found == Py_None) {
+        Py_CLEAR(found);
+        found = call_or_lose(fetch_topic_bytes, version, frame, start, &failed);
+        if (found == NULL) {
+            result = failed ? NULL : Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    named = named_topics(recording, found);
+    if (named != NULL && add_topics(usage, named, 1, broker) == 0) {
+        result = Py_NewRef(Py_None);
+    }
+done:
+    Py_XDECREF(named);
+    Py_XDECREF(found);
+    Py_XDECREF(start);
+    Py_XDECREF(header_size);
+    Py_XDECREF(version);
+    Py_DECREF(usage);
+    return result;
+}
+
+/* What the fetch answers' recording reads of its module: bind_fetch(ApiKey.FETCH, response_header_size,
+ * walked_fetch_topics, fetch_topic_bytes). */
+static PyObject *
+bind_fetch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) || !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bind_fetch(ApiKey.FETCH, response_header_size, walked_fetch_topics, fetch_topic_bytes)");
+        return NULL;
+    }
+    Py_XSETREF(fetch_key, Py_NewRef(args[0]));
+    Py_XSETREF(response_header_size, Py_NewRef(args[1]));
+    Py_XSETREF(walked_fetch_topics, Py_NewRef(args[2]));
+    Py_XSETREF(fetch_topic_bytes, Py_NewRef(args[3]));
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -410,8 +538,12 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef module_methods[] = {
     {"record_request", (PyCFunction)(void (*)(void))record_request, METH_FASTCALL,
      "UsageRecording.request(recording, user, header, frame, broker=None), compiled."},
+    {"record_fetch_response", (PyCFunction)(void (*)(void))record_fetch_response, METH_FASTCALL,
+     "UsageRecording.fetch_response(recording, user, header, frame, broker=None), compiled."},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "Hand over what the recording uses of its module (once, from usage_recorder.py)."},
+    {"bind_fetch", (PyCFunction)(void (*)(void))bind_fetch, METH_FASTCALL,
+     "Hand over what the Fetch answers' recording uses of its module (once, from usage_recorder.py)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -448,7 +580,11 @@ PyInit__usage_recording(void)
     INTERN(s_overflow, "_overflow");
     INTERN(s_bytes, "bytes");
     INTERN(s_request, "request");
-    if ((zero = PyLong_FromLong(0)) == NULL || (one = PyLong_FromLong(1)) == NULL) {
+    INTERN(s_fetch_response, "fetch_response");
+    INTERN(s_api_version, "api_version");
+    INTERN(s_fetch_bytes, "fetch_bytes");
+    if ((zero = PyLong_FromLong(0)) == NULL || (one = PyLong_FromLong(1)) == NULL ||
+        (four = PyLong_FromLong(4)) == NULL) {
         return NULL;
     }
     return PyModule_Create(&usage_recording_module);

@@ -40,6 +40,9 @@ from ..cluster.broker_nodes import BrokerNodes
 from ..filter_api.contract import ConnectionInfo, Filter, FilterFactory, Frame, InFlight, RequestFrame
 
 PRODUCE, FETCH, METADATA = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA
+# Fetch's key as a plain int, as the header parse gives keys: what the compiled response_header_size
+# answers itself (an enum member goes to its Python).
+_FETCH_KEY = int(FETCH)
 # A Metadata answer larger than this is not decoded for names (a client's own topics fit many times over).
 METADATA_NAMES_MAX_BYTES = 256 * 1024
 # Names kept from Metadata answers; past this the map starts again (ids of deleted topics do not pile up).
@@ -109,9 +112,12 @@ class UsageRecording:
     def fetch_response(
         self, user: str, header: RequestHeader, frame: Frame, broker: int | None = None
     ) -> None:
+        """Count a Fetch answer's size and its topics' record bytes. The reference of the compiled one
+        (proxy/filters/_usage_recording.c, `record_fetch_response`), which writes out `usage`, the all-named
+        case of `_named` and EntityUsage's `add_topics` inline, as `request`'s does."""
         usage = self.usage(user, header.client_id)
         try:
-            header_size = response_header_size(FETCH, header.api_version, frame)
+            header_size = response_header_size(_FETCH_KEY, header.api_version, frame)
         except ProtocolError:
             return
         usage.fetch_bytes += len(frame) - 4 - header_size + 4
@@ -212,7 +218,7 @@ class UsageRecorder(Filter):
             broker = self._broker
             if broker is None:
                 broker = self._broker_node()
-            self._recording.fetch_response(self.conn.user, header, frame, broker)
+            _record_fetch_response(self._recording, self.conn.user, header, frame, broker)
         return frame
 
     def _broker_node(self) -> int | None:
@@ -237,9 +243,10 @@ class UsageRecorderFactory(FilterFactory):
         return UsageRecorder(conn, self)
 
 
-# What every connection's UsageRecorder runs per request: compiled where the install has it
-# (proxy/filters/_usage_recording.c), else UsageRecording.request, its reference.
+# What every connection's UsageRecorder runs per request and per Fetch answer: compiled where the install
+# has it (proxy/filters/_usage_recording.c), else UsageRecording.request and fetch_response, the references.
 _record_request = UsageRecording.request
+_record_fetch_response = UsageRecording.fetch_response
 if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled one takes the same
     try:
         from sluice.proxy.filters import _usage_recording
@@ -249,4 +256,6 @@ if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled 
         _usage_recording.bind(
             PRODUCE, FrameHead, produce_topics, ProtocolError, EntityUsage, _StreamedProduce, UsageRecording
         )
+        _usage_recording.bind_fetch(_FETCH_KEY, response_header_size, walked_fetch_topics, fetch_topic_bytes)
         _record_request = _usage_recording.record_request
+        _record_fetch_response = _usage_recording.record_fetch_response

@@ -17,10 +17,21 @@ import uuid
 from typing import Any, ClassVar
 
 import pytest
+from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.producer import ProduceRequest
 
+from sluice.protocol import response_walks
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.frames import FrameHead
-from sluice.protocol.headers import encode_request_header, frame, parse_request_header
+from sluice.protocol.headers import (
+    RequestHeader,
+    encode_request_header,
+    encode_response,
+    frame,
+    parse_request_header,
+)
+from sluice.protocol.node_endpoints import rewrite_node_endpoints
 from sluice.proxy.filters import usage_recorder
 from sluice.proxy.filters.usage_recorder import UsageRecording
 from sluice.quota.usage_ledger import UsageLedger
@@ -72,6 +83,43 @@ def _request(rng: random.Random) -> tuple[bytes, bool]:
     return frame(encode_request_header(key, 1, 8, client_id) + b"\x00\x00\x00\x00"), False
 
 
+def _compiled_fetch() -> Any:
+    compiled = usage_recorder._record_fetch_response
+    assert compiled is not UsageRecording.fetch_response, "built without proxy/filters/_usage_recording.c"
+    return compiled
+
+
+def _fetch_answer(rng: random.Random, version: int) -> bytes:
+    topic = FetchResponse.FetchableTopicResponse
+    topics = []
+    for name in rng.sample(["a", "b", "c", "d", "e"], rng.randint(0, 3)):
+        partitions = [
+            topic.PartitionData(partition_index=i, high_watermark=1, records=b"\x01" * rng.randint(0, 90))
+            for i in range(rng.randint(1, 2))
+        ]
+        identity: dict[str, object] = (
+            {"topic_id": rng.choice([KNOWN, UNKNOWN])} if version >= 13 else {"topic": name}
+        )
+        topics.append(topic(**identity, partitions=partitions))
+    message = FetchResponse(version=version, throttle_time_ms=0, responses=topics)
+    return encode_response(ApiKey.FETCH, version, 9, encode_body(message, version))
+
+
+def _fetch(rng: random.Random) -> tuple[RequestHeader, bytes, bool]:
+    """The header of a Fetch request, its answer (maybe cut, or too short for a header), and whether the
+    NodeEndpoints rewrite walks it first and keeps its topics (v16+, as the proxy's does)."""
+    version = rng.choice([4, 11, 12, 13, 15, 16, 17])
+    client_id = rng.choice(["pump", "pump", "other", None])
+    header = parse_request_header(frame(encode_request_header(1, version, 9, client_id)))
+    data = _fetch_answer(rng, version)
+    kind = rng.choice(["whole", "whole", "whole", "cut", "short"])
+    if kind == "cut":
+        data = data[: rng.randint(9, len(data) - 1)]
+    elif kind == "short":
+        data = data[: rng.randint(0, 7)]
+    return header, data, kind == "whole" and version >= 16 and rng.random() < 0.7
+
+
 def _snapshot(world: _World) -> object:
     ledger = world.ledger
     entities = {
@@ -82,7 +130,7 @@ def _snapshot(world: _World) -> object:
     cache = world.recording._cache
     return (
         entities,
-        (sink.produce_bytes, dict(sink.requests), dict(sink.topics)),
+        (sink.produce_bytes, sink.fetch_bytes, dict(sink.requests), dict(sink.topics)),
         (overflow.entities, overflow.topics, overflow.bytes, sorted(overflow.refused, key=repr)),
         ledger.generation,
         None if cache is None else (cache[:3], type(cache[3]).__name__, cache[3] is ledger._sink),
@@ -90,6 +138,7 @@ def _snapshot(world: _World) -> object:
             (type(o).__name__, o._user, o._client_id, o._broker, o._stream._size)  # type: ignore[attr-defined]
             for o in world.observers
         ],
+        world.walk_left,
     )
 
 
@@ -99,6 +148,7 @@ class _World:
         self.ledger = UsageLedger("x", max_entities=rng.randint(1, 4), max_topics=rng.randint(0, 4))
         self.recording = UsageRecording(self.ledger, NAMES.get)
         self.observers: list[object] = []
+        self.walk_left = False
         self.drained: list[object] = []
 
     def request(self, record: Any, user: str, data: bytes, head: bool, broker: int | None) -> None:
@@ -110,13 +160,35 @@ class _World:
         else:
             record(self.recording, user, header, memoryview(data), broker)
 
+    def fetch(
+        self, record: Any, user: str, header: RequestHeader, data: bytes, walked: bool, broker: int | None
+    ) -> None:
+        answer = memoryview(data)
+        if walked:  # the rewrite's walk, kept for the usage records (taken once, by whichever asks)
+            rewrite_node_endpoints(1, header.api_version, answer, lambda *a: None, 4 + 5, True)
+        record(self.recording, user, header, answer, broker)
+        # the walk kept is taken (let go with the answer it holds) by whichever asks for it
+        self.walk_left = response_walks._last_fetch[0] is not None
+        response_walks._last_fetch = response_walks._NO_FETCH_WALK
+
     def drain(self) -> None:
         self.drained.append(self.ledger.drain(0, 1000).rows)
 
 
 def test_the_compiled_recording_does_what_the_python_one_does_on_random_requests() -> None:
-    compiled = _compiled()
-    met = {"topics": 0, "overflow_topics": 0, "overflow_entities": 0, "observed": 0, "cut": 0}
+    compiled, compiled_fetch = _compiled(), _compiled_fetch()
+    met = dict.fromkeys(
+        (
+            "topics",
+            "overflow_topics",
+            "overflow_entities",
+            "observed",
+            "fetched",
+            "walked",
+            "fetched_topic_bytes",
+        ),
+        0,
+    )
     for seed in range(SCENARIOS):
         reference, translated = _World(seed), _World(seed)
         rng = random.Random(seed * 31)
@@ -127,18 +199,30 @@ def test_the_compiled_recording_does_what_the_python_one_does_on_random_requests
                 assert translated.drained == reference.drained, seed
                 continue
             user = rng.choice(["alice", "alice", "bob", ""])
-            data, head = _request(rng)
             broker = rng.choice([None, 1, 2])
-            reference.request(UsageRecording.request, user, data, head, broker)
-            translated.request(compiled, user, data, head, broker)
+            if rng.random() < 0.3:
+                header, answer, walked = _fetch(rng)
+                reference.fetch(UsageRecording.fetch_response, user, header, answer, walked, broker)
+                translated.fetch(compiled_fetch, user, header, answer, walked, broker)
+                met["fetched"] += 1
+                met["walked"] += walked
+            else:
+                data, head = _request(rng)
+                reference.request(UsageRecording.request, user, data, head, broker)
+                translated.request(compiled, user, data, head, broker)
             assert _snapshot(translated) == _snapshot(reference), seed
         met["topics"] += sum(len(u.topics) for u in reference.ledger._entities.values())
         met["overflow_topics"] += reference.ledger._overflow.topics
         met["overflow_entities"] += reference.ledger._overflow.entities
         met["observed"] += len(reference.observers)
+        met["fetched_topic_bytes"] += sum(
+            counters[1] for u in reference.ledger._entities.values() for counters in u.topics.values()
+        )
     # the scenarios met topics kept, topics and entities refused, and requests passing through
     assert met["topics"] > 200 and met["overflow_topics"] > 50 and met["overflow_entities"] > 50
     assert met["observed"] > 100
+    # Fetch answers, some walked by the rewrite first, their topics' bytes counted
+    assert met["fetched"] > 1000 and met["walked"] > 100 and met["fetched_topic_bytes"] > 1000
 
 
 def test_the_compiled_recording_keeps_no_reference_to_what_passed() -> None:
@@ -231,21 +315,33 @@ def test_the_compiled_recording_leaks_nothing_on_any_path() -> None:
     ledger = UsageLedger("x", max_entities=2, max_topics=2)
     recording = UsageRecording(ledger, NAMES.get)
 
+    compiled_fetch = _compiled_fetch()
+    answers = [_fetch(rng) for _ in range(40)]  # whole, cut and short, some walked by the rewrite first
+
     def one_round() -> None:
         for n, (data, head) in enumerate(requests):
             header = parse_request_header(data)
             passing: object = FrameHead(memoryview(data)[:40], len(data)) if head else memoryview(data)
             compiled(recording, ["alice", "bob", "carol"][n % 3], header, passing, n % 2 or None)
+        for n, (header, data, walked) in enumerate(answers):
+            answer = memoryview(data)
+            if walked:
+                rewrite_node_endpoints(1, header.api_version, answer, lambda *a: None, 9, True)
+            compiled_fetch(recording, ["alice", "bob"][n % 2], header, answer, n % 2 or None)
 
     for _ in range(100):  # the interpreter's caches and free lists settle first
         one_round()
     before = sys.getallocatedblocks()
+    # The small ints every answer passes through (a header's size 5, a body's start 9) are shared objects,
+    # whose references a leak would raise (their blocks were allocated once).
+    shared = [sys.getrefcount(5), sys.getrefcount(9)]
     for _ in range(300):
         one_round()
     assert sys.getallocatedblocks() - before < 100
+    assert abs(sys.getrefcount(5) - shared[0]) < 1000 and abs(sys.getrefcount(9) - shared[1]) < 1000
 
 
-def test_a_subclass_of_the_recording_runs_its_own_request() -> None:
+def test_a_subclass_of_the_recording_runs_its_own_request_and_fetch_response() -> None:
     # Its usage() or _named() may be its own: the compiled one does not write them out for it.
     class Counting(UsageRecording):
         calls = 0
@@ -254,7 +350,14 @@ def test_a_subclass_of_the_recording_runs_its_own_request() -> None:
             Counting.calls += 1
             super().request(*args)
 
+        def fetch_response(self, *args: Any) -> None:
+            Counting.calls += 10
+            super().fetch_response(*args)
+
     data = _produce(random.Random(5), 9, "pump")
     recording = Counting(UsageLedger("x"), NAMES.get)
     _compiled()(recording, "alice", parse_request_header(data), memoryview(data), 1)
     assert Counting.calls == 1 and recording.usage("alice", "pump").topics
+    header = parse_request_header(frame(encode_request_header(1, 12, 9, "pump")))
+    _compiled_fetch()(recording, "alice", header, memoryview(_fetch_answer(random.Random(6), 12)), 1)
+    assert Counting.calls == 11 and recording.usage("alice", "pump").fetch_bytes
