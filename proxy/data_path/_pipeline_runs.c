@@ -32,12 +32,16 @@ static PyTypeObject *in_flight_type = NULL;
 static PyObject *respond_type = NULL;
 static PyObject *produce_key = NULL;  /* ApiKey.PRODUCE */
 static PyObject *counted_min_bytes = NULL;
+/* What bind_metrics() hands over once: observability.metrics' ProxyMetrics and OTHER_SLOT. */
+static PyTypeObject *metrics_type = NULL;
+static PyObject *other_slot = NULL;
 
 static PyObject *s_gate, *s_filters, *s_on_request, *s_on_response, *s_state, *s_muted, *s_raw_exchange,
     *s_metrics, *s_count_request, *s_count_response, *s_api_key, *s_correlation_id, *s_sent_acks0,
     *s_in_flight, *s_append, *s_outgoing, *s_kind, *s_header, *s_popleft, *s_load, *s_give, *s_frame,
-    *s_delay_ms, *s_throttle_ms, *s_response_sent, *s_sink, *s_send_response;
-static PyObject *zero = NULL;
+    *s_delay_ms, *s_throttle_ms, *s_response_sent, *s_sink, *s_send_response, *s_requests, *s_request_bytes,
+    *s_responses, *s_response_bytes;
+static PyObject *zero = NULL, *one = NULL;
 
 #define IN_FLIGHT_FIELDS 7
 
@@ -118,6 +122,46 @@ call_on_attribute(PyObject *self, PyObject *name, PyObject *method, PyObject *a,
     return failed;
 }
 
+/* `target.<name>[slot] += value` */
+static int
+add_at(PyObject *target, PyObject *name, PyObject *slot, PyObject *value)
+{
+    PyObject *items = PyObject_GetAttr(target, name);
+    if (items == NULL) {
+        return -1;
+    }
+    PyObject *before = PyObject_GetItem(items, slot);
+    PyObject *after = before == NULL ? NULL : PyNumber_InPlaceAdd(before, value);
+    int failed = after == NULL ? -1 : PyObject_SetItem(items, slot, after);
+    Py_XDECREF(before);
+    Py_XDECREF(after);
+    Py_DECREF(items);
+    return failed;
+}
+
+/* metrics.count_request(key, size) (`counts` s_requests, `sizes` s_request_bytes, `method` s_count_request)
+ * or count_response: for an exact ProxyMetrics and an int key (what the header parse gives), the method's
+ * body written out (`slot = api_key if 0 <= api_key < OTHER_SLOT else OTHER_SLOT`, then each list's item
+ * at the slot added to), else the method called. */
+static int
+count(PyObject *metrics, PyObject *method, PyObject *counts, PyObject *sizes, PyObject *key, PyObject *size)
+{
+    if (metrics_type == NULL || !Py_IS_TYPE(metrics, metrics_type) || !PyLong_CheckExact(key)) {
+        return done_with(call_method2(metrics, method, key, size));
+    }
+    int overflow;
+    long value = PyLong_AsLongAndOverflow(key, &overflow);
+    long others = PyLong_AsLong(other_slot);
+    if (others == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *slot = !overflow && 0 <= value && value < others ? key : other_slot;
+    if (add_at(metrics, counts, slot, one) < 0) {
+        return -1;
+    }
+    return add_at(metrics, sizes, slot, size);
+}
+
 /* `size - 4` */
 static PyObject *
 less_prefix(Py_ssize_t size)
@@ -152,7 +196,7 @@ expect_forwarded(PyObject *pipeline, PyObject *header, PyObject *frame, Py_ssize
     }
     PyObject *key = PyObject_GetAttr(header, s_api_key);
     PyObject *counted = key == NULL ? NULL : less_prefix(size);
-    int failed = counted == NULL ? -1 : done_with(call_method2(metrics, s_count_request, key, counted));
+    int failed = counted == NULL ? -1 : count(metrics, s_count_request, s_requests, s_request_bytes, key, counted);
     Py_DECREF(metrics);
     Py_XDECREF(counted);
     Py_XDECREF(key);
@@ -454,7 +498,10 @@ respond(PyObject *pipeline, PyObject *request, PyObject *frame)
         Py_ssize_t size = PyObject_Size(sent);
         PyObject *counted = size < 0 ? NULL : less_prefix(size);
         if (counted != NULL) {
-            failed = call_on_attribute(pipeline, s_metrics, s_count_response, key, counted);
+            PyObject *metrics = PyObject_GetAttr(pipeline, s_metrics);
+            failed = metrics == NULL ? -1
+                                     : count(metrics, s_count_response, s_responses, s_response_bytes, key, counted);
+            Py_XDECREF(metrics);
             Py_DECREF(counted);
         }
         Py_DECREF(key);
@@ -614,6 +661,19 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* bind_metrics(ProxyMetrics, OTHER_SLOT): the metrics whose counting the runs write out. */
+static PyObject *
+bind_metrics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bind_metrics(ProxyMetrics, OTHER_SLOT)");
+        return NULL;
+    }
+    Py_XSETREF(metrics_type, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(other_slot, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"forward_plain", (PyCFunction)(void (*)(void))forward_plain, METH_FASTCALL,
      "RequestPipeline._forward_plain_in_python(pipeline, frames, i), compiled."},
@@ -621,6 +681,8 @@ static PyMethodDef module_methods[] = {
      "RequestPipeline._answers_plain_in_python(pipeline, frames, i), compiled."},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "Hand over what the runs use of the pipeline's module (once, from request_pipeline.py)."},
+    {"bind_metrics", (PyCFunction)(void (*)(void))bind_metrics, METH_FASTCALL,
+     "Hand over the metrics type whose counting the runs write out (once, from request_pipeline.py)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -650,6 +712,10 @@ PyInit__pipeline_runs(void)
     INTERN(s_metrics, "_metrics");
     INTERN(s_count_request, "count_request");
     INTERN(s_count_response, "count_response");
+    INTERN(s_requests, "requests");
+    INTERN(s_request_bytes, "request_bytes");
+    INTERN(s_responses, "responses");
+    INTERN(s_response_bytes, "response_bytes");
     INTERN(s_api_key, "api_key");
     INTERN(s_correlation_id, "correlation_id");
     INTERN(s_sent_acks0, "_sent_acks0");
@@ -667,7 +733,7 @@ PyInit__pipeline_runs(void)
     INTERN(s_response_sent, "response_sent");
     INTERN(s_sink, "_sink");
     INTERN(s_send_response, "send_response");
-    if ((zero = PyLong_FromLong(0)) == NULL) {
+    if ((zero = PyLong_FromLong(0)) == NULL || (one = PyLong_FromLong(1)) == NULL) {
         return NULL;
     }
     return PyModule_Create(&pipeline_runs_module);

@@ -49,6 +49,7 @@ from ..filter_api.contract import (
     Respond,
     whole,
 )
+from ..observability.metrics import OTHER_SLOT, ProxyMetrics
 from .broker_load import COUNTED_MIN_BYTES
 from .filter_chain import ChainOutcome, ConnectionFilters, Deferred
 
@@ -649,5 +650,6 @@ if not TYPE_CHECKING:  # the type checker reads the Python methods; the compiled
             ApiKey.PRODUCE,
             COUNTED_MIN_BYTES,
         )
+        _pipeline_runs.bind_metrics(ProxyMetrics, OTHER_SLOT)  # whose counting they write out
         _forward_plain = _pipeline_runs.forward_plain
         _answers_plain = _pipeline_runs.answers_plain

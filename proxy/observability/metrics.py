@@ -16,7 +16,9 @@ from prometheus_client.registry import Collector
 from sluice.protocol.apis import api_spec
 
 _KEYS = 128  # API keys seen in practice are < 100; larger keys are folded into the last slot.
-_OTHER_SLOT = _KEYS - 1  # (a name, not `_KEYS - 1` in the counting: Python computes that each time)
+# (a name, not `_KEYS - 1` in the counting: Python computes that each time; the compiled pipeline runs count
+# as these two methods do, proxy/data_path/_pipeline_runs.c, and are bound to it)
+OTHER_SLOT = _KEYS - 1
 
 
 def api_name(api_key: int) -> str:
@@ -61,14 +63,16 @@ class ProxyMetrics:
         self.request_memory: Any = None  # the proxy's RequestMemory, read at scrape time
         self.broker_loads: Any = None  # the proxy's BrokerLoads, read at scrape time
 
-    # The slot computed inline (no helper call): these two run for every request and response.
+    # The slot computed inline (no helper call): these two run for every request and response. The compiled
+    # pipeline runs write them out for an exact ProxyMetrics (proxy/data_path/_pipeline_runs.c): a change to
+    # either is a change there.
     def count_request(self, api_key: int, size: int) -> None:
-        slot = api_key if 0 <= api_key < _OTHER_SLOT else _OTHER_SLOT
+        slot = api_key if 0 <= api_key < OTHER_SLOT else OTHER_SLOT
         self.requests[slot] += 1
         self.request_bytes[slot] += size
 
     def count_response(self, api_key: int, size: int) -> None:
-        slot = api_key if 0 <= api_key < _OTHER_SLOT else _OTHER_SLOT
+        slot = api_key if 0 <= api_key < OTHER_SLOT else OTHER_SLOT
         self.responses[slot] += 1
         self.response_bytes[slot] += size
 

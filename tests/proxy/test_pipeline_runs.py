@@ -38,6 +38,7 @@ from sluice.proxy.filter_api.contract import (
     InFlight,
     Respond,
 )
+from sluice.proxy.observability.metrics import ProxyMetrics
 
 SCENARIOS = 300
 STEPS = 12
@@ -194,11 +195,15 @@ class _World:
             # One filter as the whole chain: its effects reach the pipeline as they are (a throttle of 0 in a
             # Forward, a delay of 0 or less in a Respond), which the chain's runs would have taken off.
             runs = _Direct("direct", self.log, script)
+        # The proxy's own metrics (whose counting the compiled runs write out), or a stand-in logging calls
+        self.metrics: ProxyMetrics | _Counters = (
+            ProxyMetrics() if script.rng.random() < 0.5 else _Counters(self.log)
+        )
         self.pipeline = RequestPipeline(
             runs,  # type: ignore[arg-type]  # (what the pipeline calls of its filters)
             self.gate,
             _Sink(self.log),
-            _Counters(self.log),
+            self.metrics,
             FrameSplitter(),
             FrameSplitter(),
         )
@@ -237,6 +242,12 @@ class _World:
                 ],
             )
         )
+        metrics = self.metrics
+        if isinstance(metrics, ProxyMetrics):
+            counted = (metrics.requests, metrics.request_bytes, metrics.responses, metrics.response_bytes)
+            self.log.append(("counted", [dict(enumerate(c)) for c in map(list, counted)]))
+            if any(metrics.requests):
+                _MET["counted"] += 1
         pipeline.outgoing = []
 
 
@@ -256,7 +267,8 @@ def _request(rng: random.Random, correlation_id: int) -> bytes:
         return _produce(correlation_id, rng.choice([1, 0]), True)
     if kind == "metadata":
         return encode_request(3, 1, correlation_id, "client", b"\xff\xff\xff\xff")
-    return encode_request(500, 0, correlation_id, "client", b"")
+    # an API no table names: counted in the metrics' last slot, or its own just below it
+    return encode_request(rng.choice([500, 126, 127, 128, 32767]), 0, correlation_id, "client", b"")
 
 
 def _step(rng: random.Random, reference: _World, next_id: int) -> tuple[str, list[bytes] | None, int]:
@@ -320,6 +332,7 @@ def test_the_random_traffic_meets_every_case_the_runs_handle() -> None:
     assert _MET["sink"] > 300 and _MET["count_request"] > 700 and _MET["mute"] > 50
     assert _MET["gate"] > 50 and _MET["take"] > 60 and _MET["give"] > 40 and _MET["wait"] > 10
     assert _MET["raised"] > 100 and _MET["returned"] > 1400
+    assert _MET["counted"] > 500  # the proxy's own metrics counted (the compiled runs write that out)
 
 
 class _Quiet:
@@ -351,14 +364,17 @@ class _PassOn:
         return frame
 
 
-def test_the_compiled_runs_leak_nothing() -> None:
+@pytest.mark.parametrize("counted_by", ["stand-in", "ProxyMetrics"])
+def test_the_compiled_runs_leak_nothing(counted_by: str) -> None:
     # Correlation ids past the small ints' cache, so that an id kept by mistake is a block more per request;
-    # the frames, reused every round, are watched by their references.
+    # the frames, reused every round, are watched by their references; the proxy's own metrics, whose
+    # counting the runs write out, or a stand-in whose methods they call.
     _compiled()
     quiet, one = _Quiet(), bytes(TABLE_SIZE + 1)
+    metrics = ProxyMetrics() if counted_by == "ProxyMetrics" else quiet
     filters = ((_PassOn(),),)
     runs = _Runs(lambda _ms: None, one, filters, one, filters, one, filters, one, lambda: False)
-    pipeline = RequestPipeline(runs, quiet, quiet, quiet, FrameSplitter(), FrameSplitter())  # type: ignore[arg-type]
+    pipeline = RequestPipeline(runs, quiet, quiet, metrics, FrameSplitter(), FrameSplitter())  # type: ignore[arg-type]
     pipeline.upstream_ready()
     requests = [
         memoryview(_produce(5000, 1, False)).toreadonly(),
@@ -381,3 +397,7 @@ def test_the_compiled_runs_leak_nothing() -> None:
     assert sys.getallocatedblocks() - before < 100
     assert [sys.getrefcount(frame) for frame in requests + answers] == references
     assert pipeline.in_flight == 0
+    if isinstance(metrics, ProxyMetrics):  # and what was counted was counted
+        rounds = ACKS0_WARM_UP + 2000  # two Produce requests (one acks=0) and a Metadata a round, two answers
+        assert (metrics.requests[0], metrics.requests[3]) == (2 * rounds, rounds)
+        assert (metrics.responses[0], metrics.responses[3]) == (rounds, rounds)
