@@ -63,25 +63,26 @@ bind_request_headers: (
     | None
 ) = None
 parse_request_header: Callable[[Buffer], RequestHeader] | None = None
-# ({api key: (first version with NodeEndpoints, last known)}, response_walks' globals, the Python rewrite)
+# ({api key: (first version with NodeEndpoints, last known)}, response_walks' globals,
+# node_endpoints.rewrite_node_endpoints_in_python)
 # -> None; then rewrite_node_endpoints(api_key, api_version, body, address_for, start, remember), the
 # Python's answer: (the new body or None, how many entries were rewritten).
 bind_node_endpoints: (
     Callable[[Mapping[int, tuple[int, int]], dict[str, object], Callable[..., object]], None] | None
 ) = None
 rewrite_node_endpoints: Callable[..., tuple[bytes | None, int]] | None = None
-# (first transactional version, first flexible version, the Python produce_acks) -> None; then
-# produce_acks(frame, header), the Python's answer: a Produce request's acks.
+# (first transactional version, first flexible version, produce.produce_acks_in_python) -> None; then
+# produce_acks(frame, header), its answer: a Produce request's acks.
 bind_produce_acks: Callable[[int, int, Callable[..., int]], None] | None = None
-# (ApiVersions' key, the Python response_header_size) -> None; then response_header_size(api_key,
-# api_version, frame), the Python's answer (reading the table bind_request_headers bound).
-# (produce_stream's globals, PRODUCE_MAX, the Python produce_topics) -> None; then produce_topics(frame,
-# header), the Python's answer: [(topic, record bytes)] of a framed Produce request.
+produce_acks: Callable[[Buffer, RequestHeader], int] | None = None
+# (produce_stream's globals, PRODUCE_MAX, produce_stream.produce_topics_in_python) -> None; then
+# produce_topics(frame, header), its answer: [(topic, record bytes)] of a framed Produce request.
 bind_produce_topics: Callable[[dict[str, object], int, Callable[..., _TopicBytes]], None] | None = None
 produce_topics: Callable[[Buffer, RequestHeader], _TopicBytes] | None = None
+# (ApiVersions' key, headers.response_header_size_in_python) -> None; then response_header_size(api_key,
+# api_version, frame), its answer (reading the table bind_request_headers bound).
 bind_response_headers: Callable[[int, Callable[..., int]], None] | None = None
 response_header_size: Callable[[int, int, Buffer], int] | None = None
-produce_acks: Callable[[Buffer, RequestHeader], int] | None = None
 
 try:
     from sluice.protocol import _compiled

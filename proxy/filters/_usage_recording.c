@@ -295,8 +295,12 @@ named_topics(PyObject *recording, PyObject *found)
 }
 
 static PyObject *
-record_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+record_request(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && nargs >= 1) { /* keywords: the method, as the Python takes them */
+        return PyObject_VectorcallMethod(s_request, args, nargsf, kwnames);
+    }
     if (nargs < 4 || nargs > 5) {
         PyErr_SetString(PyExc_TypeError, "record_request(recording, user, header, frame, broker=None)");
         return NULL;
@@ -413,8 +417,12 @@ call_or_lose(PyObject *fn, PyObject *a, PyObject *b, PyObject *c, int *failed)
 
 /* record_fetch_response(recording, user, header, frame, broker=None): UsageRecording.fetch_response. */
 static PyObject *
-record_fetch_response(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+record_fetch_response(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && nargs >= 1) { /* keywords: the method, as the Python takes them */
+        return PyObject_VectorcallMethod(s_fetch_response, args, nargsf, kwnames);
+    }
     if (nargs < 4 || nargs > 5) {
         PyErr_SetString(PyExc_TypeError, "record_fetch_response(recording, user, header, frame, broker=None)");
         return NULL;
@@ -536,9 +544,9 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef module_methods[] = {
-    {"record_request", (PyCFunction)(void (*)(void))record_request, METH_FASTCALL,
+    {"record_request", (PyCFunction)(void (*)(void))record_request, METH_FASTCALL | METH_KEYWORDS,
      "UsageRecording.request(recording, user, header, frame, broker=None), compiled."},
-    {"record_fetch_response", (PyCFunction)(void (*)(void))record_fetch_response, METH_FASTCALL,
+    {"record_fetch_response", (PyCFunction)(void (*)(void))record_fetch_response, METH_FASTCALL | METH_KEYWORDS,
      "UsageRecording.fetch_response(recording, user, header, frame, broker=None), compiled."},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "Hand over what the recording uses of its module (once, from usage_recorder.py)."},

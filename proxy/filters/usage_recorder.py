@@ -243,10 +243,27 @@ class UsageRecorderFactory(FilterFactory):
         return UsageRecorder(conn, self)
 
 
+def _request_of(
+    recording: UsageRecording, user: str, header: RequestHeader, frame: Frame | FrameHead, broker: int | None
+) -> None:
+    recording.request(user, header, frame, broker)  # a subclass's own, as the compiled one runs it
+
+
+def _fetch_response_of(
+    recording: UsageRecording, user: str, header: RequestHeader, frame: Frame, broker: int | None
+) -> None:
+    recording.fetch_response(user, header, frame, broker)
+
+
 # What every connection's UsageRecorder runs per request and per Fetch answer: compiled where the install
-# has it (proxy/filters/_usage_recording.c), else UsageRecording.request and fetch_response, the references.
-_record_request = UsageRecording.request
-_record_fetch_response = UsageRecording.fetch_response
+# has it (proxy/filters/_usage_recording.c), else the recording's request and fetch_response, the
+# references.
+_record_request: Callable[[UsageRecording, str, RequestHeader, Frame | FrameHead, int | None], None] = (
+    _request_of
+)
+_record_fetch_response: Callable[[UsageRecording, str, RequestHeader, Frame, int | None], None] = (
+    _fetch_response_of
+)
 if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled one takes the same
     try:
         from sluice.proxy.filters import _usage_recording

@@ -8,6 +8,7 @@ install has it.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -717,7 +718,8 @@ def test_the_compiled_common_cases_keep_no_reference_and_no_memory() -> None:
                     rewrite(key, version, body, _advertise, start, True)
             acks(produce_request, request_header)
             topics(produce_request, request_header)
-            header_size(0, 11, produce_frame)
+            header_size(0, 11, produce_frame)  # 5
+            header_size(0, 8, produce_frame)  # 4
             header_size(1, 17, fetch_answer)  # not a frame: another header, sized by the Python
 
     run(1000)  # caches and free lists warmed up
@@ -725,10 +727,15 @@ def test_the_compiled_common_cases_keep_no_reference_and_no_memory() -> None:
     assert response_walks.walked_produce_responses_end(11, produce_frame, 9) > 256
     held = [produce_frame, fetch_answer, *(body for _, _, body, _ in cut), produce_request, request_header]
     references = [sys.getrefcount(one) for one in held]
+    # The small ints the calls pass and answer (versions, sizes 4 and 5, a start 4 + the request header's
+    # size) are shared objects, whose references a leak would raise.
+    small = [0, 1, 4, 5, 8, 9, 11, 17, 4 + request_header.size]
+    shared = [sys.getrefcount(n) for n in small]
     blocks = sys.getallocatedblocks()
     run(20_000)
     assert sys.getallocatedblocks() - blocks < 100
     assert [sys.getrefcount(one) for one in held] == references
+    assert all(abs(sys.getrefcount(n) - count) < 1000 for n, count in zip(small, shared, strict=True))
     response_walks._last = (None, -1, -1, -1)  # the walk remembered holds the frame
     for view in (produce_frame, *(body for _, _, body, _ in cut), produce_request):
         view.release()  # no buffer of theirs is still held (BufferError otherwise)
@@ -927,3 +934,29 @@ def test_a_header_too_short_to_be_the_parses_is_read_by_the_python() -> None:
         with pytest.raises(IndexError) as python_error:
             python(frame, short)
         assert str(compiled_error.value) == str(python_error.value)
+
+
+def test_a_view_the_compiled_twins_hand_to_the_python_is_released_by_them() -> None:
+    # A view of chars or of signed bytes is read by the Python: the twins open it only to look, and let it
+    # go (its release fails with BufferError while a buffer of it is held).
+    answer = b"\x00" * 9 + _small_produce_answer(10)
+    request = headers.encode_request(ApiKey.PRODUCE, 9, 1, "c", _small_produce_request(9))
+    header = headers.parse_request_header(request)
+    rewrite, acks, header_size = (
+        compiled.rewrite_node_endpoints,
+        compiled.produce_acks,
+        compiled.response_header_size,
+    )
+    assert rewrite is not None and acks is not None and header_size is not None
+    calls: list[tuple[bytes, Callable[[memoryview], object]]] = [
+        (answer, lambda view: rewrite(0, 10, view, _advertise, 9, True)),
+        (request, lambda view: acks(view, header)),
+        (answer, lambda view: header_size(0, 10, view)),
+    ]
+    for cast in ("c", "b"):
+        for data, call in calls:
+            view = memoryview(data).cast(cast)
+            with contextlib.suppress(TypeError, ProtocolError):  # the Python's read of chars may fail
+                call(view)
+            response_walks._last = (None, -1, -1, -1)  # (a walk remembered holds the view it walked)
+            view.release()

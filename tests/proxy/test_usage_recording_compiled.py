@@ -45,7 +45,7 @@ _Partition = ProduceRequest.TopicProduceData.PartitionProduceData
 
 def _compiled() -> Any:
     compiled = usage_recorder._record_request
-    assert compiled is not UsageRecording.request, "built without proxy/filters/_usage_recording.c"
+    assert compiled is not usage_recorder._request_of, "built without proxy/filters/_usage_recording.c"
     return compiled
 
 
@@ -85,7 +85,7 @@ def _request(rng: random.Random) -> tuple[bytes, bool]:
 
 def _compiled_fetch() -> Any:
     compiled = usage_recorder._record_fetch_response
-    assert compiled is not UsageRecording.fetch_response, "built without proxy/filters/_usage_recording.c"
+    assert compiled is not usage_recorder._fetch_response_of, "built without proxy/filters/_usage_recording.c"
     return compiled
 
 
@@ -332,13 +332,14 @@ def test_the_compiled_recording_leaks_nothing_on_any_path() -> None:
     for _ in range(100):  # the interpreter's caches and free lists settle first
         one_round()
     before = sys.getallocatedblocks()
-    # The small ints every answer passes through (a header's size 5, a body's start 9) are shared objects,
-    # whose references a leak would raise (their blocks were allocated once).
-    shared = [sys.getrefcount(5), sys.getrefcount(9)]
+    # The small ints every answer passes through (a header's size 4 or 5, a body's start 8 or 9, the
+    # versions) are shared objects, whose references a leak would raise (their blocks were allocated once).
+    small = [4, 5, 8, 9, *sorted({header.api_version for header, _, _ in answers})]
+    shared = [sys.getrefcount(n) for n in small]
     for _ in range(300):
         one_round()
     assert sys.getallocatedblocks() - before < 100
-    assert abs(sys.getrefcount(5) - shared[0]) < 1000 and abs(sys.getrefcount(9) - shared[1]) < 1000
+    assert all(abs(sys.getrefcount(n) - count) < 1000 for n, count in zip(small, shared, strict=True))
 
 
 def test_a_subclass_of_the_recording_runs_its_own_request_and_fetch_response() -> None:
@@ -361,3 +362,26 @@ def test_a_subclass_of_the_recording_runs_its_own_request_and_fetch_response() -
     header = parse_request_header(frame(encode_request_header(1, 12, 9, "pump")))
     _compiled_fetch()(recording, "alice", header, memoryview(_fetch_answer(random.Random(6), 12)), 1)
     assert Counting.calls == 11 and recording.usage("alice", "pump").fetch_bytes
+
+
+def test_keywords_and_errors_other_than_a_protocol_error_are_the_pythons() -> None:
+    compiled, compiled_fetch = _compiled(), _compiled_fetch()
+    data = _produce(random.Random(7), 9, "pump")
+    header = parse_request_header(frame(encode_request_header(1, 12, 9, "pump")))
+    answer = memoryview(_fetch_answer(random.Random(8), 12))
+    snapshots = []
+    for record, fetched in (
+        (UsageRecording.request, UsageRecording.fetch_response),
+        (compiled, compiled_fetch),
+    ):
+        world = _World(9)
+        record(world.recording, "alice", parse_request_header(data), memoryview(data), broker=2)
+        fetched(world.recording, "alice", header, answer, broker=2)
+        failures = []
+        for bad in ("a text long enough", None, 12):  # no frame: what fails is raised, not swallowed
+            with pytest.raises(Exception) as failure:
+                fetched(world.recording, "alice", header, bad, 1)
+            failures.append((type(failure.value), str(failure.value)))
+        snapshots.append((_snapshot(world), failures))
+    assert snapshots[0] == snapshots[1]
+    assert snapshots[0][1][0][0] is TypeError
