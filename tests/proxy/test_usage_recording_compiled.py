@@ -342,8 +342,16 @@ def test_the_compiled_recording_leaks_nothing_on_any_path() -> None:
     assert all(abs(sys.getrefcount(n) - count) < 1000 for n, count in zip(small, shared, strict=True))
 
 
-def test_a_subclass_of_the_recording_runs_its_own_request_and_fetch_response() -> None:
-    # Its usage() or _named() may be its own: the compiled one does not write them out for it.
+@pytest.mark.parametrize("install", ["compiled", "python"])
+def test_a_subclass_of_the_recording_runs_its_own_request_and_fetch_response(install: str) -> None:
+    # Its usage() or _named() may be its own: the compiled one does not write them out for it, and an install
+    # without it calls the recording's methods, its own among them.
+    record, record_fetch = (
+        (_compiled(), _compiled_fetch())
+        if install == "compiled"
+        else (usage_recorder._request_of, usage_recorder._fetch_response_of)
+    )
+
     class Counting(UsageRecording):
         calls = 0
 
@@ -357,10 +365,10 @@ def test_a_subclass_of_the_recording_runs_its_own_request_and_fetch_response() -
 
     data = _produce(random.Random(5), 9, "pump")
     recording = Counting(UsageLedger("x"), NAMES.get)
-    _compiled()(recording, "alice", parse_request_header(data), memoryview(data), 1)
+    record(recording, "alice", parse_request_header(data), memoryview(data), 1)
     assert Counting.calls == 1 and recording.usage("alice", "pump").topics
     header = parse_request_header(frame(encode_request_header(1, 12, 9, "pump")))
-    _compiled_fetch()(recording, "alice", header, memoryview(_fetch_answer(random.Random(6), 12)), 1)
+    record_fetch(recording, "alice", header, memoryview(_fetch_answer(random.Random(6), 12)), 1)
     assert Counting.calls == 11 and recording.usage("alice", "pump").fetch_bytes
 
 
