@@ -11,7 +11,9 @@ protocol/node_endpoints.py answers a Produce or Fetch answer with an empty top-l
 (`bind_node_endpoints`), `produce_acks` of protocol/produce.py reads a v3+ Produce request's acks after a
 null transactional id (`bind_produce_acks`), `response_header_size` of protocol/headers.py sizes a header
 with no tagged fields (`bind_response_headers`), `produce_topics` of protocol/produce_stream.py walks a
-Produce request's topics where no other filter kept a walk of it (`bind_produce_topics`).
+Produce request's topics where no other filter kept a walk of it (`bind_produce_topics`). And
+`whole_frames`, the loop of protocol/frames.py's splitter over a read's frames, hands the Python the calls
+it does not read as the Python would (a view that is not of bytes; `bind_whole_frames`).
 Why they exist: they run on every request and every Produce and Fetch answer, and in Python a partition's
 few field reads cost as much as the rest of the request's handling (docs/architecture.md, "Compiled
 readers").
@@ -34,6 +36,7 @@ __all__ = [
     "bind_produce_topics",
     "bind_request_headers",
     "bind_response_headers",
+    "bind_whole_frames",
     "fetch_responses",
     "parse_request_header",
     "produce_acks",
@@ -43,6 +46,7 @@ __all__ = [
     "response_header_size",
     "rewrite_node_endpoints",
     "walk_produce_body",
+    "whole_frames",
 ]
 
 _TopicBytes = list[tuple[str | bytes, int]]  # [(topic name, or id from v13, record bytes)]
@@ -83,6 +87,10 @@ produce_topics: Callable[[Buffer, RequestHeader], _TopicBytes] | None = None
 # api_version, frame), its answer (reading the table bind_request_headers bound).
 bind_response_headers: Callable[[int, Callable[..., int]], None] | None = None
 response_header_size: Callable[[int, int, Buffer], int] | None = None
+# (frames.whole_frames_in_python) -> None; then whole_frames(view, pos, min_payload, max_frame, frames), its
+# answer: (where the whole frames appended end, the next frame's length field or None).
+bind_whole_frames: Callable[[Callable[..., tuple[int, int | None]]], None] | None = None
+whole_frames: Callable[..., tuple[int, int | None]] | None = None
 
 try:
     from sluice.protocol import _compiled
@@ -103,3 +111,5 @@ else:
     produce_topics = _compiled.produce_topics
     bind_response_headers = _compiled.bind_response_headers
     response_header_size = _compiled.response_header_size
+    bind_whole_frames = _compiled.bind_whole_frames
+    whole_frames = _compiled.whole_frames

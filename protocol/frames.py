@@ -20,8 +20,10 @@ from one to the next mid-stream; apart, each would reach into the others' state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, final
 
+from sluice.protocol import compiled
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.frame_memory import FrameMapping, frame_mapping, stays_valid
 from sluice.protocol.primitives import INT32_UNPACK
@@ -32,6 +34,7 @@ __all__ = [
     "BadFramePrefix",
     "FrameHead",
     "FrameSplitter",
+    "whole_frames_in_python",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 104857600
@@ -89,6 +92,32 @@ class FrameHead:
         if self.observers is None:
             self.observers = []
         self.observers.append(observer)
+
+
+def whole_frames_in_python(
+    view: memoryview, pos: int, min_payload: int, max_frame: int, frames: list[memoryview]
+) -> tuple[int, int | None]:
+    """Append to `frames` the frames of `view` from `pos` on that are whole in it, each of a length within
+    [`min_payload`, `max_frame`] (views of `view`); return where they end, and the length field of the
+    frame that starts there (out of range, or not all of it in `view`), or None when fewer than 4 bytes
+    are left. `FrameSplitter.feed`'s loop over a read's frames; the reference for the compiled one
+    (protocol/_compiled.c), which the splitter runs where the install has it."""
+    size = len(view)
+    while size - pos >= _PREFIX:
+        length: int = INT32_UNPACK(view, pos)[0]
+        end = pos + _PREFIX + length
+        if length < min_payload or length > max_frame or end > size:
+            return pos, length
+        frames.append(view[pos:end])
+        pos = end
+    return pos, None
+
+
+_WholeFrames = Callable[[memoryview, int, int, int, list[memoryview]], tuple[int, int | None]]
+_whole_frames: _WholeFrames = whole_frames_in_python
+if compiled.whole_frames is not None and compiled.bind_whole_frames is not None:
+    compiled.bind_whole_frames(whole_frames_in_python)
+    _whole_frames = compiled.whole_frames
 
 
 class FrameSplitter:
@@ -228,20 +257,14 @@ class FrameSplitter:
             pos = self._continue_pending(view, pos, frames, loaned)
             if pos < 0:
                 return frames
-        max_frame = self._max_frame_bytes
-        min_payload = self.min_payload_bytes
-        while size - pos >= _PREFIX:
-            length = INT32_UNPACK(view, pos)[0]
-            if length < min_payload or length > max_frame:
+        pos, length = _whole_frames(view, pos, self.min_payload_bytes, self._max_frame_bytes, frames)
+        if length is not None:  # a frame of a length out of range, or not all of it in `view`
+            if length < self.min_payload_bytes or length > self._max_frame_bytes:
                 self._raise_bad_length(length, frames)
-            end = pos + _PREFIX + length
-            if end > size:
-                self._pending.append(self._kept(view[pos:], loaned))
-                self._pending_len = size - pos
-                self._pending_need = end - pos
-                return frames
-            frames.append(view[pos:end])
-            pos = end
+            self._pending.append(self._kept(view[pos:], loaned))
+            self._pending_len = size - pos
+            self._pending_need = _PREFIX + length
+            return frames
         if pos < size:
             self._pending.append(self._kept(view[pos:], loaned))
             self._pending_len = size - pos

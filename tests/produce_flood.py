@@ -56,6 +56,10 @@ class ProduceFlood:
             for p in range(partitions)
         ]
         self.started = 0.0  # when every connection has sent its first request
+        # When the first answer telling a throttle came: the entity's burst is spent, and from then on what
+        # its quota admits is its rate (a measurement starting at a fixed time after `started` may still
+        # see the burst when the proxy or this process is starved of CPU).
+        self.throttled_at: float | None = None
         self._conns = [
             _Conn(socket.create_connection(("127.0.0.1", port)), i % partitions) for i in range(connections)
         ]
@@ -68,7 +72,9 @@ class ProduceFlood:
         body = self._bodies[conn.partition]
         return encode_request(PRODUCE, PRODUCE_VERSION, conn.correlation_id, self.client_id, body)
 
-    def run(self, seconds: float) -> None:
+    def run(self, seconds: float, *, from_throttle: bool = False, throttle_within_s: float = 60.0) -> None:
+        """Flood for `seconds`; with `from_throttle`, for `seconds` after the first answer telling a throttle
+        (`throttled_at`), which must come within `throttle_within_s` (AssertionError otherwise)."""
         selector = selectors.DefaultSelector()
         sizes: dict[int, int] = {}
         for conn in self._conns:
@@ -77,7 +83,7 @@ class ProduceFlood:
             conn.sock.sendall(frame)
             selector.register(conn.sock, selectors.EVENT_READ, conn)
         self.started = time.monotonic()
-        deadline = self.started + seconds
+        deadline = self.started + (throttle_within_s if from_throttle else seconds)
         try:
             while time.monotonic() < deadline:
                 for key, _ in selector.select(0.1):
@@ -99,12 +105,19 @@ class ProduceFlood:
                     if error != REQUEST_TIMED_OUT:
                         self.acks.append((time.monotonic(), sizes[id(conn)]))
                         self.served[self._index[id(conn)]] += 1
+                    # throttle_time_ms, the last field of a Produce v1-v8 answer
+                    if self.throttled_at is None and struct.unpack_from(">i", answer, len(answer) - 4)[0] > 0:
+                        self.throttled_at = time.monotonic()
+                        if from_throttle:
+                            deadline = self.throttled_at + seconds
                     conn.sock.setblocking(True)
                     frame = self._frame(conn)
                     conn.sock.sendall(frame)
                     conn.sock.setblocking(False)
         finally:
             selector.close()
+        if from_throttle:
+            assert self.throttled_at is not None, f"no answer told a throttle within {throttle_within_s} s"
 
     def rate(self, start: float, end: float) -> float:
         """Bytes/s acknowledged between `start` and `end` (monotonic times)."""

@@ -20,6 +20,7 @@ from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from sluice.protocol import compiled, headers, node_endpoints, produce, produce_stream, response_walks
+from sluice.protocol import frames as frames_module
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.errors import ProtocolError
@@ -960,3 +961,79 @@ def test_a_view_the_compiled_twins_hand_to_the_python_is_released_by_them() -> N
                 call(view)
             response_walks._last = (None, -1, -1, -1)  # (a walk remembered holds the view it walked)
             view.release()
+
+
+# ---- the frames of a read ----------------------------------------------------------------------------------
+
+
+@st.composite
+def _reads(draw: st.DrawFn) -> bytes:
+    """A read of a stream: whole frames of small lengths, then maybe a frame with a length field out of
+    range (negative, too short, too long) or cut, or a few bytes of the next length field."""
+    frames = [
+        payload_size.to_bytes(4, "big", signed=True) + bytes(payload_size)
+        for payload_size in draw(st.lists(st.integers(0, 40), max_size=6))
+    ]
+    tail = draw(
+        st.sampled_from([b"", b"\x00", b"\x00\x00\x01", b"\xff\xff\xff\xff", b"\x00\x00\x00\x02ab"])
+        | st.binary(max_size=12)
+    )
+    return b"".join(frames) + tail
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    read=_reads(),
+    prefix=st.binary(max_size=6),
+    min_payload=st.sampled_from([0, 4, 8, -5]),
+    max_frame=st.sampled_from([0, 4, 30, 2**31 - 1, 2**40]),
+    readonly=st.booleans(),
+)
+def test_the_compiled_split_of_a_read_is_the_pythons(
+    read: bytes, prefix: bytes, min_payload: int, max_frame: int, readonly: bool
+) -> None:
+    whole = compiled.whole_frames
+    assert whole is not None
+    data = prefix + read
+    outcomes = []
+    for split in (whole, frames_module.whole_frames_in_python):
+        view = memoryview(data if readonly else bytearray(data))
+        found: list[memoryview] = []
+        answer = split(view, len(prefix), min_payload, max_frame, found)
+        # each frame a view of the read's own buffer, whole
+        assert all(frame.obj is view.obj for frame in found)
+        outcomes.append((answer, [bytes(frame) for frame in found]))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_the_split_of_a_read_hands_the_python_what_it_reads_otherwise() -> None:
+    whole = compiled.whole_frames
+    assert whole is not None
+    data = b"\x00\x00\x00\x04abcd" * 2
+
+    def outcome(split: Callable[..., object], view: memoryview) -> object:
+        found: list[memoryview] = []
+        try:
+            answer: object = split(view, 0, 4, 100, found)
+        except Exception as exc:  # a strided view fails the Python's read: the same failure wanted
+            answer = (type(exc), str(exc))
+        return answer, [bytes(frame) for frame in found]
+
+    for odd in (memoryview(data).cast("c"), memoryview(data)[::2]):  # chars, a strided view
+        assert outcome(whole, odd) == outcome(frames_module.whole_frames_in_python, odd)
+    with pytest.raises(TypeError):  # what the Python raises for a start that is not an int
+        whole(memoryview(data), 0.5, 4, 100, [])
+    view = memoryview(data)
+
+    def split(times: int) -> None:
+        for _ in range(times):
+            found: list[memoryview] = []
+            whole(view, 0, 4, 100, found)
+            whole(view, 0, 4, 2, found)  # the first frame too long: its length handed back
+            del found
+
+    split(1000)  # free lists warmed up
+    kept, blocks = sys.getrefcount(view), sys.getallocatedblocks()
+    split(10_000)
+    assert (sys.getrefcount(view), sys.getallocatedblocks() - blocks < 50) == (kept, True)
+    view.release()  # no buffer of it held

@@ -320,6 +320,11 @@ def _targets() -> list[Target]:
     targets: list[Target] = [
         Target("frames.FrameSplitter", _split, versions=range(8)),
         Target(
+            "frames.whole_frames_in_python",
+            lambda v, d: frames.whole_frames_in_python(memoryview(d), 0, 4, 64 + v, []),
+            versions=range(8),
+        ),
+        Target(
             "headers.parse_request_header",
             lambda v, d: headers.parse_request_header(d),
             {**_request_frames(0, ProduceRequest), 100: _request_frames(1, FetchRequest)[12]},
