@@ -294,37 +294,58 @@ named_topics(PyObject *recording, PyObject *found)
     return PyObject_VectorcallMethod(s_named, named_args, 2, NULL);
 }
 
+/* A record's arguments: (recording, user, header, frame, broker=None). */
+typedef struct {
+    PyObject *recording, *user, *header, *frame, *broker;
+} record_args;
+
+/* What both records do first: read their arguments, hand the call to the recording's own `method` where the
+ * C does not write it out (keywords, which the method takes; a subclass of UsageRecording, whose usage() or
+ * _named() may be its own), else find the entity's usage (`usage`, inline). 1 with *usage a new reference,
+ * or 0 with *handed the method's answer, or NULL with an exception set. */
+static int
+begin_record(PyObject *const *args, size_t nargsf, PyObject *kwnames, PyObject *method, const char *signature,
+             int bound, record_args *a, PyObject **usage, PyObject **handed)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    *handed = NULL;
+    if (kwnames != NULL && nargs >= 1) {
+        *handed = PyObject_VectorcallMethod(method, args, nargsf, kwnames);
+        return 0;
+    }
+    if (nargs < 4 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError, signature);
+        return 0;
+    }
+    if (!bound) {
+        PyErr_SetString(PyExc_RuntimeError, "usage recording used before bind()");
+        return 0;
+    }
+    *a = (record_args){args[0], args[1], args[2], args[3], nargs == 5 ? args[4] : Py_None};
+    if (!Py_IS_TYPE(a->recording, usage_recording_type)) {
+        PyObject *call[5] = {a->recording, a->user, a->header, a->frame, a->broker};
+        *handed = PyObject_VectorcallMethod(method, call, 5, NULL);
+        return 0;
+    }
+    PyObject *client_id = PyObject_GetAttr(a->header, s_client_id);
+    if (client_id == NULL) {
+        return 0;
+    }
+    *usage = usage_of(a->recording, a->user, client_id);
+    Py_DECREF(client_id);
+    return *usage != NULL;
+}
+
 static PyObject *
 record_request(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (kwnames != NULL && nargs >= 1) { /* keywords: the method, as the Python takes them */
-        return PyObject_VectorcallMethod(s_request, args, nargsf, kwnames);
+    record_args a;
+    PyObject *usage, *handed;
+    if (!begin_record(args, nargsf, kwnames, s_request, "record_request(recording, user, header, frame, broker=None)",
+                      produce_key != NULL, &a, &usage, &handed)) {
+        return handed;
     }
-    if (nargs < 4 || nargs > 5) {
-        PyErr_SetString(PyExc_TypeError, "record_request(recording, user, header, frame, broker=None)");
-        return NULL;
-    }
-    if (produce_key == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "usage recording used before bind()");
-        return NULL;
-    }
-    PyObject *recording = args[0], *user = args[1], *header = args[2], *frame = args[3];
-    PyObject *broker = nargs == 5 ? args[4] : Py_None;
-    if (!Py_IS_TYPE(recording, usage_recording_type)) {
-        /* a subclass may have its own usage() or _named(): its request() runs, as the Python would run */
-        PyObject *call[5] = {recording, user, header, frame, broker};
-        return PyObject_VectorcallMethod(s_request, call, 5, NULL);
-    }
-    PyObject *client_id = PyObject_GetAttr(header, s_client_id);
-    if (client_id == NULL) {
-        return NULL;
-    }
-    PyObject *usage = usage_of(recording, user, client_id);
-    Py_DECREF(client_id);
-    if (usage == NULL) {
-        return NULL;
-    }
+    PyObject *recording = a.recording, *user = a.user, *header = a.header, *frame = a.frame, *broker = a.broker;
     PyObject *result = NULL, *key = NULL, *found = NULL, *named = NULL;
     key = PyObject_GetAttr(header, s_api_key);
     if (key == NULL || add_request(usage, key) < 0) {
@@ -419,34 +440,14 @@ call_or_lose(PyObject *fn, PyObject *a, PyObject *b, PyObject *c, int *failed)
 static PyObject *
 record_fetch_response(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (kwnames != NULL && nargs >= 1) { /* keywords: the method, as the Python takes them */
-        return PyObject_VectorcallMethod(s_fetch_response, args, nargsf, kwnames);
+    record_args a;
+    PyObject *usage, *handed;
+    if (!begin_record(args, nargsf, kwnames, s_fetch_response,
+                      "record_fetch_response(recording, user, header, frame, broker=None)", fetch_key != NULL, &a,
+                      &usage, &handed)) {
+        return handed;
     }
-    if (nargs < 4 || nargs > 5) {
-        PyErr_SetString(PyExc_TypeError, "record_fetch_response(recording, user, header, frame, broker=None)");
-        return NULL;
-    }
-    if (fetch_key == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "usage recording used before bind()");
-        return NULL;
-    }
-    PyObject *recording = args[0], *user = args[1], *header = args[2], *frame = args[3];
-    PyObject *broker = nargs == 5 ? args[4] : Py_None;
-    if (!Py_IS_TYPE(recording, usage_recording_type)) {
-        /* a subclass may have its own usage() or _named(): its fetch_response() runs, as the Python's would */
-        PyObject *call[5] = {recording, user, header, frame, broker};
-        return PyObject_VectorcallMethod(s_fetch_response, call, 5, NULL);
-    }
-    PyObject *client_id = PyObject_GetAttr(header, s_client_id);
-    if (client_id == NULL) {
-        return NULL;
-    }
-    PyObject *usage = usage_of(recording, user, client_id);
-    Py_DECREF(client_id);
-    if (usage == NULL) {
-        return NULL;
-    }
+    PyObject *recording = a.recording, *header = a.header, *frame = a.frame, *broker = a.broker;
     PyObject *result = NULL, *version = NULL, *header_size = NULL, *start = NULL, *found = NULL, *named = NULL;
     int failed;
     /* header_size = response_header_size(FETCH, header.api_version, frame): a ProtocolError, nothing more */
