@@ -142,7 +142,8 @@ add_at(PyObject *target, PyObject *name, PyObject *slot, PyObject *value)
 /* metrics.count_request(key, size) (`counts` s_requests, `sizes` s_request_bytes, `method` s_count_request)
  * or count_response: for an exact ProxyMetrics and an int key (what the header parse gives), the method's
  * body written out (`slot = api_key if 0 <= api_key < OTHER_SLOT else OTHER_SLOT`, then each list's item
- * at the slot added to), else the method called. */
+ * at the slot added to), else the method called. Written out means read once: a method patched on the
+ * class, or OTHER_SLOT rebound, after bind_metrics is not seen (a subclass's own methods are called). */
 static int
 count(PyObject *metrics, PyObject *method, PyObject *counts, PyObject *sizes, PyObject *key, PyObject *size)
 {

@@ -1023,6 +1023,13 @@ def test_the_split_of_a_read_hands_the_python_what_it_reads_otherwise() -> None:
         assert outcome(whole, odd) == outcome(frames_module.whole_frames_in_python, odd)
     with pytest.raises(TypeError):  # what the Python raises for a start that is not an int
         whole(memoryview(data), 0.5, 4, 100, [])
+    # a negative start (feed never passes one) is the Python's: it reads from the end, the C never before
+    # the buffer's start
+    found_c, found_python = [], []
+    assert whole(memoryview(data), -4, 0, 100, found_c) == frames_module.whole_frames_in_python(
+        memoryview(data), -4, 0, 100, found_python
+    )
+    assert [bytes(f) for f in found_c] == [bytes(f) for f in found_python]
     view = memoryview(data)
 
     def split(times: int) -> None:

@@ -12,6 +12,7 @@ the compiled one, as the proxy does where the install has it.
 from __future__ import annotations
 
 import random
+import subprocess
 import sys
 import uuid
 from typing import Any, ClassVar
@@ -370,6 +371,18 @@ def test_a_subclass_of_the_recording_runs_its_own_request_and_fetch_response(ins
     header = parse_request_header(frame(encode_request_header(1, 12, 9, "pump")))
     record_fetch(recording, "alice", header, memoryview(_fetch_answer(random.Random(6), 12)), 1)
     assert Counting.calls == 11 and recording.usage("alice", "pump").fetch_bytes
+
+
+def test_an_install_without_the_compiled_recording_runs_the_recordings_own_methods() -> None:
+    # What usage_recorder binds when the extension cannot be imported: the fallbacks the subclass test above
+    # runs (a subprocess, so that this process keeps its compiled module).
+    script = (
+        "import sys; sys.modules['sluice.proxy.filters._usage_recording'] = None\n"
+        "from sluice.proxy.filters import usage_recorder as u\n"
+        "assert u._record_request is u._request_of and u._record_fetch_response is u._fetch_response_of\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_keywords_and_errors_other_than_a_protocol_error_are_the_pythons() -> None:
