@@ -910,6 +910,21 @@ bind_request_headers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* Whether `api_version` of `api_key` is a flexible version (apis.FLEXIBLE_FROM_BY_KEY, bound; a key past
+ * the table's end is never flexible): 1 or 0, or -1 with an exception. */
+static int
+is_flexible(long api_key, long api_version)
+{
+    long first_flexible = not_flexible;
+    if (0 <= api_key && api_key < PyTuple_GET_SIZE(flexible_from)) {
+        first_flexible = PyLong_AsLong(PyTuple_GET_ITEM(flexible_from, api_key));
+        if (first_flexible == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return api_version >= first_flexible;
+}
+
 /* A RequestHeader (a NamedTuple: a tuple subclass) made as tuple.__new__ makes it; steals client_id. */
 static PyObject *
 new_header(long api_key, long api_version, long correlation_id, PyObject *client_id, Py_ssize_t size)
@@ -955,14 +970,10 @@ parse_request_header(PyObject *module, PyObject *frame)
     long api_key = int16_at(b.p + HEADER_PREFIX);
     long api_version = int16_at(b.p + HEADER_PREFIX + 2);
     long correlation_id = int32_at(b.p + HEADER_PREFIX + 4);
-    long first_flexible = not_flexible;
-    if (0 <= api_key && api_key < PyTuple_GET_SIZE(flexible_from)) {
-        first_flexible = PyLong_AsLong(PyTuple_GET_ITEM(flexible_from, api_key));
-        if (first_flexible == -1 && PyErr_Occurred()) {
-            goto failed;
-        }
+    int flexible = is_flexible(api_key, api_version);
+    if (flexible < 0) {
+        goto failed;
     }
-    int flexible = api_version >= first_flexible;
     if (!flexible && api_key == controlled_shutdown && api_version == 0) {
         PyBuffer_Release(&view);
         return new_header(api_key, api_version, correlation_id, Py_NewRef(Py_None), CLIENT_ID_AT - HEADER_PREFIX);
@@ -1352,16 +1363,10 @@ response_header_size(PyObject *module, PyObject *const *args, size_t nargsf, PyO
     if (overflow) {
         goto reference;
     }
-    int flexible = 0; /* ApiVersions answers with header v0 in every version */
-    if (key != api_versions_key) {
-        long first_flexible = not_flexible;
-        if (0 <= key && key < PyTuple_GET_SIZE(flexible_from)) {
-            first_flexible = PyLong_AsLong(PyTuple_GET_ITEM(flexible_from, key));
-            if (first_flexible == -1 && PyErr_Occurred()) {
-                return NULL;
-            }
-        }
-        flexible = version >= first_flexible;
+    /* ApiVersions answers with header v0 in every version */
+    int flexible = key == api_versions_key ? 0 : is_flexible(key, version);
+    if (flexible < 0) {
+        return NULL;
     }
     Py_buffer view;
     walk_buffer b;

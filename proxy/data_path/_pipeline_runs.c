@@ -35,6 +35,7 @@ static PyObject *counted_min_bytes = NULL;
 /* What bind_metrics() hands over once: observability.metrics' ProxyMetrics and OTHER_SLOT. */
 static PyTypeObject *metrics_type = NULL;
 static PyObject *other_slot = NULL;
+static long other_slot_value = 0;
 
 static PyObject *s_gate, *s_filters, *s_on_request, *s_on_response, *s_state, *s_muted, *s_raw_exchange,
     *s_metrics, *s_count_request, *s_count_response, *s_api_key, *s_correlation_id, *s_sent_acks0,
@@ -152,11 +153,7 @@ count(PyObject *metrics, PyObject *method, PyObject *counts, PyObject *sizes, Py
     }
     int overflow;
     long value = PyLong_AsLongAndOverflow(key, &overflow);
-    long others = PyLong_AsLong(other_slot);
-    if (others == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    PyObject *slot = !overflow && 0 <= value && value < others ? key : other_slot;
+    PyObject *slot = !overflow && 0 <= value && value < other_slot_value ? key : other_slot;
     if (add_at(metrics, counts, slot, one) < 0) {
         return -1;
     }
@@ -670,8 +667,13 @@ bind_metrics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "bind_metrics(ProxyMetrics, OTHER_SLOT)");
         return NULL;
     }
+    long others = PyLong_AsLong(args[1]);
+    if (others == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
     Py_XSETREF(metrics_type, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(other_slot, Py_NewRef(args[1]));
+    other_slot_value = others;
     Py_RETURN_NONE;
 }
 

@@ -283,15 +283,22 @@ done:
     return failed;
 }
 
-/* self._named(found): found itself when every topic is named already (a new reference), else the Python's. */
+/* usage.add_topics(self._named(found), fetched, broker), how both records end: None, or NULL with an
+ * exception. `_named` is found itself when every topic is named already, else the Python's. */
 static PyObject *
-named_topics(PyObject *recording, PyObject *found)
+add_named(PyObject *recording, PyObject *usage, PyObject *found, int fetched, PyObject *broker)
 {
+    PyObject *named;
     if (named_pairs(found)) {
-        return Py_NewRef(found);
+        named = Py_NewRef(found);
     }
-    PyObject *named_args[2] = {recording, found};
-    return PyObject_VectorcallMethod(s_named, named_args, 2, NULL);
+    else {
+        PyObject *named_args[2] = {recording, found};
+        named = PyObject_VectorcallMethod(s_named, named_args, 2, NULL);
+    }
+    int failed = named == NULL ? -1 : add_topics(usage, named, fetched, broker);
+    Py_XDECREF(named);
+    return failed ? NULL : Py_NewRef(Py_None);
 }
 
 /* A record's arguments: (recording, user, header, frame, broker=None). */
@@ -346,7 +353,7 @@ record_request(PyObject *module, PyObject *const *args, size_t nargsf, PyObject 
         return handed;
     }
     PyObject *recording = a.recording, *user = a.user, *header = a.header, *frame = a.frame, *broker = a.broker;
-    PyObject *result = NULL, *key = NULL, *found = NULL, *named = NULL;
+    PyObject *result = NULL, *key = NULL, *found = NULL;
     key = PyObject_GetAttr(header, s_api_key);
     if (key == NULL || add_request(usage, key) < 0) {
         goto done;
@@ -405,12 +412,8 @@ record_request(PyObject *module, PyObject *const *args, size_t nargsf, PyObject 
         }
         goto done;
     }
-    named = named_topics(recording, found);
-    if (named != NULL && add_topics(usage, named, 0, broker) == 0) {
-        result = Py_NewRef(Py_None);
-    }
+    result = add_named(recording, usage, found, 0, broker);
 done:
-    Py_XDECREF(named);
     Py_XDECREF(found);
     Py_XDECREF(key);
     Py_DECREF(usage);
@@ -448,7 +451,7 @@ record_fetch_response(PyObject *module, PyObject *const *args, size_t nargsf, Py
         return handed;
     }
     PyObject *recording = a.recording, *header = a.header, *frame = a.frame, *broker = a.broker;
-    PyObject *result = NULL, *version = NULL, *header_size = NULL, *start = NULL, *found = NULL, *named = NULL;
+    PyObject *result = NULL, *version = NULL, *header_size = NULL, *start = NULL, *found = NULL;
     int failed;
     /* header_size = response_header_size(FETCH, header.api_version, frame): a ProtocolError, nothing more */
     version = PyObject_GetAttr(header, s_api_version);
@@ -490,12 +493,8 @@ record_fetch_response(PyObject *module, PyObject *const *args, size_t nargsf, Py
             goto done;
         }
     }
-    named = named_topics(recording, found);
-    if (named != NULL && add_topics(usage, named, 1, broker) == 0) {
-        result = Py_NewRef(Py_None);
-    }
+    result = add_named(recording, usage, found, 1, broker);
 done:
-    Py_XDECREF(named);
     Py_XDECREF(found);
     Py_XDECREF(start);
     Py_XDECREF(header_size);
