@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from itertools import count
 
 from sluice.protocol.api_keys import ApiKey
@@ -66,7 +66,7 @@ class _Gate:
 class EntityGates:
     """The gates of every throttled entity (keyed by quota key and metric tags), shared by connections."""
 
-    __slots__ = ("_arrivals", "_gates", "_loop", "_now_ms", "shut", "waiting")
+    __slots__ = ("_arrivals", "_loop", "_now_ms", "shut", "waiting")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop | None = None, now_ms: Callable[[], int] | None = None
@@ -74,10 +74,10 @@ class EntityGates:
         """`loop`: the running loop when first needed (a timer or a future), unless given."""
         self._loop = loop
         self._now_ms = now_ms
-        self._gates: dict[Hashable, _Gate] = {}
-        # The same dict, to be read only: its len() is how many entities are throttled now, which every
-        # Produce of a throttled client's proxy asks (a dict's len, where len(self) is a Python call).
-        self.shut: Mapping[Hashable, object] = self._gates
+        # The gates of the entities throttled now (or with requests still waiting), by key; read only outside
+        # this class: its len() is how many, which every Produce of a throttled client's proxy asks (a
+        # dict's len, where len(self) is a Python call).
+        self.shut: dict[Hashable, _Gate] = {}
         self._arrivals = count()
         # Requests waiting for their turn now, at every gate (a metric: nothing waits unseen).
         self.waiting = 0
@@ -88,7 +88,7 @@ class EntityGates:
         return self._loop
 
     def __len__(self) -> int:
-        return len(self._gates)
+        return len(self.shut)
 
     def wait(
         self, key: Hashable, now_ms: int, deadline_ms: int | None = None, rank: int | None = None
@@ -97,7 +97,7 @@ class EntityGates:
         `admitted` once it is charged) or, given a deadline, when that passes first (result TIMED_OUT: it
         left the queue); cancel it to leave the queue. `rank`: when the request's connection was last let
         in (or opened); lower ranks go first, equal ones in arrival order (without one, `now_ms`)."""
-        gate = self._gates.get(key)
+        gate = self.shut.get(key)
         if gate is None:
             return None
         waiters = gate.waiters
@@ -121,16 +121,16 @@ class EntityGates:
 
     def shut_for_ms(self, key: Hashable, now_ms: int) -> int:
         """How long the gate of `key` stays shut from now (0 when open)."""
-        gate = self._gates.get(key)
+        gate = self.shut.get(key)
         return 0 if gate is None else max(0, gate.open_at_ms - now_ms)
 
     def admitted(self, key: Hashable, throttle_ms: int, now_ms: int) -> None:
         """A request of `key` was charged and earned `throttle_ms`: shut the gate that long, and let the next
         waiter in when it opens."""
-        gate = self._gates.get(key)
+        gate = self.shut.get(key)
         if throttle_ms > 0:
             if gate is None:
-                gate = self._gates[key] = _Gate()
+                gate = self.shut[key] = _Gate()
             gate.open_at_ms = max(gate.open_at_ms, now_ms + throttle_ms)
         if gate is None:
             return
@@ -142,7 +142,7 @@ class EntityGates:
     def _schedule(self, key: Hashable, gate: _Gate, now_ms: int) -> None:
         if gate.timer is not None or not gate.waiters:
             if not gate.waiters and now_ms >= gate.open_at_ms and gate.timer is None:
-                del self._gates[key]  # open and nobody waits: forget the entity
+                del self.shut[key]  # open and nobody waits: forget the entity
             return
         delay_s = max(0, gate.open_at_ms - now_ms) / 1000
         gate.timer = self._event_loop().call_later(delay_s, self._open, key, gate)
@@ -158,8 +158,8 @@ class EntityGates:
                 return
         loop = self._event_loop()
         now_ms = self._now_ms() if self._now_ms is not None else int(loop.time() * 1000)
-        if self._gates.get(key) is gate and now_ms >= gate.open_at_ms:
-            del self._gates[key]
+        if self.shut.get(key) is gate and now_ms >= gate.open_at_ms:
+            del self.shut[key]
 
 
 def _time_out(turn: asyncio.Future[object]) -> None:
