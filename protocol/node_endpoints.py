@@ -24,7 +24,6 @@ ProtocolError('unsupported_version').
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
 
 from sluice.protocol import compiled, response_walks
 from sluice.protocol.api_keys import ApiKey
@@ -109,19 +108,7 @@ def rewrite_node_endpoints_in_python(
     return b"".join((body[start:at], encode_uvarint(len(array)), array, body[end:])), changed
 
 
-class _Rewrite(Protocol):
-    def __call__(
-        self,
-        api_key: int,
-        api_version: int,
-        body: Buffer,
-        address_for: AddressMap,
-        start: int = 0,
-        remember: bool = False,
-    ) -> tuple[bytes | None, int]: ...
-
-
-rewrite_node_endpoints: _Rewrite = rewrite_node_endpoints_in_python
+rewrite_node_endpoints = rewrite_node_endpoints_in_python  # (its signature is the compiled one's, too)
 if compiled.rewrite_node_endpoints is not None and compiled.bind_node_endpoints is not None:
     # What the compiled one writes as the reference's walks do: response_walks' remembered walks.
     compiled.bind_node_endpoints(_VERSIONS, vars(response_walks), rewrite_node_endpoints_in_python)

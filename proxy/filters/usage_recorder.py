@@ -39,10 +39,9 @@ from sluice.quota.usage_ledger import EntityUsage, UsageLedger
 from ..cluster.broker_nodes import BrokerNodes
 from ..filter_api.contract import ConnectionInfo, Filter, FilterFactory, Frame, InFlight, RequestFrame
 
-PRODUCE, FETCH, METADATA = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA
-# Fetch's key as a plain int, as the header parse gives keys: what the compiled response_header_size
-# answers itself (an enum member goes to its Python).
-_FETCH_KEY = int(FETCH)
+# Plain ints, as the header parse gives keys: what the compiled readers answer themselves (they hand an enum
+# member to their Python).
+PRODUCE, FETCH, METADATA = int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.METADATA)
 # A Metadata answer larger than this is not decoded for names (a client's own topics fit many times over).
 METADATA_NAMES_MAX_BYTES = 256 * 1024
 # Names kept from Metadata answers; past this the map starts again (ids of deleted topics do not pile up).
@@ -117,7 +116,7 @@ class UsageRecording:
         case of `_named` and EntityUsage's `add_topics` inline, as `request`'s does."""
         usage = self.usage(user, header.client_id)
         try:
-            header_size = response_header_size(_FETCH_KEY, header.api_version, frame)
+            header_size = response_header_size(FETCH, header.api_version, frame)
         except ProtocolError:
             return
         usage.fetch_bytes += len(frame) - 4 - header_size + 4
@@ -273,6 +272,6 @@ if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled 
         _usage_recording.bind(
             PRODUCE, FrameHead, produce_topics, ProtocolError, EntityUsage, _StreamedProduce, UsageRecording
         )
-        _usage_recording.bind_fetch(_FETCH_KEY, response_header_size, walked_fetch_topics, fetch_topic_bytes)
+        _usage_recording.bind_fetch(FETCH, response_header_size, walked_fetch_topics, fetch_topic_bytes)
         _record_request = _usage_recording.record_request
         _record_fetch_response = _usage_recording.record_fetch_response

@@ -4,7 +4,7 @@ the schemas', and a Produce answer asked about twice in a row is walked once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from unittest import mock
 
@@ -79,7 +79,7 @@ _REWRITES = [node_endpoints.rewrite_node_endpoints, node_endpoints.rewrite_node_
 
 @pytest.mark.parametrize("rewrite", _REWRITES, ids=["as installed", "python"])
 def test_the_throttle_field_of_an_answer_just_walked_for_its_node_endpoints_is_found_without_a_walk(
-    rewrite: node_endpoints._Rewrite,
+    rewrite: Callable[..., tuple[bytes | None, int]],
 ) -> None:
     frame = b"\x00" * 9 + produce_answer(12)  # a size, a correlation id and an empty tagged block first
     with counted_walks() as walks:
