@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from sluice.config.quota_settings import FetchThrottle, MuteScope, ThrottleMode
 from sluice.protocol.api_keys import ApiKey
@@ -79,6 +79,9 @@ from sluice.quota import (
     kip219_throttle_ms,
     pre_kip219_throttle_ms,
 )
+from sluice.quota.managers import NANOS_TO_PERCENTAGE_PER_SECOND, RequestQuotaManager
+from sluice.quota.sensor import INACTIVE_SENSOR_EXPIRATION_MS, WindowQuotaSensor
+from sluice.quota.throttle import to_int32
 
 from ..data_path.entity_gate import TIMED_OUT, EntityGates, produce_deadline_ms, timed_out_answer
 from ..filter_api.contract import (
@@ -223,6 +226,18 @@ class ClientQuotas(Filter):
             touched[key] = version
             self._stats.touch(kind, manager.tags_for(user, client_id))
 
+    def _throttled(
+        self,
+        kind: str,
+        manager: ClientQuotaManager,
+        user: str,
+        client_id: str | None,
+        throttle: int,
+        now: int,
+    ) -> None:
+        """A charge of `kind` throttled the entity: counted in its throttle series (and usage records)."""
+        self._stats.record_quota(kind, manager.tags_for(user, client_id), throttle, now, (user, client_id))
+
     def _charge_produce(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
         conn = self.conn
         user, client_id = conn.user, header.client_id
@@ -266,9 +281,7 @@ class ClientQuotas(Filter):
             self._turn_rank = now
         if throttle <= 0:
             return frame
-        self._stats.record_quota(
-            "Produce", self._produce.tags_for(user, client_id), throttle, now, (user, client_id)
-        )
+        self._throttled("Produce", self._produce, user, client_id, throttle, now)
         # This request is forwarded; the ones behind it wait. acks=0 has no response: the mute is all.
         return Forward(frame, throttle)
 
@@ -372,13 +385,7 @@ class ClientQuotas(Filter):
                 # with the same rules (nothing else runs in a pass), would return that answer's throttle.
                 request_throttle = checked[4]
             if request_throttle > 0:
-                self._stats.record_quota(
-                    "Request",
-                    self._request.tags_for(user, client_id),
-                    request_throttle,
-                    now,
-                    (user, client_id),
-                )
+                self._throttled("Request", self._request, user, client_id, request_throttle, now)
         fetch_throttle = fetch_size = 0
         header_size = -1
         if charges_fetch:
@@ -391,14 +398,30 @@ class ClientQuotas(Filter):
                 self._fetch_touched = touched
             fetch_throttle = self._fetch.record_and_get_throttle_ms(user, client_id, fetch_size, now)
             if fetch_throttle > 0:
-                self._stats.record_quota(
-                    "Fetch", self._fetch.tags_for(user, client_id), fetch_throttle, now, (user, client_id)
-                )
+                self._throttled("Fetch", self._fetch, user, client_id, fetch_throttle, now)
 
         if muted_ms <= 0 and fetch_throttle <= 0 and request_throttle <= 0:
             return frame  # no throttle to tell, in either mode (the common case)
+        return self._tell(
+            frame, header, user, now, muted_ms, fetch_throttle, request_throttle, header_size, fetch_size
+        )
+
+    def _tell(
+        self,
+        frame: Frame,
+        header: RequestHeader,
+        user: str,
+        now: int,
+        muted_ms: int,
+        fetch_throttle: int,
+        request_throttle: int,
+        header_size: int,
+        fetch_size: int,
+    ) -> Frame | Respond:
+        """The answer carrying the throttles on_response found (`header_size` -1 if not read yet)."""
         # A Produce was charged as it was forwarded: its response carries that throttle (as a broker's
         # would), or what is left of the connection's mute if that is longer.
+        key = header.api_key
         delays = self._delays(header)
         if delays:
             throttle = pre_kip219_throttle_ms(muted_ms, fetch_throttle, request_throttle)
@@ -520,3 +543,31 @@ class ClientQuotasFactory(FilterFactory):
 
     def create(self, conn: ConnectionInfo) -> ClientQuotas:
         return ClientQuotas(conn, self)
+
+
+# Every Produce and Fetch answer's charge, compiled where the install has it (proxy/filters/_client_quotas.c:
+# the common case written out, every other case handed to the Python method, its reference, kept here as
+# `on_response_in_python`).
+on_response_in_python = ClientQuotas.on_response
+if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled one takes the same
+    try:
+        from sluice.proxy.filters import _client_quotas
+    except ImportError:  # built without a C compiler
+        pass
+    else:
+        ClientQuotas.on_response = _client_quotas.bind(
+            ClientQuotas,
+            on_response_in_python,
+            InFlight,
+            RequestHeader,
+            _UNCHARGED_KEYS,
+            _FETCHES,
+            response_header_size,
+            ClientQuotaManager,
+            RequestQuotaManager,
+            WindowQuotaSensor,
+            QuotaRules,
+            NANOS_TO_PERCENTAGE_PER_SECOND,
+            INACTIVE_SENSOR_EXPIRATION_MS,
+            to_int32,
+        )

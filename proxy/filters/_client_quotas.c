@@ -1,0 +1,782 @@
+/* ClientQuotas.on_response, compiled: the charge of an answer's request time and Fetch bytes
+ * (proxy/filters/client_quotas.py), with the quota managers' record written out inline for their exact types
+ * (`ClientQuotaManager.record_and_get_throttle_ms`, `RequestQuotaManager.record_request_time_ns`, and
+ * `WindowQuotaSensor.record` over its compiled rate).
+ *
+ * Why C: every Produce and Fetch answer passes here while a quota is configured, and in Python the method
+ * and the records under it are five frames an answer (~0.5 us of the ~2.8 us a 16 KiB Produce and its
+ * answer cost; docs/architecture.md, "Compiled readers"). The Python method stays the reference and runs
+ * where this module was not built; this is its translation: the same attributes read and written in the same
+ * order, the same comparisons of Python objects, the same calls where the Python calls out (the connection's
+ * clock, mute and CPU time, `_touch`, a manager's `_sensor`, `_throttled` and `_tell`).
+ *
+ * The reference runs instead, from the start, for every answer that is not the common case before anything
+ * is charged: keywords, a request that is not exactly an InFlight of an exactly-RequestHeader header, a
+ * request that earned a throttle as it was forwarded, an uncharged API (ApiVersions, SASL), a muted
+ * connection. Once charging begins nothing goes back: a manager or sensor of another type, or a manager in
+ * fleet mode, is asked through its own method, as the Python asks it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* A __slots__ attribute of one exact class, read at its offset in the object, as the class's member
+ * descriptor reads it: Python 3.11 specialises such a read in bytecode to a few instructions, where the C
+ * API's generic getattr looks it up by name each time (10-15 ns), which would cost the translation what it
+ * saves. Bound by name when bound (slot_bind); an object of another type is read by name. */
+typedef struct {
+    PyTypeObject *type;
+    PyTypeObject *also; /* a subclass adding no slot (RequestQuotaManager), or NULL */
+    Py_ssize_t offset;
+    PyObject *name;
+} slot_t;
+
+/* The slot `name` of exactly `type`: 0, or -1 with an exception set when it is not a slot there. */
+static int
+slot_bind(slot_t *slot, PyObject *type, PyObject *name)
+{
+    PyObject *descr = PyObject_GetAttr(type, name);
+    if (descr == NULL) {
+        return -1;
+    }
+    int is_slot = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                  ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX &&
+                  !(((PyMemberDescrObject *)descr)->d_member->flags & READONLY);
+    if (is_slot) {
+        slot->offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    Py_DECREF(descr);
+    if (!is_slot) {
+        PyErr_Format(PyExc_TypeError, "%R is not a slot of %R", name, type);
+        return -1;
+    }
+    Py_XSETREF(slot->type, (PyTypeObject *)Py_NewRef(type));
+    Py_CLEAR(slot->also);
+    slot->name = name;
+    return 0;
+}
+
+/* `also` reads the slot bound by slot_bind where its class does: 0, or -1 with an exception set. */
+static int
+slot_share(slot_t *slot, PyObject *also)
+{
+    PyObject *mine = PyObject_GetAttr((PyObject *)slot->type, slot->name);
+    PyObject *theirs = mine == NULL ? NULL : PyObject_GetAttr(also, slot->name);
+    int same = theirs != NULL && mine == theirs;
+    Py_XDECREF(theirs);
+    Py_XDECREF(mine);
+    if (!same) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError, "%R does not read %R as %R does", also, slot->name, slot->type);
+        }
+        return -1;
+    }
+    Py_XSETREF(slot->also, (PyTypeObject *)Py_NewRef(also));
+    return 0;
+}
+
+/* obj.<slot>: a new reference. */
+static inline PyObject *
+slot_get(PyObject *obj, const slot_t *slot)
+{
+    if (Py_IS_TYPE(obj, slot->type) || (slot->also != NULL && Py_IS_TYPE(obj, slot->also))) {
+        PyObject *value = *(PyObject **)((char *)obj + slot->offset);
+        if (value != NULL) {
+            return Py_NewRef(value);
+        }
+    }
+    return PyObject_GetAttr(obj, slot->name); /* (an unset slot: its AttributeError) */
+}
+
+/* obj.<slot> = value: 0, or -1 with an exception set. */
+static inline int
+slot_set(PyObject *obj, const slot_t *slot, PyObject *value)
+{
+    if (Py_IS_TYPE(obj, slot->type) || (slot->also != NULL && Py_IS_TYPE(obj, slot->also))) {
+        Py_XSETREF(*(PyObject **)((char *)obj + slot->offset), Py_NewRef(value));
+        return 0;
+    }
+    return PyObject_SetAttr(obj, slot->name, value);
+}
+
+/* What bind() hands over once, from client_quotas.py. */
+static PyObject *reference = NULL;             /* the Python ClientQuotas.on_response */
+static PyTypeObject *in_flight_type = NULL;    /* filter_api.contract.InFlight */
+static PyTypeObject *request_header_type = NULL;
+static PyObject *uncharged_keys = NULL;        /* client_quotas._UNCHARGED_KEYS */
+static PyObject *fetch_keys = NULL;            /* client_quotas._FETCHES */
+static PyObject *response_header_size = NULL;  /* protocol.headers.response_header_size */
+static PyTypeObject *client_manager_type = NULL;  /* quota.managers.ClientQuotaManager */
+static PyTypeObject *request_manager_type = NULL; /* quota.managers.RequestQuotaManager */
+static PyTypeObject *window_sensor_type = NULL;   /* quota.sensor.WindowQuotaSensor */
+static PyObject *nanos_to_percentage = NULL;   /* quota.managers.NANOS_TO_PERCENTAGE_PER_SECOND */
+static PyObject *inactive_ms = NULL;           /* quota.sensor.INACTIVE_SENSOR_EXPIRATION_MS */
+static PyObject *to_int32 = NULL;              /* quota.throttle.to_int32 */
+
+static PyObject *s_conn, *s_all_rules, *s_enabled_bits, *s_user, *s_request_rules, *s_fetch_rules,
+    *s_mute_remaining_ms, *s_now_ms, *s_take_cpu_ns, *s_request_checked, *s_version, *s_request_touched,
+    *s_fetch_touched, *s_touch, *s_request, *s_fetch, *s_stats, *s_usage, *s_cpu_time_ns, *s_throttled,
+    *s_tell, *s_rules, *s_lookup, *s_fleet, *s_sensor, *s_last_record_ms, *s_rate, *s_bound, *s_record,
+    *s_record_and_throttle, *s_max_throttle_ms, *s_record_and_get_throttle_ms, *s_record_request_time_ns,
+    *s_kind_request, *s_kind_fetch, *s_get;
+/* The slots read: ClientQuotas', its rules' (QuotaRules), its managers' (ClientQuotaManager, also
+ * RequestQuotaManager) and their window sensors' (WindowQuotaSensor). */
+static slot_t cq_conn, cq_all_rules, cq_request_rules, cq_fetch_rules, cq_request_checked, cq_request_touched,
+    cq_fetch_touched, cq_request, cq_fetch, cq_stats, rules_enabled_bits, rules_version, manager_rules,
+    manager_lookup, manager_fleet, manager_max_throttle_ms, sensor_last_record_ms, sensor_rate, sensor_bound;
+static PyObject *zero = NULL, *minus_one = NULL, *four = NULL;
+
+/* ClientQuotaManager.record_and_get_throttle_ms(manager, user, client_id, value, now): a new reference. For
+ * an exact ClientQuotaManager or RequestQuotaManager (which does not override it) outside fleet mode, written
+ * out; otherwise the manager's own method. */
+static PyObject *
+record_throttle(PyObject *manager, PyObject *user, PyObject *client_id, PyObject *value, PyObject *now)
+{
+    if (!Py_IS_TYPE(manager, client_manager_type) && !Py_IS_TYPE(manager, request_manager_type)) {
+        goto method;
+    }
+    PyObject *fleet = slot_get(manager, &manager_fleet);
+    if (fleet == NULL) {
+        return NULL;
+    }
+    Py_DECREF(fleet);
+    if (fleet != Py_None) {
+        goto method; /* (the fleet's estimate is fed by each record: its own code) */
+    }
+    /* if not self._rules.enabled_bits: return 0 */
+    PyObject *rules = slot_get(manager, &manager_rules);
+    if (rules == NULL) {
+        return NULL;
+    }
+    PyObject *bits = slot_get(rules, &rules_enabled_bits);
+    Py_DECREF(rules);
+    if (bits == NULL) {
+        return NULL;
+    }
+    int enabled = PyObject_IsTrue(bits);
+    Py_DECREF(bits);
+    if (enabled <= 0) {
+        return enabled < 0 ? NULL : Py_NewRef(zero);
+    }
+    /* sensor = self._lookup.get((user, client_id)) */
+    PyObject *lookup = slot_get(manager, &manager_lookup);
+    if (lookup == NULL) {
+        return NULL;
+    }
+    PyObject *key = PyTuple_Pack(2, user, client_id);
+    if (key == NULL) {
+        Py_DECREF(lookup);
+        return NULL;
+    }
+    PyObject *sensor;
+    if (PyDict_CheckExact(lookup)) {
+        sensor = PyDict_GetItemWithError(lookup, key);
+        if (sensor == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            Py_DECREF(lookup);
+            return NULL;
+        }
+        Py_XINCREF(sensor);
+    }
+    else {
+        PyObject *args[2] = {lookup, key};
+        sensor = PyObject_VectorcallMethod(s_get, args, 2, NULL);
+        if (sensor == NULL) {
+            Py_DECREF(key);
+            Py_DECREF(lookup);
+            return NULL;
+        }
+        if (sensor == Py_None) {
+            Py_CLEAR(sensor);
+        }
+    }
+    Py_DECREF(key);
+    Py_DECREF(lookup);
+    /* if sensor is None or now_ms - sensor.last_record_ms > INACTIVE_SENSOR_EXPIRATION_MS: */
+    int renew = sensor == NULL;
+    if (!renew) {
+        PyObject *last = slot_get(sensor, &sensor_last_record_ms);
+        PyObject *idle = last == NULL ? NULL : PyNumber_Subtract(now, last);
+        Py_XDECREF(last);
+        renew = idle == NULL ? -1 : PyObject_RichCompareBool(idle, inactive_ms, Py_GT);
+        Py_XDECREF(idle);
+        if (renew < 0) {
+            Py_DECREF(sensor);
+            return NULL;
+        }
+    }
+    if (renew) {
+        Py_XDECREF(sensor);
+        PyObject *args[4] = {manager, user, client_id, now};
+        sensor = PyObject_VectorcallMethod(s_sensor, args, 4, NULL);
+        if (sensor == NULL) {
+            return NULL;
+        }
+    }
+    /* throttle = sensor.record(value, now_ms): WindowQuotaSensor's written out */
+    PyObject *throttle;
+    if (Py_IS_TYPE(sensor, window_sensor_type)) {
+        if (slot_set(sensor, &sensor_last_record_ms, now) < 0) {
+            Py_DECREF(sensor);
+            return NULL;
+        }
+        PyObject *rate = slot_get(sensor, &sensor_rate);
+        PyObject *bound = rate == NULL ? NULL : slot_get(sensor, &sensor_bound);
+        if (bound == NULL) {
+            Py_XDECREF(rate);
+            Py_DECREF(sensor);
+            return NULL;
+        }
+        PyObject *args[4] = {rate, value, now, bound};
+        throttle = PyObject_VectorcallMethod(s_record_and_throttle, args, 4, NULL);
+        Py_DECREF(bound);
+        Py_DECREF(rate);
+    }
+    else {
+        PyObject *args[3] = {sensor, value, now};
+        throttle = PyObject_VectorcallMethod(s_record, args, 3, NULL);
+    }
+    Py_DECREF(sensor);
+    if (throttle == NULL) {
+        return NULL;
+    }
+    /* if not throttle: return 0 */
+    int throttled = PyObject_IsTrue(throttle);
+    if (throttled <= 0) {
+        Py_DECREF(throttle);
+        return throttled < 0 ? NULL : Py_NewRef(zero);
+    }
+    /* return to_int32(throttle if throttle < max_throttle else max_throttle) */
+    PyObject *max_throttle = slot_get(manager, &manager_max_throttle_ms);
+    if (max_throttle == NULL) {
+        Py_DECREF(throttle);
+        return NULL;
+    }
+    int below = PyObject_RichCompareBool(throttle, max_throttle, Py_LT);
+    if (below < 0) {
+        Py_DECREF(throttle);
+        Py_DECREF(max_throttle);
+        return NULL;
+    }
+    PyObject *result = PyObject_CallOneArg(to_int32, below ? throttle : max_throttle);
+    Py_DECREF(throttle);
+    Py_DECREF(max_throttle);
+    return result;
+
+method: {
+    PyObject *args[5] = {manager, user, client_id, value, now};
+    return PyObject_VectorcallMethod(s_record_and_get_throttle_ms, args, 5, NULL);
+}
+}
+
+/* `getattr(obj, name).enabled_bits != 0` as a C truth: 1, 0, or -1 with an exception set. */
+static int
+rules_enabled(PyObject *obj, const slot_t *rules_slot)
+{
+    PyObject *rules = slot_get(obj, rules_slot);
+    if (rules == NULL) {
+        return -1;
+    }
+    PyObject *bits = slot_get(rules, &rules_enabled_bits);
+    Py_DECREF(rules);
+    if (bits == NULL) {
+        return -1;
+    }
+    int enabled = PyObject_RichCompareBool(bits, zero, Py_NE);
+    Py_DECREF(bits);
+    return enabled;
+}
+
+/* `touched = (user, client_id, rules.version); if touched != self.<memo>: self._touch(kind, manager, rules,
+ * user, client_id); self.<memo> = touched` (rules: self.<rules_name>). 0, or -1 with an exception set. */
+static int
+touch(PyObject *self, const slot_t *memo, PyObject *kind, PyObject *manager, const slot_t *rules_slot,
+      PyObject *user, PyObject *client_id)
+{
+    PyObject *rules = slot_get(self, rules_slot);
+    if (rules == NULL) {
+        return -1;
+    }
+    PyObject *version = slot_get(rules, &rules_version);
+    PyObject *touched = version == NULL ? NULL : PyTuple_Pack(3, user, client_id, version);
+    Py_XDECREF(version);
+    PyObject *last = touched == NULL ? NULL : slot_get(self, memo);
+    int differs = last == NULL ? -1 : PyObject_RichCompareBool(touched, last, Py_NE);
+    Py_XDECREF(last);
+    int status = differs < 0 ? -1 : 0;
+    if (differs > 0) {
+        PyObject *args[6] = {self, kind, manager, rules, user, client_id};
+        PyObject *done = PyObject_VectorcallMethod(s_touch, args, 6, NULL);
+        status = done == NULL ? -1 : slot_set(self, memo, touched);
+        Py_XDECREF(done);
+    }
+    Py_XDECREF(touched);
+    Py_DECREF(rules);
+    return status;
+}
+
+/* `if throttle > 0: self._throttled(kind, manager, user, client_id, throttle, now)`. 0, or -1. */
+static int
+count_throttled(PyObject *self, PyObject *kind, PyObject *manager, PyObject *user, PyObject *client_id,
+                PyObject *throttle, PyObject *now)
+{
+    int positive = PyObject_RichCompareBool(throttle, zero, Py_GT);
+    if (positive <= 0) {
+        return positive;
+    }
+    PyObject *args[7] = {self, kind, manager, user, client_id, throttle, now};
+    PyObject *done = PyObject_VectorcallMethod(s_throttled, args, 7, NULL);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* conn.<name>(): a new reference. */
+static PyObject *
+ask(PyObject *conn, PyObject *name)
+{
+    return PyObject_VectorcallMethod(name, &conn, 1, NULL);
+}
+
+/* The request-time charge of the answer, as the Python's `if charges_request:` block: request_throttle, a
+ * new reference. */
+static PyObject *
+charge_request_time(PyObject *self, PyObject *conn, PyObject *user, PyObject *client_id, PyObject *now)
+{
+    PyObject *cpu_ns = ask(conn, s_take_cpu_ns);
+    if (cpu_ns == NULL) {
+        return NULL;
+    }
+    PyObject *manager = NULL, *checked = NULL, *version = NULL, *request_throttle = NULL;
+    checked = slot_get(self, &cq_request_checked);
+    if (checked == NULL) {
+        goto done;
+    }
+    /* cpu_ns or checked is None or checked[0] != now or checked[1] is not user or checked[2] != client_id or
+     * checked[3] != self._request_rules.version (the version read once: a slot, read twice by the Python) */
+    PyObject *rules = slot_get(self, &cq_request_rules);
+    version = rules == NULL ? NULL : slot_get(rules, &rules_version);
+    Py_XDECREF(rules);
+    if (version == NULL) {
+        goto done;
+    }
+    int records = PyObject_IsTrue(cpu_ns);
+    if (records == 0) {
+        records = checked == Py_None;
+    }
+    for (Py_ssize_t k = 0; records == 0 && k < 4; k++) {
+        PyObject *kept = PySequence_GetItem(checked, k);
+        if (kept == NULL) {
+            records = -1;
+        }
+        else if (k == 1) {
+            records = kept != user;
+        }
+        else {
+            PyObject *now_value = k == 0 ? now : k == 2 ? client_id : version;
+            records = PyObject_RichCompareBool(kept, now_value, Py_NE);
+        }
+        Py_XDECREF(kept);
+    }
+    if (records < 0) {
+        goto done;
+    }
+    manager = slot_get(self, &cq_request);
+    if (manager == NULL) {
+        goto done;
+    }
+    if (!records) {
+        /* Most answers of a read take no CPU time of their own (client_quotas.py says why this is exact). */
+        request_throttle = PySequence_GetItem(checked, 4);
+    }
+    else {
+        if (touch(self, &cq_request_touched, s_kind_request, manager, &cq_request_rules, user, client_id) < 0) {
+            goto done;
+        }
+        if (Py_IS_TYPE(manager, request_manager_type)) {
+            PyObject *value = PyNumber_Multiply(cpu_ns, nanos_to_percentage);
+            request_throttle = value == NULL ? NULL : record_throttle(manager, user, client_id, value, now);
+            Py_XDECREF(value);
+        }
+        else {
+            PyObject *args[5] = {manager, user, client_id, cpu_ns, now};
+            request_throttle = PyObject_VectorcallMethod(s_record_request_time_ns, args, 5, NULL);
+        }
+        if (request_throttle == NULL) {
+            goto done;
+        }
+        PyObject *memo = PyTuple_Pack(5, now, user, client_id, version, request_throttle);
+        if (memo == NULL || slot_set(self, &cq_request_checked, memo) < 0) {
+            Py_XDECREF(memo);
+            Py_CLEAR(request_throttle);
+            goto done;
+        }
+        Py_DECREF(memo);
+        /* usage = self._stats.usage; if usage is not None and cpu_ns: usage.usage(user, client_id).cpu_time_ns
+         * += cpu_ns */
+        PyObject *stats = slot_get(self, &cq_stats);
+        PyObject *usage = stats == NULL ? NULL : PyObject_GetAttr(stats, s_usage);
+        Py_XDECREF(stats);
+        int adds = usage == NULL ? -1 : usage == Py_None ? 0 : PyObject_IsTrue(cpu_ns);
+        if (adds > 0) {
+            PyObject *args[3] = {usage, user, client_id};
+            PyObject *entity = PyObject_VectorcallMethod(s_usage, args, 3, NULL);
+            PyObject *spent = entity == NULL ? NULL : PyObject_GetAttr(entity, s_cpu_time_ns);
+            PyObject *sum = spent == NULL ? NULL : PyNumber_InPlaceAdd(spent, cpu_ns);
+            adds = sum == NULL ? -1 : PyObject_SetAttr(entity, s_cpu_time_ns, sum);
+            Py_XDECREF(sum);
+            Py_XDECREF(spent);
+            Py_XDECREF(entity);
+        }
+        Py_XDECREF(usage);
+        if (adds < 0) {
+            Py_CLEAR(request_throttle);
+            goto done;
+        }
+    }
+    if (request_throttle != NULL &&
+        count_throttled(self, s_kind_request, manager, user, client_id, request_throttle, now) < 0) {
+        Py_CLEAR(request_throttle);
+    }
+done:
+    Py_XDECREF(manager);
+    Py_XDECREF(version);
+    Py_XDECREF(checked);
+    Py_DECREF(cpu_ns);
+    return request_throttle;
+}
+
+/* The Fetch bytes' charge, as the Python's `if charges_fetch:` block: fetch_throttle (a new reference), with
+ * *header_size and *fetch_size (new references) set. */
+static PyObject *
+charge_fetch(PyObject *self, PyObject *header, PyObject *key, PyObject *frame, PyObject *user,
+             PyObject *client_id, PyObject *now, PyObject **header_size, PyObject **fetch_size)
+{
+    PyObject *version = PyTuple_GET_ITEM(header, 1);
+    PyObject *args[3] = {key, version, frame};
+    *header_size = PyObject_Vectorcall(response_header_size, args, 3, NULL);
+    if (*header_size == NULL) {
+        return NULL;
+    }
+    /* fetch_size = len(frame) - 4 - header_size + 4 */
+    Py_ssize_t n = PyObject_Size(frame);
+    if (n < 0) {
+        return NULL;
+    }
+    PyObject *length = PyLong_FromSsize_t(n);
+    PyObject *a = length == NULL ? NULL : PyNumber_Subtract(length, four);
+    PyObject *b = a == NULL ? NULL : PyNumber_Subtract(a, *header_size);
+    *fetch_size = b == NULL ? NULL : PyNumber_Add(b, four);
+    Py_XDECREF(b);
+    Py_XDECREF(a);
+    Py_XDECREF(length);
+    if (*fetch_size == NULL) {
+        return NULL;
+    }
+    PyObject *manager = slot_get(self, &cq_fetch);
+    if (manager == NULL) {
+        return NULL;
+    }
+    PyObject *fetch_throttle = NULL;
+    if (touch(self, &cq_fetch_touched, s_kind_fetch, manager, &cq_fetch_rules, user, client_id) == 0) {
+        fetch_throttle = record_throttle(manager, user, client_id, *fetch_size, now);
+        if (fetch_throttle != NULL &&
+            count_throttled(self, s_kind_fetch, manager, user, client_id, fetch_throttle, now) < 0) {
+            Py_CLEAR(fetch_throttle);
+        }
+    }
+    Py_DECREF(manager);
+    return fetch_throttle;
+}
+
+static PyObject *
+on_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind was not called");
+        return NULL;
+    }
+    if (kwnames != NULL || nargs != 2 || !Py_IS_TYPE(args[0], in_flight_type) || PyTuple_GET_SIZE(args[0]) < 3) {
+        goto reference;
+    }
+    PyObject *request = args[0], *frame = args[1];
+    PyObject *header = PyTuple_GET_ITEM(request, 0), *request_throttle_ms = PyTuple_GET_ITEM(request, 2);
+    if (!Py_IS_TYPE(header, request_header_type) || PyTuple_GET_SIZE(header) != 5 ||
+        !PyLong_CheckExact(request_throttle_ms) || request_throttle_ms != zero) {
+        /* a throttled request's answer (told the throttle it earned); also a 0 other than the shared one */
+        goto reference;
+    }
+    /* no quota configured at all: nothing to charge, no mute to tell */
+    PyObject *all_rules = slot_get(self, &cq_all_rules);
+    if (all_rules == NULL) {
+        return NULL;
+    }
+    PyObject *iterator = PyObject_GetIter(all_rules);
+    Py_DECREF(all_rules);
+    if (iterator == NULL) {
+        return NULL;
+    }
+    int any = 0;
+    PyObject *rules;
+    while (any == 0 && (rules = PyIter_Next(iterator)) != NULL) {
+        PyObject *bits = slot_get(rules, &rules_enabled_bits);
+        Py_DECREF(rules);
+        any = bits == NULL ? -1 : PyObject_IsTrue(bits);
+        Py_XDECREF(bits);
+    }
+    Py_DECREF(iterator);
+    if (any < 0 || PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!any) {
+        return Py_NewRef(frame);
+    }
+    PyObject *key = PyTuple_GET_ITEM(header, 0), *client_id = PyTuple_GET_ITEM(header, 3);
+    int uncharged = PySet_Contains(uncharged_keys, key);
+    if (uncharged != 0) {
+        if (uncharged < 0) {
+            return NULL;
+        }
+        goto reference;
+    }
+    PyObject *conn = slot_get(self, &cq_conn);
+    if (conn == NULL) {
+        return NULL;
+    }
+    PyObject *user = NULL, *now = NULL, *request_throttle = NULL, *fetch_throttle = NULL, *header_size = NULL,
+             *fetch_size = NULL, *result = NULL;
+    user = PyObject_GetAttr(conn, s_user);
+    if (user == NULL) {
+        goto done;
+    }
+    int charges_request = rules_enabled(self, &cq_request_rules);
+    if (charges_request < 0) {
+        goto done;
+    }
+    int charges_fetch = PySet_Contains(fetch_keys, key);
+    if (charges_fetch > 0) {
+        charges_fetch = rules_enabled(self, &cq_fetch_rules);
+    }
+    if (charges_fetch < 0) {
+        goto done;
+    }
+    PyObject *muted_ms = ask(conn, s_mute_remaining_ms);
+    if (muted_ms == NULL) {
+        goto done;
+    }
+    int muted = PyLong_CheckExact(muted_ms) ? PyObject_RichCompareBool(muted_ms, zero, Py_NE) : 1;
+    Py_DECREF(muted_ms);
+    if (muted < 0) {
+        goto done;
+    }
+    if (muted) {
+        /* muted, or a value only the Python's comparisons read: nothing is charged yet */
+        Py_DECREF(user);
+        Py_DECREF(conn);
+        goto reference;
+    }
+    if (!charges_request && !charges_fetch) {
+        result = Py_NewRef(frame); /* nothing to charge, nothing to tell */
+        goto done;
+    }
+    now = ask(conn, s_now_ms);
+    if (now == NULL) {
+        goto done;
+    }
+    request_throttle = charges_request ? charge_request_time(self, conn, user, client_id, now) : Py_NewRef(zero);
+    if (request_throttle == NULL) {
+        goto done;
+    }
+    if (charges_fetch) {
+        fetch_throttle = charge_fetch(self, header, key, frame, user, client_id, now, &header_size, &fetch_size);
+        if (fetch_throttle == NULL) {
+            goto done;
+        }
+    }
+    else {
+        fetch_throttle = Py_NewRef(zero);
+        fetch_size = Py_NewRef(zero);
+        header_size = Py_NewRef(minus_one);
+    }
+    /* if muted_ms <= 0 and fetch_throttle <= 0 and request_throttle <= 0: return frame */
+    int tells = PyObject_RichCompareBool(fetch_throttle, zero, Py_GT);
+    if (tells == 0) {
+        tells = PyObject_RichCompareBool(request_throttle, zero, Py_GT);
+    }
+    if (tells < 0) {
+        goto done;
+    }
+    if (!tells) {
+        result = Py_NewRef(frame);
+        goto done;
+    }
+    PyObject *tell_args[10] = {self, frame, header, user, now, zero, fetch_throttle, request_throttle, header_size,
+                               fetch_size};
+    result = PyObject_VectorcallMethod(s_tell, tell_args, 10, NULL);
+done:
+    Py_XDECREF(fetch_size);
+    Py_XDECREF(header_size);
+    Py_XDECREF(fetch_throttle);
+    Py_XDECREF(request_throttle);
+    Py_XDECREF(now);
+    Py_XDECREF(user);
+    Py_DECREF(conn);
+    return result;
+
+reference: {
+    /* self, then the arguments as they came (positional and keyword values) */
+    Py_ssize_t given = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
+    PyObject *small[4], **call = given < 4 ? small : PyMem_Malloc((size_t)(given + 1) * sizeof(PyObject *));
+    if (call == NULL) {
+        return PyErr_NoMemory();
+    }
+    call[0] = self;
+    for (Py_ssize_t k = 0; k < given; k++) {
+        call[k + 1] = args[k];
+    }
+    PyObject *out = PyObject_Vectorcall(reference, call, (size_t)nargs + 1, kwnames);
+    if (call != small) {
+        PyMem_Free(call);
+    }
+    return out;
+}
+}
+
+static PyMethodDef on_response_def = {
+    "on_response", (PyCFunction)(void (*)(void))on_response, METH_FASTCALL | METH_KEYWORDS,
+    "ClientQuotas.on_response(request, frame), compiled (proxy/filters/client_quotas.py is its reference)."};
+
+/* bind(ClientQuotas, on_response reference, InFlight, RequestHeader, uncharged keys, fetch keys,
+ * response_header_size, ClientQuotaManager, RequestQuotaManager, WindowQuotaSensor, QuotaRules,
+ * NANOS_TO_PERCENTAGE_PER_SECOND, INACTIVE_SENSOR_EXPIRATION_MS, to_int32): the compiled on_response, a
+ * method of ClientQuotas. */
+static PyObject *
+bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 14 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2]) ||
+        !PyType_Check(args[3]) || !PyFrozenSet_Check(args[4]) || !PyFrozenSet_Check(args[5]) ||
+        !PyCallable_Check(args[6]) || !PyType_Check(args[7]) || !PyType_Check(args[8]) || !PyType_Check(args[9]) ||
+        !PyType_Check(args[10]) || !PyCallable_Check(args[13])) {
+        PyErr_SetString(PyExc_TypeError, "bind(ClientQuotas, reference, InFlight, RequestHeader, uncharged keys, "
+                                         "fetch keys, response_header_size, ClientQuotaManager, "
+                                         "RequestQuotaManager, WindowQuotaSensor, QuotaRules, nanos, inactive ms, "
+                                         "to_int32)");
+        return NULL;
+    }
+    PyObject *cq = args[0], *manager = args[7], *sensor = args[9], *rules = args[10];
+    const struct {
+        slot_t *slot;
+        PyObject *type;
+        PyObject *name;
+    } slots[] = {
+        {&cq_conn, cq, s_conn},
+        {&cq_all_rules, cq, s_all_rules},
+        {&cq_request_rules, cq, s_request_rules},
+        {&cq_fetch_rules, cq, s_fetch_rules},
+        {&cq_request_checked, cq, s_request_checked},
+        {&cq_request_touched, cq, s_request_touched},
+        {&cq_fetch_touched, cq, s_fetch_touched},
+        {&cq_request, cq, s_request},
+        {&cq_fetch, cq, s_fetch},
+        {&cq_stats, cq, s_stats},
+        {&rules_enabled_bits, rules, s_enabled_bits},
+        {&rules_version, rules, s_version},
+        {&manager_rules, manager, s_rules},
+        {&manager_lookup, manager, s_lookup},
+        {&manager_fleet, manager, s_fleet},
+        {&manager_max_throttle_ms, manager, s_max_throttle_ms},
+        {&sensor_last_record_ms, sensor, s_last_record_ms},
+        {&sensor_rate, sensor, s_rate},
+        {&sensor_bound, sensor, s_bound},
+    };
+    for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++) {
+        if (slot_bind(slots[k].slot, slots[k].type, slots[k].name) < 0) {
+            return NULL;
+        }
+        if (slots[k].type == manager && slot_share(slots[k].slot, args[8]) < 0) {
+            return NULL;
+        }
+    }
+    PyObject *method = PyDescr_NewMethod((PyTypeObject *)cq, &on_response_def);
+    if (method == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(reference, Py_NewRef(args[1]));
+    Py_XSETREF(in_flight_type, (PyTypeObject *)Py_NewRef(args[2]));
+    Py_XSETREF(request_header_type, (PyTypeObject *)Py_NewRef(args[3]));
+    Py_XSETREF(uncharged_keys, Py_NewRef(args[4]));
+    Py_XSETREF(fetch_keys, Py_NewRef(args[5]));
+    Py_XSETREF(response_header_size, Py_NewRef(args[6]));
+    Py_XSETREF(client_manager_type, (PyTypeObject *)Py_NewRef(args[7]));
+    Py_XSETREF(request_manager_type, (PyTypeObject *)Py_NewRef(args[8]));
+    Py_XSETREF(window_sensor_type, (PyTypeObject *)Py_NewRef(args[9]));
+    Py_XSETREF(nanos_to_percentage, Py_NewRef(args[11]));
+    Py_XSETREF(inactive_ms, Py_NewRef(args[12]));
+    Py_XSETREF(to_int32, Py_NewRef(args[13]));
+    return method;
+}
+
+static PyMethodDef module_methods[] = {
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
+     "Hand over what ClientQuotas.on_response uses of its modules (once, from client_quotas.py); returns the "
+     "compiled method."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef client_quotas_module = {
+    PyModuleDef_HEAD_INIT,
+    "sluice.proxy.filters._client_quotas",
+    "ClientQuotas.on_response, compiled (proxy/filters/client_quotas.py says what it charges).",
+    -1,
+    module_methods,
+};
+
+#define INTERN(var, text)                                                                                     \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) {                                                   \
+        return NULL;                                                                                          \
+    }
+
+PyMODINIT_FUNC
+PyInit__client_quotas(void)
+{
+    INTERN(s_conn, "conn");
+    INTERN(s_all_rules, "_all_rules");
+    INTERN(s_enabled_bits, "enabled_bits");
+    INTERN(s_user, "user");
+    INTERN(s_request_rules, "_request_rules");
+    INTERN(s_fetch_rules, "_fetch_rules");
+    INTERN(s_mute_remaining_ms, "mute_remaining_ms");
+    INTERN(s_now_ms, "now_ms");
+    INTERN(s_take_cpu_ns, "take_cpu_ns");
+    INTERN(s_request_checked, "_request_checked");
+    INTERN(s_version, "version");
+    INTERN(s_request_touched, "_request_touched");
+    INTERN(s_fetch_touched, "_fetch_touched");
+    INTERN(s_touch, "_touch");
+    INTERN(s_request, "_request");
+    INTERN(s_fetch, "_fetch");
+    INTERN(s_stats, "_stats");
+    INTERN(s_usage, "usage");
+    INTERN(s_cpu_time_ns, "cpu_time_ns");
+    INTERN(s_throttled, "_throttled");
+    INTERN(s_tell, "_tell");
+    INTERN(s_rules, "_rules");
+    INTERN(s_lookup, "_lookup");
+    INTERN(s_fleet, "fleet");
+    INTERN(s_sensor, "_sensor");
+    INTERN(s_last_record_ms, "last_record_ms");
+    INTERN(s_rate, "_rate");
+    INTERN(s_bound, "_bound");
+    INTERN(s_record, "record");
+    INTERN(s_record_and_throttle, "record_and_throttle");
+    INTERN(s_max_throttle_ms, "_max_throttle_ms");
+    INTERN(s_record_and_get_throttle_ms, "record_and_get_throttle_ms");
+    INTERN(s_record_request_time_ns, "record_request_time_ns");
+    INTERN(s_kind_request, "Request");
+    INTERN(s_kind_fetch, "Fetch");
+    INTERN(s_get, "get");
+    if ((zero = PyLong_FromLong(0)) == NULL || (minus_one = PyLong_FromLong(-1)) == NULL ||
+        (four = PyLong_FromLong(4)) == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&client_quotas_module);
+}
