@@ -31,7 +31,8 @@ typedef struct {
     PyObject *name;
 } slot_t;
 
-/* The slot `name` of exactly `type`: 0, or -1 with an exception set when it is not a slot there. */
+/* The slot `name` of exactly `type` into an empty `slot`: 0, or -1 with an exception set when it is not a
+ * slot there. */
 static int
 slot_bind(slot_t *slot, PyObject *type, PyObject *name)
 {
@@ -50,8 +51,8 @@ slot_bind(slot_t *slot, PyObject *type, PyObject *name)
         PyErr_Format(PyExc_TypeError, "%R is not a slot of %R", name, type);
         return -1;
     }
-    Py_XSETREF(slot->type, (PyTypeObject *)Py_NewRef(type));
-    Py_CLEAR(slot->also);
+    slot->type = (PyTypeObject *)Py_NewRef(type);
+    slot->also = NULL;
     slot->name = name;
     return 0;
 }
@@ -71,7 +72,7 @@ slot_share(slot_t *slot, PyObject *also)
         }
         return -1;
     }
-    Py_XSETREF(slot->also, (PyTypeObject *)Py_NewRef(also));
+    slot->also = (PyTypeObject *)Py_NewRef(also);
     return 0;
 }
 
@@ -101,6 +102,10 @@ slot_set(PyObject *obj, const slot_t *slot, PyObject *value)
 
 /* What bind() hands over once, from client_quotas.py. */
 static PyObject *reference = NULL;             /* the Python ClientQuotas.on_response */
+static PyObject *request_reference = NULL;     /* the Python ClientQuotas.on_request */
+static PyTypeObject *frame_head_type = NULL;   /* protocol.frames.FrameHead */
+static PyObject *produce_key = NULL;           /* ApiKey.PRODUCE, as a plain int */
+static PyObject *int32_max = NULL;             /* 2**31 - 1 */
 static PyTypeObject *in_flight_type = NULL;    /* filter_api.contract.InFlight */
 static PyTypeObject *request_header_type = NULL;
 static PyObject *uncharged_keys = NULL;        /* client_quotas._UNCHARGED_KEYS */
@@ -118,9 +123,12 @@ static PyObject *s_conn, *s_all_rules, *s_enabled_bits, *s_user, *s_request_rule
     *s_fetch_touched, *s_touch, *s_request, *s_fetch, *s_stats, *s_usage, *s_cpu_time_ns, *s_throttled,
     *s_tell, *s_rules, *s_lookup, *s_fleet, *s_sensor, *s_last_record_ms, *s_rate, *s_bound, *s_record,
     *s_record_and_throttle, *s_max_throttle_ms, *s_record_and_get_throttle_ms, *s_record_request_time_ns,
-    *s_kind_request, *s_kind_fetch, *s_get;
+    *s_kind_request, *s_kind_fetch, *s_get, *s_newest, *s_produce_rules, *s_produce_touched, *s_produce,
+    *s_gates, *s_turn, *s_turn_rank, *s_fetch_cap, *s_shut, *s_read_ms, *s_kind_produce, *s_produce_charged;
 /* The slots read: ClientQuotas', its rules' (QuotaRules), its managers' (ClientQuotaManager, also
  * RequestQuotaManager) and their window sensors' (WindowQuotaSensor). */
+static slot_t cq_newest, cq_produce_rules, cq_produce_touched, cq_produce, cq_gates, cq_turn, cq_turn_rank,
+    cq_fetch_cap, gates_shut;
 static slot_t cq_conn, cq_all_rules, cq_request_rules, cq_fetch_rules, cq_request_checked, cq_request_touched,
     cq_fetch_touched, cq_request, cq_fetch, cq_stats, rules_enabled_bits, rules_version, manager_rules,
     manager_lookup, manager_fleet, manager_max_throttle_ms, sensor_last_record_ms, sensor_rate, sensor_bound;
@@ -488,6 +496,216 @@ charge_fetch(PyObject *self, PyObject *header, PyObject *key, PyObject *frame, P
     return fetch_throttle;
 }
 
+/* self.<ref>(*args) handed over as it came: the reference's result. */
+static PyObject *
+hand_over(PyObject *python, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* self, then the arguments as they came (positional and keyword values) */
+    Py_ssize_t given = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
+    PyObject *small[4], **call = given < 4 ? small : PyMem_Malloc((size_t)(given + 1) * sizeof(PyObject *));
+    if (call == NULL) {
+        return PyErr_NoMemory();
+    }
+    call[0] = self;
+    for (Py_ssize_t k = 0; k < given; k++) {
+        call[k + 1] = args[k];
+    }
+    PyObject *out = PyObject_Vectorcall(python, call, (size_t)nargs + 1, kwnames);
+    if (call != small) {
+        PyMem_Free(call);
+    }
+    return out;
+}
+
+/* The Produce charge of on_request's common case (ClientQuotas._charge_produce with no entity throttled, no
+ * turn at the gate, and a request read in this same ms or arriving as a FrameHead): frame, or what
+ * `_produce_charged` makes of a throttle; NULL with *refer set when it is not that case (nothing done yet). */
+static PyObject *
+charge_produce(PyObject *self, PyObject *header, PyObject *frame, int *refer)
+{
+    PyObject *conn = slot_get(self, &cq_conn);
+    if (conn == NULL) {
+        return NULL;
+    }
+    PyObject *gates = NULL, *now = NULL, *user = NULL, *manager = NULL, *size = NULL, *throttle = NULL,
+             *result = NULL;
+    now = ask(conn, s_now_ms);
+    gates = now == NULL ? NULL : slot_get(self, &cq_gates);
+    if (gates == NULL) {
+        goto done;
+    }
+    if (gates != Py_None) {
+        /* shut_gates = len(gates.shut); the turn; `now != conn.read_ms()` for a whole frame: all none */
+        PyObject *shut = slot_get(gates, &gates_shut);
+        if (shut == NULL) {
+            goto done;
+        }
+        Py_ssize_t shut_gates = PyObject_Size(shut);
+        Py_DECREF(shut);
+        if (shut_gates != 0) {
+            *refer = shut_gates > 0;
+            goto done;
+        }
+        PyObject *turn = slot_get(self, &cq_turn);
+        if (turn == NULL) {
+            goto done;
+        }
+        Py_DECREF(turn);
+        if (turn != Py_None) {
+            *refer = 1;
+            goto done;
+        }
+        if (!Py_IS_TYPE(frame, frame_head_type)) {
+            PyObject *read = ask(conn, s_read_ms);
+            int later = read == NULL ? -1 : PyObject_RichCompareBool(now, read, Py_NE);
+            Py_XDECREF(read);
+            if (later != 0) {
+                *refer = later > 0;
+                goto done;
+            }
+        }
+    }
+    user = PyObject_GetAttr(conn, s_user);
+    manager = user == NULL ? NULL : slot_get(self, &cq_produce);
+    if (manager == NULL) {
+        goto done;
+    }
+    PyObject *client_id = PyTuple_GET_ITEM(header, 3);
+    if (touch(self, &cq_produce_touched, s_kind_produce, manager, &cq_produce_rules, user, client_id) < 0) {
+        goto done;
+    }
+    /* throttle = self._produce.record_and_get_throttle_ms(user, client_id, len(frame) - 4, now) */
+    Py_ssize_t n = PyObject_Size(frame);
+    size = n < 0 ? NULL : PyLong_FromSsize_t(n);
+    PyObject *value = size == NULL ? NULL : PyNumber_Subtract(size, four);
+    throttle = value == NULL ? NULL : record_throttle(manager, user, client_id, value, now);
+    Py_XDECREF(value);
+    if (throttle == NULL) {
+        goto done;
+    }
+    int positive = PyObject_RichCompareBool(throttle, zero, Py_GT);
+    if (positive > 0) {
+        PyObject *args[7] = {self, frame, user, client_id, throttle, now, zero};
+        result = PyObject_VectorcallMethod(s_produce_charged, args, 7, NULL);
+    }
+    else if (positive == 0 && (gates == Py_None || slot_set(self, &cq_turn_rank, now) == 0)) {
+        result = Py_NewRef(frame);
+    }
+done:
+    Py_XDECREF(throttle);
+    Py_XDECREF(size);
+    Py_XDECREF(manager);
+    Py_XDECREF(user);
+    Py_XDECREF(gates);
+    Py_XDECREF(now);
+    Py_DECREF(conn);
+    return result;
+}
+
+/* A Fetch or ShareFetch request whose cap is the one remembered for this entity and rules, and no smaller
+ * than any request can ask (ClientQuotas._cap_fetch's common case): 1, 0 when it is not that case, -1. */
+static int
+fetch_uncapped(PyObject *self, PyObject *header)
+{
+    PyObject *conn = slot_get(self, &cq_conn);
+    PyObject *user = conn == NULL ? NULL : PyObject_GetAttr(conn, s_user);
+    Py_XDECREF(conn);
+    PyObject *rules = user == NULL ? NULL : slot_get(self, &cq_fetch_rules);
+    PyObject *version = rules == NULL ? NULL : slot_get(rules, &rules_version);
+    Py_XDECREF(rules);
+    PyObject *last = version == NULL ? NULL : slot_get(self, &cq_fetch_cap);
+    int uncapped = last == NULL ? -1 : 0;
+    /* last is not None and last[0] == version and last[1] is user and last[2] == client_id; cap >= INT32_MAX */
+    if (last != NULL && PyTuple_CheckExact(last) && PyTuple_GET_SIZE(last) == 4 &&
+        PyTuple_GET_ITEM(last, 1) == user) {
+        uncapped = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 0), version, Py_EQ);
+        if (uncapped > 0) {
+            uncapped = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), PyTuple_GET_ITEM(header, 3), Py_EQ);
+        }
+        if (uncapped > 0) {
+            uncapped = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), int32_max, Py_GE);
+        }
+    }
+    Py_XDECREF(last);
+    Py_XDECREF(version);
+    Py_XDECREF(user);
+    return uncapped;
+}
+
+static PyObject *
+on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (request_reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind was not called");
+        return NULL;
+    }
+    if (kwnames != NULL || nargs != 2 || !Py_IS_TYPE(args[0], request_header_type) ||
+        PyTuple_GET_SIZE(args[0]) != 5) {
+        goto reference;
+    }
+    PyObject *header = args[0], *frame = args[1];
+    PyObject *key = PyTuple_GET_ITEM(header, 0), *version = PyTuple_GET_ITEM(header, 1);
+    /* if header.api_version > self._newest[key]: raise unoffered_version(...) (the Python's) */
+    PyObject *newest = slot_get(self, &cq_newest);
+    if (newest == NULL) {
+        return NULL;
+    }
+    int offered = -2;
+    if (PyList_CheckExact(newest) && PyLong_CheckExact(key)) {
+        Py_ssize_t at = PyLong_AsSsize_t(key);
+        if (at == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+        }
+        else if (at >= 0 && at < PyList_GET_SIZE(newest)) {
+            offered = PyObject_RichCompareBool(version, PyList_GET_ITEM(newest, at), Py_LE);
+        }
+    }
+    Py_DECREF(newest);
+    if (offered != 1) {
+        if (offered == -1) {
+            return NULL;
+        }
+        goto reference;
+    }
+    int produce = PyObject_RichCompareBool(key, produce_key, Py_EQ);
+    if (produce < 0) {
+        return NULL;
+    }
+    if (produce) {
+        int enabled = rules_enabled(self, &cq_produce_rules);
+        if (enabled <= 0) {
+            if (enabled < 0) {
+                return NULL;
+            }
+            goto reference; /* (a request that waited at a gate leaves it) */
+        }
+        int refer = 0;
+        PyObject *out = charge_produce(self, header, frame, &refer);
+        if (out != NULL || !refer) {
+            return out;
+        }
+        goto reference;
+    }
+    int enabled = rules_enabled(self, &cq_fetch_rules);
+    if (enabled <= 0) {
+        return enabled < 0 ? NULL : Py_NewRef(frame);
+    }
+    if (Py_IS_TYPE(frame, frame_head_type)) {
+        goto reference; /* (whole() refuses it) */
+    }
+    int uncapped = fetch_uncapped(self, header);
+    if (uncapped != 0) {
+        return uncapped < 0 ? NULL : Py_NewRef(frame);
+    }
+
+reference:
+    return hand_over(request_reference, self, args, nargs, kwnames);
+}
+
+static PyMethodDef on_request_def = {
+    "on_request", (PyCFunction)(void (*)(void))on_request, METH_FASTCALL | METH_KEYWORDS,
+    "ClientQuotas.on_request(header, frame), compiled (proxy/filters/client_quotas.py is its reference)."};
+
 static PyObject *
 on_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -622,53 +840,108 @@ done:
     Py_DECREF(conn);
     return result;
 
-reference: {
-    /* self, then the arguments as they came (positional and keyword values) */
-    Py_ssize_t given = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
-    PyObject *small[4], **call = given < 4 ? small : PyMem_Malloc((size_t)(given + 1) * sizeof(PyObject *));
-    if (call == NULL) {
-        return PyErr_NoMemory();
-    }
-    call[0] = self;
-    for (Py_ssize_t k = 0; k < given; k++) {
-        call[k + 1] = args[k];
-    }
-    PyObject *out = PyObject_Vectorcall(reference, call, (size_t)nargs + 1, kwnames);
-    if (call != small) {
-        PyMem_Free(call);
-    }
-    return out;
-}
+reference:
+    return hand_over(reference, self, args, nargs, kwnames);
 }
 
 static PyMethodDef on_response_def = {
     "on_response", (PyCFunction)(void (*)(void))on_response, METH_FASTCALL | METH_KEYWORDS,
     "ClientQuotas.on_response(request, frame), compiled (proxy/filters/client_quotas.py is its reference)."};
 
-/* bind(ClientQuotas, on_response reference, InFlight, RequestHeader, uncharged keys, fetch keys,
- * response_header_size, ClientQuotaManager, RequestQuotaManager, WindowQuotaSensor, QuotaRules,
- * NANOS_TO_PERCENTAGE_PER_SECOND, INACTIVE_SENSOR_EXPIRATION_MS, to_int32): the compiled on_response, a
- * method of ClientQuotas. */
+/* bound[name]: a new reference, checked with `check` (NULL: any object); NULL with TypeError if missing. */
+static PyObject *
+bound_item(PyObject *bound, const char *name, int (*check)(PyObject *))
+{
+    PyObject *value = PyDict_GetItemString(bound, name);
+    if (value == NULL || (check != NULL && !check(value))) {
+        PyErr_Format(PyExc_TypeError, "bind: %s missing or of the wrong kind", name);
+        return NULL;
+    }
+    return Py_NewRef(value);
+}
+
+static int
+is_type(PyObject *obj)
+{
+    return PyType_Check(obj);
+}
+
+static int
+is_callable(PyObject *obj)
+{
+    return PyCallable_Check(obj);
+}
+
+static int
+is_frozenset(PyObject *obj)
+{
+    return PyFrozenSet_CheckExact(obj);
+}
+
+static int
+is_int(PyObject *obj)
+{
+    return PyLong_CheckExact(obj);
+}
+
+/* bind(ClientQuotas, what): `what` names what the compiled methods use of their modules (client_quotas.py
+ * hands it over once); the compiled (on_request, on_response), methods of ClientQuotas. */
 static PyObject *
 bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 14 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2]) ||
-        !PyType_Check(args[3]) || !PyFrozenSet_Check(args[4]) || !PyFrozenSet_Check(args[5]) ||
-        !PyCallable_Check(args[6]) || !PyType_Check(args[7]) || !PyType_Check(args[8]) || !PyType_Check(args[9]) ||
-        !PyType_Check(args[10]) || !PyCallable_Check(args[13])) {
-        PyErr_SetString(PyExc_TypeError, "bind(ClientQuotas, reference, InFlight, RequestHeader, uncharged keys, "
-                                         "fetch keys, response_header_size, ClientQuotaManager, "
-                                         "RequestQuotaManager, WindowQuotaSensor, QuotaRules, nanos, inactive ms, "
-                                         "to_int32)");
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bind(ClientQuotas, {name: what})");
         return NULL;
     }
-    PyObject *cq = args[0], *manager = args[7], *sensor = args[9], *rules = args[10];
+    PyObject *cq = args[0], *what = args[1];
+    struct {
+        PyObject **global;
+        const char *name;
+        int (*check)(PyObject *);
+    } items[] = {
+        {&request_reference, "on_request", is_callable},
+        {&reference, "on_response", is_callable},
+        {(PyObject **)&in_flight_type, "InFlight", is_type},
+        {(PyObject **)&request_header_type, "RequestHeader", is_type},
+        {(PyObject **)&frame_head_type, "FrameHead", is_type},
+        {&produce_key, "PRODUCE", is_int},
+        {&uncharged_keys, "uncharged_keys", is_frozenset},
+        {&fetch_keys, "fetch_keys", is_frozenset},
+        {&response_header_size, "response_header_size", is_callable},
+        {(PyObject **)&client_manager_type, "ClientQuotaManager", is_type},
+        {(PyObject **)&request_manager_type, "RequestQuotaManager", is_type},
+        {(PyObject **)&window_sensor_type, "WindowQuotaSensor", is_type},
+        {&nanos_to_percentage, "NANOS_TO_PERCENTAGE_PER_SECOND", NULL},
+        {&inactive_ms, "INACTIVE_SENSOR_EXPIRATION_MS", NULL},
+        {&int32_max, "INT32_MAX", is_int},
+        {&to_int32, "to_int32", is_callable},
+    };
+    PyObject *got[sizeof items / sizeof items[0]] = {NULL};
+    PyObject *rules = NULL, *gates = NULL, *methods = NULL;
+    for (size_t k = 0; k < sizeof items / sizeof items[0]; k++) {
+        if ((got[k] = bound_item(what, items[k].name, items[k].check)) == NULL) {
+            goto done;
+        }
+    }
+    if ((rules = bound_item(what, "QuotaRules", is_type)) == NULL ||
+        (gates = bound_item(what, "EntityGates", is_type)) == NULL) {
+        goto done;
+    }
+    PyObject *manager = got[9], *sensor = got[11];
     const struct {
         slot_t *slot;
         PyObject *type;
         PyObject *name;
     } slots[] = {
         {&cq_conn, cq, s_conn},
+        {&cq_newest, cq, s_newest},
+        {&cq_produce_rules, cq, s_produce_rules},
+        {&cq_produce_touched, cq, s_produce_touched},
+        {&cq_produce, cq, s_produce},
+        {&cq_gates, cq, s_gates},
+        {&cq_turn, cq, s_turn},
+        {&cq_turn_rank, cq, s_turn_rank},
+        {&cq_fetch_cap, cq, s_fetch_cap},
         {&cq_all_rules, cq, s_all_rules},
         {&cq_request_rules, cq, s_request_rules},
         {&cq_fetch_rules, cq, s_fetch_rules},
@@ -678,6 +951,7 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         {&cq_request, cq, s_request},
         {&cq_fetch, cq, s_fetch},
         {&cq_stats, cq, s_stats},
+        {&gates_shut, gates, s_shut},
         {&rules_enabled_bits, rules, s_enabled_bits},
         {&rules_version, rules, s_version},
         {&manager_rules, manager, s_rules},
@@ -688,37 +962,54 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         {&sensor_rate, sensor, s_rate},
         {&sensor_bound, sensor, s_bound},
     };
+    /* bound apart, then all at once: a bind refused leaves the last one whole */
+    slot_t fresh[sizeof slots / sizeof slots[0]] = {{NULL}};
+    int bound = 1;
+    for (size_t k = 0; bound && k < sizeof slots / sizeof slots[0]; k++) {
+        bound = slot_bind(&fresh[k], slots[k].type, slots[k].name) == 0 &&
+                (slots[k].type != manager || slot_share(&fresh[k], got[10]) == 0);
+    }
+    if (!bound) {
+        for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++) {
+            Py_XDECREF(fresh[k].type);
+            Py_XDECREF(fresh[k].also);
+        }
+        goto done;
+    }
+    PyObject *request_method = PyDescr_NewMethod((PyTypeObject *)cq, &on_request_def);
+    PyObject *response_method = request_method == NULL ? NULL : PyDescr_NewMethod((PyTypeObject *)cq, &on_response_def);
+    methods = response_method == NULL ? NULL : PyTuple_Pack(2, request_method, response_method);
+    Py_XDECREF(request_method);
+    Py_XDECREF(response_method);
+    if (methods == NULL) {
+        for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++) {
+            Py_XDECREF(fresh[k].type);
+            Py_XDECREF(fresh[k].also);
+        }
+        goto done;
+    }
+    for (size_t k = 0; k < sizeof items / sizeof items[0]; k++) {
+        Py_XSETREF(*items[k].global, got[k]);
+        got[k] = NULL;
+    }
     for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++) {
-        if (slot_bind(slots[k].slot, slots[k].type, slots[k].name) < 0) {
-            return NULL;
-        }
-        if (slots[k].type == manager && slot_share(slots[k].slot, args[8]) < 0) {
-            return NULL;
-        }
+        Py_XDECREF(slots[k].slot->type);
+        Py_XDECREF(slots[k].slot->also);
+        *slots[k].slot = fresh[k];
     }
-    PyObject *method = PyDescr_NewMethod((PyTypeObject *)cq, &on_response_def);
-    if (method == NULL) {
-        return NULL;
+done:
+    for (size_t k = 0; k < sizeof items / sizeof items[0]; k++) {
+        Py_XDECREF(got[k]);
     }
-    Py_XSETREF(reference, Py_NewRef(args[1]));
-    Py_XSETREF(in_flight_type, (PyTypeObject *)Py_NewRef(args[2]));
-    Py_XSETREF(request_header_type, (PyTypeObject *)Py_NewRef(args[3]));
-    Py_XSETREF(uncharged_keys, Py_NewRef(args[4]));
-    Py_XSETREF(fetch_keys, Py_NewRef(args[5]));
-    Py_XSETREF(response_header_size, Py_NewRef(args[6]));
-    Py_XSETREF(client_manager_type, (PyTypeObject *)Py_NewRef(args[7]));
-    Py_XSETREF(request_manager_type, (PyTypeObject *)Py_NewRef(args[8]));
-    Py_XSETREF(window_sensor_type, (PyTypeObject *)Py_NewRef(args[9]));
-    Py_XSETREF(nanos_to_percentage, Py_NewRef(args[11]));
-    Py_XSETREF(inactive_ms, Py_NewRef(args[12]));
-    Py_XSETREF(to_int32, Py_NewRef(args[13]));
-    return method;
+    Py_XDECREF(rules);
+    Py_XDECREF(gates);
+    return methods;
 }
 
 static PyMethodDef module_methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
-     "Hand over what ClientQuotas.on_response uses of its modules (once, from client_quotas.py); returns the "
-     "compiled method."},
+     "Hand over what ClientQuotas' compiled methods use of their modules (once, from client_quotas.py); "
+     "returns them: (on_request, on_response)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -774,6 +1065,18 @@ PyInit__client_quotas(void)
     INTERN(s_kind_request, "Request");
     INTERN(s_kind_fetch, "Fetch");
     INTERN(s_get, "get");
+    INTERN(s_newest, "_newest");
+    INTERN(s_produce_rules, "_produce_rules");
+    INTERN(s_produce_touched, "_produce_touched");
+    INTERN(s_produce, "_produce");
+    INTERN(s_gates, "_gates");
+    INTERN(s_turn, "_turn");
+    INTERN(s_turn_rank, "_turn_rank");
+    INTERN(s_fetch_cap, "_fetch_cap");
+    INTERN(s_shut, "shut");
+    INTERN(s_read_ms, "read_ms");
+    INTERN(s_kind_produce, "Produce");
+    INTERN(s_produce_charged, "_produce_charged");
     if ((zero = PyLong_FromLong(0)) == NULL || (minus_one = PyLong_FromLong(-1)) == NULL ||
         (four = PyLong_FromLong(4)) == NULL) {
         return NULL;

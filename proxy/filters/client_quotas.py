@@ -45,8 +45,9 @@ own logic is in proxy/data_path/entity_gate.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 from sluice.config.quota_settings import FetchThrottle, MuteScope, ThrottleMode
@@ -275,6 +276,13 @@ class ClientQuotas(Filter):
                         self._turn = turn
                         return Defer(turn)  # the entity is throttled: wait, uncharged, on every connection
         throttle = self._produce.record_and_get_throttle_ms(user, client_id, len(frame) - 4, now)
+        return self._produce_charged(frame, user, client_id, throttle, now, shut_gates)
+
+    def _produce_charged(
+        self, frame: RequestFrame, user: str, client_id: str | None, throttle: int, now: int, shut_gates: int
+    ) -> RequestEffect:
+        """A Produce charged `throttle`: the entity's gate told, and the request forwarded."""
+        gates = self._gates
         if gates is not None:
             if throttle > 0 or shut_gates:  # else there is no gate to shut or to open
                 gates.admitted(self._gate_key(user, client_id), throttle, now)
@@ -545,29 +553,46 @@ class ClientQuotasFactory(FilterFactory):
         return ClientQuotas(conn, self)
 
 
-# Every Produce and Fetch answer's charge, compiled where the install has it (proxy/filters/_client_quotas.c:
-# the common case written out, every other case handed to the Python method, its reference, kept here as
-# `on_response_in_python`).
+# The charges of every Produce and Fetch request and answer, compiled where the install has it
+# (proxy/filters/_client_quotas.c: each method's common case written out, every other case handed to the
+# Python method, its reference, kept here as `on_request_in_python` and `on_response_in_python`).
+on_request_in_python = ClientQuotas.on_request
 on_response_in_python = ClientQuotas.on_response
-if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled one takes the same
-    try:
-        from sluice.proxy.filters import _client_quotas
-    except ImportError:  # built without a C compiler
-        pass
-    else:
-        ClientQuotas.on_response = _client_quotas.bind(
-            ClientQuotas,
-            on_response_in_python,
-            InFlight,
-            RequestHeader,
-            _UNCHARGED_KEYS,
-            _FETCHES,
-            response_header_size,
-            ClientQuotaManager,
-            RequestQuotaManager,
-            WindowQuotaSensor,
-            QuotaRules,
-            NANOS_TO_PERCENTAGE_PER_SECOND,
-            INACTIVE_SENSOR_EXPIRATION_MS,
-            to_int32,
+
+
+def compiled_twins_of(
+    on_request: Callable[..., object], on_response: Callable[..., object]
+) -> tuple[object, object]:
+    """The compiled (on_request, on_response), which hand what they do not write out to these two."""
+    from sluice.proxy.filters import _client_quotas  # type: ignore[attr-defined]
+
+    return _client_quotas.bind(  # type: ignore[no-any-return]
+        ClientQuotas,
+        {
+            "on_request": on_request,
+            "on_response": on_response,
+            "InFlight": InFlight,
+            "RequestHeader": RequestHeader,
+            "FrameHead": FrameHead,
+            "PRODUCE": int(_PRODUCE),
+            "uncharged_keys": _UNCHARGED_KEYS,
+            "fetch_keys": _FETCHES,
+            "response_header_size": response_header_size,
+            "ClientQuotaManager": ClientQuotaManager,
+            "RequestQuotaManager": RequestQuotaManager,
+            "WindowQuotaSensor": WindowQuotaSensor,
+            "QuotaRules": QuotaRules,
+            "EntityGates": EntityGates,
+            "NANOS_TO_PERCENTAGE_PER_SECOND": NANOS_TO_PERCENTAGE_PER_SECOND,
+            "INACTIVE_SENSOR_EXPIRATION_MS": INACTIVE_SENSOR_EXPIRATION_MS,
+            "INT32_MAX": _INT32_MAX,
+            "to_int32": to_int32,
+        },
+    )
+
+
+if not TYPE_CHECKING:  # the type checker reads the Python methods; the compiled ones take the same
+    with contextlib.suppress(ImportError):  # (built without a C compiler: the Python methods run)
+        ClientQuotas.on_request, ClientQuotas.on_response = compiled_twins_of(
+            on_request_in_python, on_response_in_python
         )
