@@ -21,6 +21,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../_slots.h"
+
 /* The routing table's size (filter_api.contract.TABLE_SIZE); its last slot, TABLE_SIZE, is every key
  * outside it (BEYOND_TABLE). bind() checks that the contract says the same. */
 #define TABLE_SIZE 128
@@ -37,6 +39,9 @@ static PyObject *whole_function = NULL;
 
 static PyObject *s_api_key, *s_header, *s_on_request, *s_on_response, *s_frame, *s_throttle_ms, *s_ready, *s_original, *s_position, *s_delay_ms, *s_mute_ms, *s_replace;
 static PyObject *zero = NULL;
+/* The fields routing reads, at their indices (../_slots.h; bind_fields): an answer's request's header, and a
+ * header's API key. */
+static field_t entry_header, header_api_key;
 
 typedef struct {
     PyObject_HEAD
@@ -225,7 +230,7 @@ FilterRuns_on_request(FilterRunsObject *self, PyObject *const *args, Py_ssize_t 
     }
     PyObject *header = args[0];
     PyObject *deferred = given == 3 ? args[2] : Py_None;
-    PyObject *key = PyObject_GetAttr(header, s_api_key);
+    PyObject *key = field_get(header, &header_api_key);
     if (key == NULL) {
         return NULL;
     }
@@ -387,11 +392,11 @@ FilterRuns_on_response(FilterRunsObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     PyObject *request = args[0];
-    PyObject *header = PyObject_GetAttr(request, s_header);
+    PyObject *header = field_get(request, &entry_header);
     if (header == NULL) {
         return NULL;
     }
-    PyObject *key = PyObject_GetAttr(header, s_api_key);
+    PyObject *key = field_get(header, &header_api_key);
     Py_DECREF(header);
     if (key == NULL) {
         return NULL;
@@ -654,9 +659,35 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* bind_fields(InFlight, RequestHeader): the NamedTuples whose fields routing reads at their indices. */
+static PyObject *
+bind_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "bind_fields(InFlight, RequestHeader)");
+        return NULL;
+    }
+    field_t header = {NULL}, key = {NULL};
+    if (field_bind(&header, args[0], s_header) < 0) {
+        return NULL;
+    }
+    if (field_bind(&key, args[1], s_api_key) < 0) {
+        field_clear(&header);
+        return NULL;
+    }
+    field_clear(&entry_header);
+    field_clear(&header_api_key);
+    entry_header = header;
+    header_api_key = key;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "Hand over the effect types, Deferred, whole() and TABLE_SIZE (once, from filter_runs.py)."},
+    {"bind_fields", (PyCFunction)(void (*)(void))bind_fields, METH_FASTCALL,
+     "Hand over InFlight and RequestHeader, whose fields routing reads at their indices (once, from "
+     "filter_runs.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,6 +22,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "../_slots.h"
+
 /* What bind() hands over once, from request_pipeline.py. */
 static PyObject *parse_request_header = NULL;
 static PyObject *produce_acks = NULL;
@@ -43,6 +45,12 @@ static PyObject *s_gate, *s_filters, *s_on_request, *s_on_response, *s_state, *s
     *s_delay_ms, *s_throttle_ms, *s_response_sent, *s_sink, *s_send_response, *s_requests, *s_request_bytes,
     *s_responses, *s_response_bytes;
 static PyObject *zero = NULL, *one = NULL;
+/* Read at their offsets and indices (../_slots.h): RequestPipeline's slots and the gate's (bind), the
+ * in-flight entries' and request headers' fields (bind), ProxyMetrics' lists (bind_metrics). */
+static slot_t pipeline_gate, pipeline_filters, pipeline_state, pipeline_raw_exchange, pipeline_metrics,
+    pipeline_in_flight, pipeline_outgoing, pipeline_load, pipeline_sink, gate_muted, metrics_requests,
+    metrics_request_bytes, metrics_responses, metrics_response_bytes;
+static field_t entry_header, entry_kind, entry_throttle_ms, entry_load, header_api_key, header_correlation_id;
 
 #define IN_FLIGHT_FIELDS 7
 
@@ -112,9 +120,9 @@ positive(PyObject *value)
 
 /* `self.<name>.<method>(a, b)`, the attribute read anew as the Python reads it. */
 static int
-call_on_attribute(PyObject *self, PyObject *name, PyObject *method, PyObject *a, PyObject *b)
+call_on_attribute(PyObject *self, const slot_t *slot, PyObject *method, PyObject *a, PyObject *b)
 {
-    PyObject *target = PyObject_GetAttr(self, name);
+    PyObject *target = slot_get(self, slot);
     if (target == NULL) {
         return -1;
     }
@@ -125,9 +133,9 @@ call_on_attribute(PyObject *self, PyObject *name, PyObject *method, PyObject *a,
 
 /* `target.<name>[slot] += value` */
 static int
-add_at(PyObject *target, PyObject *name, PyObject *slot, PyObject *value)
+add_at(PyObject *target, const slot_t *list, PyObject *slot, PyObject *value)
 {
-    PyObject *items = PyObject_GetAttr(target, name);
+    PyObject *items = slot_get(target, list);
     if (items == NULL) {
         return -1;
     }
@@ -146,7 +154,8 @@ add_at(PyObject *target, PyObject *name, PyObject *slot, PyObject *value)
  * at the slot added to), else the method called. Written out means read once: a method patched on the
  * class, or OTHER_SLOT rebound, after bind_metrics is not seen (a subclass's own methods are called). */
 static int
-count(PyObject *metrics, PyObject *method, PyObject *counts, PyObject *sizes, PyObject *key, PyObject *size)
+count(PyObject *metrics, PyObject *method, const slot_t *counts, const slot_t *sizes, PyObject *key,
+      PyObject *size)
 {
     if (metrics_type == NULL || !Py_IS_TYPE(metrics, metrics_type) || !PyLong_CheckExact(key)) {
         return done_with(call_method2(metrics, method, key, size));
@@ -188,13 +197,15 @@ static int
 expect_forwarded(PyObject *pipeline, PyObject *header, PyObject *frame, Py_ssize_t size)
 {
     /* self._metrics.count_request(header.api_key, size - 4) */
-    PyObject *metrics = PyObject_GetAttr(pipeline, s_metrics);
+    PyObject *metrics = slot_get(pipeline, &pipeline_metrics);
     if (metrics == NULL) {
         return -1;
     }
-    PyObject *key = PyObject_GetAttr(header, s_api_key);
+    PyObject *key = field_get(header, &header_api_key);
     PyObject *counted = key == NULL ? NULL : less_prefix(size);
-    int failed = counted == NULL ? -1 : count(metrics, s_count_request, s_requests, s_request_bytes, key, counted);
+    int failed = counted == NULL ? -1
+                                 : count(metrics, s_count_request, &metrics_requests, &metrics_request_bytes, key,
+                                         counted);
     Py_DECREF(metrics);
     Py_XDECREF(counted);
     Py_XDECREF(key);
@@ -202,7 +213,7 @@ expect_forwarded(PyObject *pipeline, PyObject *header, PyObject *frame, Py_ssize
         return -1;
     }
     /* if header.api_key == _PRODUCE and produce_acks(frame, header) == 0: self._sent_acks0(...) */
-    key = PyObject_GetAttr(header, s_api_key);
+    key = field_get(header, &header_api_key);
     if (key == NULL) {
         return -1;
     }
@@ -222,7 +233,7 @@ expect_forwarded(PyObject *pipeline, PyObject *header, PyObject *frame, Py_ssize
             return -1;
         }
         if (none) {
-            PyObject *correlation_id = PyObject_GetAttr(header, s_correlation_id);
+            PyObject *correlation_id = field_get(header, &header_correlation_id);
             if (correlation_id == NULL) {
                 return -1;
             }
@@ -236,7 +247,7 @@ expect_forwarded(PyObject *pipeline, PyObject *header, PyObject *frame, Py_ssize
     if (entry == NULL) {
         return -1;
     }
-    PyObject *in_flight = PyObject_GetAttr(pipeline, s_in_flight);
+    PyObject *in_flight = slot_get(pipeline, &pipeline_in_flight);
     failed = in_flight == NULL ? -1 : done_with(call_method1(in_flight, s_append, entry));
     Py_XDECREF(in_flight);
     Py_DECREF(entry);
@@ -247,7 +258,7 @@ expect_forwarded(PyObject *pipeline, PyObject *header, PyObject *frame, Py_ssize
 static int
 must_stop(PyObject *pipeline, PyObject *gate)
 {
-    PyObject *state = PyObject_GetAttr(pipeline, s_state);
+    PyObject *state = slot_get(pipeline, &pipeline_state);
     if (state == NULL) {
         return -1;
     }
@@ -255,7 +266,7 @@ must_stop(PyObject *pipeline, PyObject *gate)
     if (state != open_state) {
         return 1;
     }
-    PyObject *muted = PyObject_GetAttr(gate, s_muted);
+    PyObject *muted = slot_get(gate, &gate_muted);
     if (muted == NULL) {
         return -1;
     }
@@ -264,7 +275,7 @@ must_stop(PyObject *pipeline, PyObject *gate)
     if (is_muted != 0) {
         return is_muted;
     }
-    PyObject *raw = PyObject_GetAttr(pipeline, s_raw_exchange);
+    PyObject *raw = slot_get(pipeline, &pipeline_raw_exchange);
     if (raw == NULL) {
         return -1;
     }
@@ -284,11 +295,11 @@ forward_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (count < 0) {
         return NULL;
     }
-    PyObject *gate = PyObject_GetAttr(pipeline, s_gate);
+    PyObject *gate = slot_get(pipeline, &pipeline_gate);
     if (gate == NULL) {
         return NULL;
     }
-    PyObject *filters = PyObject_GetAttr(pipeline, s_filters);
+    PyObject *filters = slot_get(pipeline, &pipeline_filters);
     PyObject *on_request = filters == NULL ? NULL : PyObject_GetAttr(filters, s_on_request);
     Py_XDECREF(filters);
     PyObject *result = NULL, *frame = NULL, *header = NULL, *out = NULL;
@@ -341,7 +352,7 @@ forward_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
         /* self.outgoing.append(out) */
-        PyObject *outgoing = PyObject_GetAttr(pipeline, s_outgoing);
+        PyObject *outgoing = slot_get(pipeline, &pipeline_outgoing);
         if (outgoing == NULL) {
             goto done;
         }
@@ -405,7 +416,7 @@ oldest_is(PyObject *in_flight, PyObject *kind, PyObject **oldest)
     if (*oldest == NULL) {
         return -1;
     }
-    PyObject *its_kind = PyObject_GetAttr(*oldest, s_kind);
+    PyObject *its_kind = field_get(*oldest, &entry_kind);
     if (its_kind == NULL) {
         Py_CLEAR(*oldest);
         return -1;
@@ -419,7 +430,7 @@ static int
 respond(PyObject *pipeline, PyObject *request, PyObject *frame)
 {
     /* if request.load and self.load is not None: self.load.give(request.load) */
-    PyObject *load = PyObject_GetAttr(request, s_load);
+    PyObject *load = field_get(request, &entry_load);
     if (load == NULL) {
         return -1;
     }
@@ -429,15 +440,15 @@ respond(PyObject *pipeline, PyObject *request, PyObject *frame)
         return -1;
     }
     if (holds) {
-        PyObject *share = PyObject_GetAttr(pipeline, s_load);
+        PyObject *share = slot_get(pipeline, &pipeline_load);
         if (share == NULL) {
             return -1;
         }
         int failed = 0;
         if (share != Py_None) {
             Py_DECREF(share);
-            share = PyObject_GetAttr(pipeline, s_load);
-            load = share == NULL ? NULL : PyObject_GetAttr(request, s_load);
+            share = slot_get(pipeline, &pipeline_load);
+            load = share == NULL ? NULL : field_get(request, &entry_load);
             failed = load == NULL ? -1 : done_with(call_method1(share, s_give, load));
             Py_XDECREF(load);
         }
@@ -447,7 +458,7 @@ respond(PyObject *pipeline, PyObject *request, PyObject *frame)
         }
     }
     /* out = self._filters.on_response(request, frame) */
-    PyObject *filters = PyObject_GetAttr(pipeline, s_filters);
+    PyObject *filters = slot_get(pipeline, &pipeline_filters);
     if (filters == NULL) {
         return -1;
     }
@@ -489,16 +500,17 @@ respond(PyObject *pipeline, PyObject *request, PyObject *frame)
     }
     int failed = -1;
     /* self._metrics.count_response(request.header.api_key, len(frame) - 4) */
-    PyObject *header = PyObject_GetAttr(request, s_header);
-    PyObject *key = header == NULL ? NULL : PyObject_GetAttr(header, s_api_key);
+    PyObject *header = field_get(request, &entry_header);
+    PyObject *key = header == NULL ? NULL : field_get(header, &header_api_key);
     Py_XDECREF(header);
     if (key != NULL) {
         Py_ssize_t size = PyObject_Size(sent);
         PyObject *counted = size < 0 ? NULL : less_prefix(size);
         if (counted != NULL) {
-            PyObject *metrics = PyObject_GetAttr(pipeline, s_metrics);
+            PyObject *metrics = slot_get(pipeline, &pipeline_metrics);
             failed = metrics == NULL ? -1
-                                     : count(metrics, s_count_response, s_responses, s_response_bytes, key, counted);
+                                     : count(metrics, s_count_response, &metrics_responses, &metrics_response_bytes,
+                                             key, counted);
             Py_XDECREF(metrics);
             Py_DECREF(counted);
         }
@@ -509,7 +521,7 @@ respond(PyObject *pipeline, PyObject *request, PyObject *frame)
     }
     /* if request.throttle_ms > 0: self._gate.response_sent() */
     failed = -1;
-    PyObject *throttle = PyObject_GetAttr(request, s_throttle_ms);
+    PyObject *throttle = field_get(request, &entry_throttle_ms);
     if (throttle == NULL) {
         goto done;
     }
@@ -519,7 +531,7 @@ respond(PyObject *pipeline, PyObject *request, PyObject *frame)
         goto done;
     }
     if (throttled) {
-        PyObject *gate = PyObject_GetAttr(pipeline, s_gate);
+        PyObject *gate = slot_get(pipeline, &pipeline_gate);
         if (gate == NULL) {
             goto done;
         }
@@ -532,7 +544,7 @@ respond(PyObject *pipeline, PyObject *request, PyObject *frame)
         }
     }
     /* self._sink.send_response(frame, delay_ms) */
-    failed = call_on_attribute(pipeline, s_sink, s_send_response, sent, delay);
+    failed = call_on_attribute(pipeline, &pipeline_sink, s_send_response, sent, delay);
 done:
     Py_DECREF(sent);
     Py_DECREF(delay);
@@ -547,7 +559,7 @@ answers_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *pipeline = args[0], *frames = args[1];
-    PyObject *in_flight = PyObject_GetAttr(pipeline, s_in_flight);
+    PyObject *in_flight = slot_get(pipeline, &pipeline_in_flight);
     if (in_flight == NULL) {
         return NULL;
     }
@@ -574,8 +586,8 @@ answers_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             common = size >= 8;
         }
         if (common) {
-            PyObject *header = PyObject_GetAttr(request, s_header);
-            PyObject *correlation_id = header == NULL ? NULL : PyObject_GetAttr(header, s_correlation_id);
+            PyObject *header = field_get(request, &entry_header);
+            PyObject *correlation_id = header == NULL ? NULL : field_get(header, &header_correlation_id);
             Py_XDECREF(header);
             if (correlation_id == NULL) {
                 goto done;
@@ -623,10 +635,11 @@ done:
 static PyObject *
 bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9) {
+    if (nargs != 12) {
         PyErr_SetString(PyExc_TypeError,
                         "bind(parse_request_header, produce_acks, Lifecycle.OPEN, EntryKind.FORWARDED, "
-                        "EntryKind.ANSWERED, InFlight, Respond, ApiKey.PRODUCE, COUNTED_MIN_BYTES)");
+                        "EntryKind.ANSWERED, InFlight, Respond, ApiKey.PRODUCE, COUNTED_MIN_BYTES, "
+                        "RequestPipeline, ThrottleGate, RequestHeader)");
         return NULL;
     }
     PyObject *entry_type = args[5];
@@ -645,6 +658,67 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyErr_Format(PyExc_TypeError, "InFlight has %zd fields, the compiled runs make %d", field_count,
                          IN_FLIGHT_FIELDS);
         }
+        return NULL;
+    }
+    /* the slots and fields, bound apart, then all at once: a bind refused leaves the last one whole */
+    PyObject *pipeline = args[9], *gate = args[10], *header = args[11];
+    struct {
+        slot_t *slot;
+        PyObject *type;
+        PyObject *name;
+    } slots[] = {
+        {&pipeline_gate, pipeline, s_gate},
+        {&pipeline_filters, pipeline, s_filters},
+        {&pipeline_state, pipeline, s_state},
+        {&pipeline_raw_exchange, pipeline, s_raw_exchange},
+        {&pipeline_metrics, pipeline, s_metrics},
+        {&pipeline_in_flight, pipeline, s_in_flight},
+        {&pipeline_outgoing, pipeline, s_outgoing},
+        {&pipeline_load, pipeline, s_load},
+        {&pipeline_sink, pipeline, s_sink},
+        {&gate_muted, gate, s_muted},
+    };
+    struct {
+        field_t *field;
+        PyObject *type;
+        PyObject *name;
+    } named[] = {
+        {&entry_header, entry_type, s_header},
+        {&entry_kind, entry_type, s_kind},
+        {&entry_throttle_ms, entry_type, s_throttle_ms},
+        {&entry_load, entry_type, s_load},
+        {&header_api_key, header, s_api_key},
+        {&header_correlation_id, header, s_correlation_id},
+    };
+    enum { SLOTS = sizeof slots / sizeof slots[0], FIELDS = sizeof named / sizeof named[0] };
+    slot_t fresh_slots[SLOTS] = {{NULL}};
+    field_t fresh_fields[FIELDS] = {{NULL}};
+    int bound_all = 1;
+    for (size_t k = 0; bound_all && k < SLOTS; k++) {
+        bound_all = slot_bind(&fresh_slots[k], slots[k].type, slots[k].name) == 0;
+    }
+    for (size_t k = 0; bound_all && k < FIELDS; k++) {
+        bound_all = field_bind(&fresh_fields[k], named[k].type, named[k].name) == 0;
+    }
+    for (size_t k = 0; k < SLOTS; k++) {
+        if (bound_all) {
+            slot_clear(slots[k].slot);
+            *slots[k].slot = fresh_slots[k];
+        }
+        else {
+            slot_clear(&fresh_slots[k]);
+        }
+    }
+    for (size_t k = 0; k < FIELDS; k++) {
+        if (bound_all) {
+            field_clear(named[k].field);
+            *named[k].field = fresh_fields[k];
+        }
+        else {
+            field_clear(&fresh_fields[k]);
+        }
+    }
+    if (!bound_all) {
         return NULL;
     }
     Py_XSETREF(parse_request_header, Py_NewRef(args[0]));
@@ -670,6 +744,21 @@ bind_metrics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     long others = PyLong_AsLong(args[1]);
     if (others == -1 && PyErr_Occurred()) {
         return NULL;
+    }
+    slot_t *lists[] = {&metrics_requests, &metrics_request_bytes, &metrics_responses, &metrics_response_bytes};
+    PyObject *names[] = {s_requests, s_request_bytes, s_responses, s_response_bytes};
+    slot_t fresh[4] = {{NULL}};
+    for (size_t k = 0; k < 4; k++) {
+        if (slot_bind(&fresh[k], args[0], names[k]) < 0) {
+            for (size_t j = 0; j < k; j++) {
+                slot_clear(&fresh[j]);
+            }
+            return NULL;
+        }
+    }
+    for (size_t k = 0; k < 4; k++) {
+        slot_clear(lists[k]);
+        *lists[k] = fresh[k];
     }
     Py_XSETREF(metrics_type, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(other_slot, Py_NewRef(args[1]));

@@ -171,4 +171,5 @@ else:
         FilterRuns = FilterRunsInPython
     else:
         _filter_runs.bind(Forward, Answer, Close, Defer, Respond, Deferred, whole, TABLE_SIZE)
+        _filter_runs.bind_fields(InFlight, RequestHeader)
         FilterRuns = _filter_runs.FilterRuns

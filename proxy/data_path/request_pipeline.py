@@ -639,6 +639,8 @@ if not TYPE_CHECKING:  # the type checker reads the Python methods; the compiled
     except ImportError:  # built without a C compiler
         pass
     else:
+        from .throttle_gate import ThrottleGate  # (the gate whose `muted` slot the runs read at its offset)
+
         _pipeline_runs.bind(
             parse_request_header,
             produce_acks,
@@ -649,6 +651,9 @@ if not TYPE_CHECKING:  # the type checker reads the Python methods; the compiled
             Respond,
             ApiKey.PRODUCE,
             COUNTED_MIN_BYTES,
+            RequestPipeline,
+            ThrottleGate,
+            RequestHeader,
         )
         _pipeline_runs.bind_metrics(ProxyMetrics, OTHER_SLOT)  # whose counting they write out
         _forward_plain = _pipeline_runs.forward_plain

@@ -1,104 +1,27 @@
-/* ClientQuotas.on_response, compiled: the charge of an answer's request time and Fetch bytes
- * (proxy/filters/client_quotas.py), with the quota managers' record written out inline for their exact types
- * (`ClientQuotaManager.record_and_get_throttle_ms`, `RequestQuotaManager.record_request_time_ns`, and
- * `WindowQuotaSensor.record` over its compiled rate).
+/* ClientQuotas.on_request and on_response, compiled: the charges of a Produce request, of a Fetch request's
+ * cap, and of an answer's request time and Fetch bytes (proxy/filters/client_quotas.py), with the quota
+ * managers' record written out inline for their exact types (`ClientQuotaManager.record_and_get_throttle_ms`,
+ * `RequestQuotaManager.record_request_time_ns`, and `WindowQuotaSensor.record` over its compiled rate).
  *
- * Why C: every Produce and Fetch answer passes here while a quota is configured, and in Python the method
- * and the records under it are five frames an answer (~0.5 us of the ~2.8 us a 16 KiB Produce and its
- * answer cost; docs/architecture.md, "Compiled readers"). The Python method stays the reference and runs
- * where this module was not built; this is its translation: the same attributes read and written in the same
- * order, the same comparisons of Python objects, the same calls where the Python calls out (the connection's
- * clock, mute and CPU time, `_touch`, a manager's `_sensor`, `_throttled` and `_tell`).
+ * Why C: every Produce and Fetch request and answer passes here while a quota is configured, and in Python
+ * the methods and the records under them cost ~0.9 us of the ~2.8 us a 16 KiB Produce and its answer cost
+ * (docs/architecture.md, "Compiled readers"). The Python methods stay the references and run where this
+ * module was not built; this is their translation: the same attributes read and written, the same comparisons
+ * of Python objects, the same calls where the Python calls out (the connection's clock, mute and CPU time,
+ * `_touch`, a manager's `_sensor`, `_throttled`, `_produce_charged` and `_tell`).
  *
- * The reference runs instead, from the start, for every answer that is not the common case before anything
- * is charged: keywords, a request that is not exactly an InFlight of an exactly-RequestHeader header, a
- * request that earned a throttle as it was forwarded, an uncharged API (ApiVersions, SASL), a muted
- * connection. Once charging begins nothing goes back: a manager or sensor of another type, or a manager in
- * fleet mode, is asked through its own method, as the Python asks it.
+ * The reference runs instead, from the start, for every call that is not the common case, before anything is
+ * charged: keywords; a header that is not exactly a RequestHeader, or a request not exactly an InFlight; a
+ * version beyond the chain's; a Produce while some entity's gate is shut, with a turn waiting at a gate, or
+ * read in an earlier ms; a Fetch whose cap is not remembered or may bind; an answer to a request that earned a
+ * throttle as it was forwarded, of an uncharged API (ApiVersions, SASL), or on a muted connection. Once
+ * charging begins nothing goes back: a manager or sensor of another type, or a manager in fleet mode, is asked
+ * through its own method, as the Python asks it. The queries a case is decided by (the clock, the last read,
+ * the mute) are asked again by the reference it is handed to.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
-
-/* A __slots__ attribute of one exact class, read at its offset in the object, as the class's member
- * descriptor reads it: Python 3.11 specialises such a read in bytecode to a few instructions, where the C
- * API's generic getattr looks it up by name each time (10-15 ns), which would cost the translation what it
- * saves. Bound by name when bound (slot_bind); an object of another type is read by name. */
-typedef struct {
-    PyTypeObject *type;
-    PyTypeObject *also; /* a subclass adding no slot (RequestQuotaManager), or NULL */
-    Py_ssize_t offset;
-    PyObject *name;
-} slot_t;
-
-/* The slot `name` of exactly `type` into an empty `slot`: 0, or -1 with an exception set when it is not a
- * slot there. */
-static int
-slot_bind(slot_t *slot, PyObject *type, PyObject *name)
-{
-    PyObject *descr = PyObject_GetAttr(type, name);
-    if (descr == NULL) {
-        return -1;
-    }
-    int is_slot = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
-                  ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX &&
-                  !(((PyMemberDescrObject *)descr)->d_member->flags & READONLY);
-    if (is_slot) {
-        slot->offset = ((PyMemberDescrObject *)descr)->d_member->offset;
-    }
-    Py_DECREF(descr);
-    if (!is_slot) {
-        PyErr_Format(PyExc_TypeError, "%R is not a slot of %R", name, type);
-        return -1;
-    }
-    slot->type = (PyTypeObject *)Py_NewRef(type);
-    slot->also = NULL;
-    slot->name = name;
-    return 0;
-}
-
-/* `also` reads the slot bound by slot_bind where its class does: 0, or -1 with an exception set. */
-static int
-slot_share(slot_t *slot, PyObject *also)
-{
-    PyObject *mine = PyObject_GetAttr((PyObject *)slot->type, slot->name);
-    PyObject *theirs = mine == NULL ? NULL : PyObject_GetAttr(also, slot->name);
-    int same = theirs != NULL && mine == theirs;
-    Py_XDECREF(theirs);
-    Py_XDECREF(mine);
-    if (!same) {
-        if (!PyErr_Occurred()) {
-            PyErr_Format(PyExc_TypeError, "%R does not read %R as %R does", also, slot->name, slot->type);
-        }
-        return -1;
-    }
-    slot->also = (PyTypeObject *)Py_NewRef(also);
-    return 0;
-}
-
-/* obj.<slot>: a new reference. */
-static inline PyObject *
-slot_get(PyObject *obj, const slot_t *slot)
-{
-    if (Py_IS_TYPE(obj, slot->type) || (slot->also != NULL && Py_IS_TYPE(obj, slot->also))) {
-        PyObject *value = *(PyObject **)((char *)obj + slot->offset);
-        if (value != NULL) {
-            return Py_NewRef(value);
-        }
-    }
-    return PyObject_GetAttr(obj, slot->name); /* (an unset slot: its AttributeError) */
-}
-
-/* obj.<slot> = value: 0, or -1 with an exception set. */
-static inline int
-slot_set(PyObject *obj, const slot_t *slot, PyObject *value)
-{
-    if (Py_IS_TYPE(obj, slot->type) || (slot->also != NULL && Py_IS_TYPE(obj, slot->also))) {
-        Py_XSETREF(*(PyObject **)((char *)obj + slot->offset), Py_NewRef(value));
-        return 0;
-    }
-    return PyObject_SetAttr(obj, slot->name, value);
-}
+#include "../_slots.h"
 
 /* What bind() hands over once, from client_quotas.py. */
 static PyObject *reference = NULL;             /* the Python ClientQuotas.on_response */
@@ -848,40 +771,23 @@ static PyMethodDef on_response_def = {
     "on_response", (PyCFunction)(void (*)(void))on_response, METH_FASTCALL | METH_KEYWORDS,
     "ClientQuotas.on_response(request, frame), compiled (proxy/filters/client_quotas.py is its reference)."};
 
-/* bound[name]: a new reference, checked with `check` (NULL: any object); NULL with TypeError if missing. */
+/* What a bound item must be. */
+typedef enum { ANY, A_TYPE, CALLABLE, FROZENSET, AN_INT } kind_t;
+
+/* bound[name]: a new reference, of `kind`; NULL with TypeError if missing or of another kind. */
 static PyObject *
-bound_item(PyObject *bound, const char *name, int (*check)(PyObject *))
+bound_item(PyObject *bound, const char *name, kind_t kind)
 {
     PyObject *value = PyDict_GetItemString(bound, name);
-    if (value == NULL || (check != NULL && !check(value))) {
+    int fits = value != NULL && (kind == ANY || (kind == A_TYPE && PyType_Check(value)) ||
+                                 (kind == CALLABLE && PyCallable_Check(value)) ||
+                                 (kind == FROZENSET && PyFrozenSet_CheckExact(value)) ||
+                                 (kind == AN_INT && PyLong_CheckExact(value)));
+    if (!fits) {
         PyErr_Format(PyExc_TypeError, "bind: %s missing or of the wrong kind", name);
         return NULL;
     }
     return Py_NewRef(value);
-}
-
-static int
-is_type(PyObject *obj)
-{
-    return PyType_Check(obj);
-}
-
-static int
-is_callable(PyObject *obj)
-{
-    return PyCallable_Check(obj);
-}
-
-static int
-is_frozenset(PyObject *obj)
-{
-    return PyFrozenSet_CheckExact(obj);
-}
-
-static int
-is_int(PyObject *obj)
-{
-    return PyLong_CheckExact(obj);
 }
 
 /* bind(ClientQuotas, what): `what` names what the compiled methods use of their modules (client_quotas.py
@@ -897,34 +803,34 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     struct {
         PyObject **global;
         const char *name;
-        int (*check)(PyObject *);
+        kind_t kind;
     } items[] = {
-        {&request_reference, "on_request", is_callable},
-        {&reference, "on_response", is_callable},
-        {(PyObject **)&in_flight_type, "InFlight", is_type},
-        {(PyObject **)&request_header_type, "RequestHeader", is_type},
-        {(PyObject **)&frame_head_type, "FrameHead", is_type},
-        {&produce_key, "PRODUCE", is_int},
-        {&uncharged_keys, "uncharged_keys", is_frozenset},
-        {&fetch_keys, "fetch_keys", is_frozenset},
-        {&response_header_size, "response_header_size", is_callable},
-        {(PyObject **)&client_manager_type, "ClientQuotaManager", is_type},
-        {(PyObject **)&request_manager_type, "RequestQuotaManager", is_type},
-        {(PyObject **)&window_sensor_type, "WindowQuotaSensor", is_type},
-        {&nanos_to_percentage, "NANOS_TO_PERCENTAGE_PER_SECOND", NULL},
-        {&inactive_ms, "INACTIVE_SENSOR_EXPIRATION_MS", NULL},
-        {&int32_max, "INT32_MAX", is_int},
-        {&to_int32, "to_int32", is_callable},
+        {&request_reference, "on_request", CALLABLE},
+        {&reference, "on_response", CALLABLE},
+        {(PyObject **)&in_flight_type, "InFlight", A_TYPE},
+        {(PyObject **)&request_header_type, "RequestHeader", A_TYPE},
+        {(PyObject **)&frame_head_type, "FrameHead", A_TYPE},
+        {&produce_key, "PRODUCE", AN_INT},
+        {&uncharged_keys, "uncharged_keys", FROZENSET},
+        {&fetch_keys, "fetch_keys", FROZENSET},
+        {&response_header_size, "response_header_size", CALLABLE},
+        {(PyObject **)&client_manager_type, "ClientQuotaManager", A_TYPE},
+        {(PyObject **)&request_manager_type, "RequestQuotaManager", A_TYPE},
+        {(PyObject **)&window_sensor_type, "WindowQuotaSensor", A_TYPE},
+        {&nanos_to_percentage, "NANOS_TO_PERCENTAGE_PER_SECOND", ANY},
+        {&inactive_ms, "INACTIVE_SENSOR_EXPIRATION_MS", ANY},
+        {&int32_max, "INT32_MAX", AN_INT},
+        {&to_int32, "to_int32", CALLABLE},
     };
     PyObject *got[sizeof items / sizeof items[0]] = {NULL};
     PyObject *rules = NULL, *gates = NULL, *methods = NULL;
     for (size_t k = 0; k < sizeof items / sizeof items[0]; k++) {
-        if ((got[k] = bound_item(what, items[k].name, items[k].check)) == NULL) {
+        if ((got[k] = bound_item(what, items[k].name, items[k].kind)) == NULL) {
             goto done;
         }
     }
-    if ((rules = bound_item(what, "QuotaRules", is_type)) == NULL ||
-        (gates = bound_item(what, "EntityGates", is_type)) == NULL) {
+    if ((rules = bound_item(what, "QuotaRules", A_TYPE)) == NULL ||
+        (gates = bound_item(what, "EntityGates", A_TYPE)) == NULL) {
         goto done;
     }
     PyObject *manager = got[9], *sensor = got[11];
@@ -971,8 +877,7 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (!bound) {
         for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++) {
-            Py_XDECREF(fresh[k].type);
-            Py_XDECREF(fresh[k].also);
+            slot_clear(&fresh[k]);
         }
         goto done;
     }
@@ -983,8 +888,7 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_XDECREF(response_method);
     if (methods == NULL) {
         for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++) {
-            Py_XDECREF(fresh[k].type);
-            Py_XDECREF(fresh[k].also);
+            slot_clear(&fresh[k]);
         }
         goto done;
     }
@@ -993,8 +897,7 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         got[k] = NULL;
     }
     for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++) {
-        Py_XDECREF(slots[k].slot->type);
-        Py_XDECREF(slots[k].slot->also);
+        slot_clear(slots[k].slot);
         *slots[k].slot = fresh[k];
     }
 done:
@@ -1016,7 +919,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef client_quotas_module = {
     PyModuleDef_HEAD_INIT,
     "sluice.proxy.filters._client_quotas",
-    "ClientQuotas.on_response, compiled (proxy/filters/client_quotas.py says what it charges).",
+    "ClientQuotas.on_request and on_response, compiled (proxy/filters/client_quotas.py says what they charge).",
     -1,
     module_methods,
 };

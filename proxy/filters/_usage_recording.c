@@ -17,6 +17,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../_slots.h"
+
 /* What bind() hands over once, from usage_recorder.py. */
 static PyObject *produce_key = NULL;      /* ApiKey.PRODUCE */
 static PyTypeObject *frame_head_type = NULL;
@@ -35,16 +37,21 @@ static PyObject *s_client_id, *s_api_key, *s_cache, *s_ledger, *s_generation, *s
     *s_add_request, *s_produce_bytes, *s_observe, *s_named, *s_topics, *s_add_topics, *s_max_topics,
     *s_overflow, *s_bytes, *s_request, *s_fetch_response, *s_api_version, *s_fetch_bytes;
 static PyObject *zero = NULL, *one = NULL, *four = NULL;
+/* Read at their offsets and indices (../_slots.h; bind_slots): the recording's cache and ledger, the ledger's
+ * generation, an EntityUsage's counters, the request header's fields; the overflow's counters by name. */
+static slot_t recording_cache, recording_ledger, ledger_generation, usage_requests, usage_topics,
+    usage_max_topics, usage_overflow, usage_produce_bytes, usage_fetch_bytes, overflow_topics, overflow_bytes;
+static field_t header_client_id, header_api_key, header_api_version;
 
 /* UsageRecording.usage(user, client_id): a new reference. */
 static PyObject *
 usage_of(PyObject *recording, PyObject *user, PyObject *client_id)
 {
-    PyObject *cached = PyObject_GetAttr(recording, s_cache);
+    PyObject *cached = slot_get(recording, &recording_cache);
     if (cached == NULL) {
         return NULL;
     }
-    PyObject *ledger = PyObject_GetAttr(recording, s_ledger);
+    PyObject *ledger = slot_get(recording, &recording_ledger);
     if (ledger == NULL) {
         Py_DECREF(cached);
         return NULL;
@@ -60,7 +67,7 @@ usage_of(PyObject *recording, PyObject *user, PyObject *client_id)
                 same = -1;
                 break;
             }
-            PyObject *now = k == 0 ? PyObject_GetAttr(ledger, s_generation) : Py_NewRef(parts[k]);
+            PyObject *now = k == 0 ? slot_get(ledger, &ledger_generation) : Py_NewRef(parts[k]);
             same = now == NULL ? -1 : PyObject_RichCompareBool(kept, now, Py_EQ);
             Py_DECREF(kept);
             Py_XDECREF(now);
@@ -79,10 +86,10 @@ usage_of(PyObject *recording, PyObject *user, PyObject *client_id)
     if (usage == NULL) {
         goto done;
     }
-    PyObject *generation = PyObject_GetAttr(ledger, s_generation);
+    PyObject *generation = slot_get(ledger, &ledger_generation);
     PyObject *kept = generation == NULL ? NULL : PyTuple_Pack(4, generation, user, client_id, usage);
     Py_XDECREF(generation);
-    if (kept == NULL || PyObject_SetAttr(recording, s_cache, kept) < 0) {
+    if (kept == NULL || slot_set(recording, &recording_cache, kept) < 0) {
         Py_XDECREF(kept);
         Py_CLEAR(usage);
         goto done;
@@ -106,9 +113,9 @@ done_with(PyObject *result)
 
 /* `target.<name> += value` */
 static int
-add_to_attribute(PyObject *target, PyObject *name, PyObject *value)
+add_to_attribute(PyObject *target, const slot_t *slot, PyObject *value)
 {
-    PyObject *before = PyObject_GetAttr(target, name);
+    PyObject *before = slot_get(target, slot);
     if (before == NULL) {
         return -1;
     }
@@ -117,7 +124,7 @@ add_to_attribute(PyObject *target, PyObject *name, PyObject *value)
     if (after == NULL) {
         return -1;
     }
-    int failed = PyObject_SetAttr(target, name, after);
+    int failed = slot_set(target, slot, after);
     Py_DECREF(after);
     return failed;
 }
@@ -131,7 +138,7 @@ add_request(PyObject *usage, PyObject *key)
         return done_with(PyObject_VectorcallMethod(s_add_request, args, 2, NULL));
     }
     /* requests = self.requests; requests[api_key] = requests.get(api_key, 0) + 1 */
-    PyObject *requests = PyObject_GetAttr(usage, s_requests);
+    PyObject *requests = slot_get(usage, &usage_requests);
     if (requests == NULL) {
         return -1;
     }
@@ -197,7 +204,7 @@ add_topics(PyObject *usage, PyObject *found, int fetched, PyObject *broker)
 {
     PyObject *topics = NULL;
     if (Py_IS_TYPE(usage, entity_usage_type) && named_pairs(found)) {
-        topics = PyObject_GetAttr(usage, s_topics);
+        topics = slot_get(usage, &usage_topics);
         if (topics == NULL) {
             return -1;
         }
@@ -236,18 +243,18 @@ add_topics(PyObject *usage, PyObject *found, int fetched, PyObject *broker)
         else {
             /* if len(topics) >= self._max_topics: the overflow counts it */
             PyObject *held = PyLong_FromSsize_t(PyDict_GET_SIZE(topics));
-            PyObject *limit = held == NULL ? NULL : PyObject_GetAttr(usage, s_max_topics);
+            PyObject *limit = held == NULL ? NULL : slot_get(usage, &usage_max_topics);
             int full = limit == NULL ? -1 : PyObject_RichCompareBool(held, limit, Py_GE);
             Py_XDECREF(held);
             Py_XDECREF(limit);
             if (full != 0) {
                 Py_DECREF(key);
                 if (full > 0) {
-                    PyObject *overflow = PyObject_GetAttr(usage, s_overflow);
-                    full = overflow == NULL ? -1 : add_to_attribute(overflow, s_topics, one);
+                    PyObject *overflow = slot_get(usage, &usage_overflow);
+                    full = overflow == NULL ? -1 : add_to_attribute(overflow, &overflow_topics, one);
                     Py_XDECREF(overflow);
-                    overflow = full < 0 ? NULL : PyObject_GetAttr(usage, s_overflow);
-                    full = overflow == NULL ? -1 : add_to_attribute(overflow, s_bytes, size);
+                    overflow = full < 0 ? NULL : slot_get(usage, &usage_overflow);
+                    full = overflow == NULL ? -1 : add_to_attribute(overflow, &overflow_bytes, size);
                     Py_XDECREF(overflow);
                 }
                 Py_DECREF(pair);
@@ -334,7 +341,7 @@ begin_record(PyObject *const *args, size_t nargsf, PyObject *kwnames, PyObject *
         *handed = PyObject_VectorcallMethod(method, call, 5, NULL);
         return 0;
     }
-    PyObject *client_id = PyObject_GetAttr(a->header, s_client_id);
+    PyObject *client_id = field_get(a->header, &header_client_id);
     if (client_id == NULL) {
         return 0;
     }
@@ -354,7 +361,7 @@ record_request(PyObject *module, PyObject *const *args, size_t nargsf, PyObject 
     }
     PyObject *recording = a.recording, *user = a.user, *header = a.header, *frame = a.frame, *broker = a.broker;
     PyObject *result = NULL, *key = NULL, *found = NULL;
-    key = PyObject_GetAttr(header, s_api_key);
+    key = field_get(header, &header_api_key);
     if (key == NULL || add_request(usage, key) < 0) {
         goto done;
     }
@@ -367,7 +374,7 @@ record_request(PyObject *module, PyObject *const *args, size_t nargsf, PyObject 
         goto done;
     }
     /* usage.produce_bytes += len(frame) - 4 */
-    PyObject *before = PyObject_GetAttr(usage, s_produce_bytes);
+    PyObject *before = slot_get(usage, &usage_produce_bytes);
     if (before == NULL) {
         goto done;
     }
@@ -376,7 +383,7 @@ record_request(PyObject *module, PyObject *const *args, size_t nargsf, PyObject 
     PyObject *after = counted == NULL ? NULL : PyNumber_InPlaceAdd(before, counted);
     Py_DECREF(before);
     Py_XDECREF(counted);
-    int failed = after == NULL ? -1 : PyObject_SetAttr(usage, s_produce_bytes, after);
+    int failed = after == NULL ? -1 : slot_set(usage, &usage_produce_bytes, after);
     Py_XDECREF(after);
     if (failed) {
         goto done;
@@ -454,7 +461,7 @@ record_fetch_response(PyObject *module, PyObject *const *args, size_t nargsf, Py
     PyObject *result = NULL, *version = NULL, *header_size = NULL, *start = NULL, *found = NULL;
     int failed;
     /* header_size = response_header_size(FETCH, header.api_version, frame): a ProtocolError, nothing more */
-    version = PyObject_GetAttr(header, s_api_version);
+    version = field_get(header, &header_api_version);
     if (version == NULL) {
         goto done;
     }
@@ -470,7 +477,7 @@ record_fetch_response(PyObject *module, PyObject *const *args, size_t nargsf, Py
     PyObject *counted = body == NULL ? NULL : PyNumber_Add(body, four);
     Py_XDECREF(less);
     Py_XDECREF(body);
-    failed = counted == NULL ? -1 : add_to_attribute(usage, s_fetch_bytes, counted);
+    failed = counted == NULL ? -1 : add_to_attribute(usage, &usage_fetch_bytes, counted);
     Py_XDECREF(counted);
     if (failed) {
         goto done;
@@ -543,6 +550,72 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* bind_slots(UsageRecording, UsageLedger, EntityUsage, RequestHeader): where the records read the
+ * recording's, the ledger's, an entity's and a header's attributes (../_slots.h), bound all at once. */
+static PyObject *
+bind_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "bind_slots(UsageRecording, UsageLedger, EntityUsage, RequestHeader)");
+        return NULL;
+    }
+    struct {
+        slot_t *slot;
+        PyObject *type;
+        PyObject *name;
+    } slots[] = {
+        {&recording_cache, args[0], s_cache},
+        {&recording_ledger, args[0], s_ledger},
+        {&ledger_generation, args[1], s_generation},
+        {&usage_requests, args[2], s_requests},
+        {&usage_topics, args[2], s_topics},
+        {&usage_max_topics, args[2], s_max_topics},
+        {&usage_overflow, args[2], s_overflow},
+        {&usage_produce_bytes, args[2], s_produce_bytes},
+        {&usage_fetch_bytes, args[2], s_fetch_bytes},
+    };
+    struct {
+        field_t *field;
+        PyObject *name;
+    } named[] = {
+        {&header_client_id, s_client_id},
+        {&header_api_key, s_api_key},
+        {&header_api_version, s_api_version},
+    };
+    enum { SLOTS = sizeof slots / sizeof slots[0], FIELDS = sizeof named / sizeof named[0] };
+    slot_t fresh_slots[SLOTS] = {{NULL}};
+    field_t fresh_fields[FIELDS] = {{NULL}};
+    int bound_all = 1;
+    for (size_t k = 0; bound_all && k < SLOTS; k++) {
+        bound_all = slot_bind(&fresh_slots[k], slots[k].type, slots[k].name) == 0;
+    }
+    for (size_t k = 0; bound_all && k < FIELDS; k++) {
+        bound_all = field_bind(&fresh_fields[k], args[3], named[k].name) == 0;
+    }
+    for (size_t k = 0; k < SLOTS; k++) {
+        if (bound_all) {
+            slot_clear(slots[k].slot);
+            *slots[k].slot = fresh_slots[k];
+        }
+        else {
+            slot_clear(&fresh_slots[k]);
+        }
+    }
+    for (size_t k = 0; k < FIELDS; k++) {
+        if (bound_all) {
+            field_clear(named[k].field);
+            *named[k].field = fresh_fields[k];
+        }
+        else {
+            field_clear(&fresh_fields[k]);
+        }
+    }
+    if (!bound_all) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"record_request", (PyCFunction)(void (*)(void))record_request, METH_FASTCALL | METH_KEYWORDS,
      "UsageRecording.request(recording, user, header, frame, broker=None), compiled."},
@@ -550,6 +623,8 @@ static PyMethodDef module_methods[] = {
      "UsageRecording.fetch_response(recording, user, header, frame, broker=None), compiled."},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "Hand over what the recording uses of its module (once, from usage_recorder.py)."},
+    {"bind_slots", (PyCFunction)(void (*)(void))bind_slots, METH_FASTCALL,
+     "Hand over the classes whose attributes the records read at their offsets (once, from usage_recorder.py)."},
     {"bind_fetch", (PyCFunction)(void (*)(void))bind_fetch, METH_FASTCALL,
      "Hand over what the Fetch answers' recording uses of its module (once, from usage_recorder.py)."},
     {NULL, NULL, 0, NULL},
@@ -591,6 +666,8 @@ PyInit__usage_recording(void)
     INTERN(s_fetch_response, "fetch_response");
     INTERN(s_api_version, "api_version");
     INTERN(s_fetch_bytes, "fetch_bytes");
+    overflow_topics.name = s_topics; /* (no type: read by name) */
+    overflow_bytes.name = s_bytes;
     if ((zero = PyLong_FromLong(0)) == NULL || (one = PyLong_FromLong(1)) == NULL ||
         (four = PyLong_FromLong(4)) == NULL) {
         return NULL;

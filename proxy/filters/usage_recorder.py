@@ -273,5 +273,6 @@ if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled 
             PRODUCE, FrameHead, produce_topics, ProtocolError, EntityUsage, _StreamedProduce, UsageRecording
         )
         _usage_recording.bind_fetch(FETCH, response_header_size, walked_fetch_topics, fetch_topic_bytes)
+        _usage_recording.bind_slots(UsageRecording, UsageLedger, EntityUsage, RequestHeader)
         _record_request = _usage_recording.record_request
         _record_fetch_response = _usage_recording.record_fetch_response

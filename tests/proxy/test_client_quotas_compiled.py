@@ -291,6 +291,18 @@ def test_the_compiled_methods_do_what_the_python_ones_do_on_random_traffic(seed:
     asyncio.run(_scenario(seed))  # (the entity gates' timers need a loop; none fires: nothing is awaited)
 
 
+def _never_binding() -> World:
+    """A world with quotas of the three keys configured for client-id "a", none of which binds."""
+    world = World(QuotaConfig(), {}, usage=True)
+    for key, bound in (
+        (QuotaKey.PRODUCER_BYTE_RATE, 1e10),
+        (QuotaKey.CONSUMER_BYTE_RATE, 1e10),
+        (QuotaKey.REQUEST_PERCENTAGE, 1000.0),
+    ):
+        world.managers.set_quota(QuotaEntity(client_id="a"), key, bound)
+    return world
+
+
 class _Counted:
     """The compiled methods bound again over counting Python references; bound back as they were after."""
 
@@ -321,13 +333,7 @@ def test_the_common_cases_never_reach_the_python() -> None:
     their answers are answered by the compiled methods themselves; the rest is the Python's."""
 
     async def run() -> list[str]:
-        world = World(QuotaConfig(), {}, usage=True)
-        for key, bound in (
-            (QuotaKey.PRODUCER_BYTE_RATE, 1e10),
-            (QuotaKey.CONSUMER_BYTE_RATE, 1e10),
-            (QuotaKey.REQUEST_PERCENTAGE, 1000.0),
-        ):
-            world.managers.set_quota(QuotaEntity(client_id="a"), key, bound)
+        world = _never_binding()
         with _Counted() as counted:
             produce_frame = _produce("a")
             produce = parse_request_header(produce_frame)
@@ -373,13 +379,7 @@ def test_the_common_cases_never_reach_the_python() -> None:
 
 def test_the_compiled_methods_leak_nothing() -> None:
     async def run() -> tuple[int, int]:
-        world = World(QuotaConfig(), {}, usage=True)
-        for key, bound in (
-            (QuotaKey.PRODUCER_BYTE_RATE, 1e10),
-            (QuotaKey.CONSUMER_BYTE_RATE, 1e10),
-            (QuotaKey.REQUEST_PERCENTAGE, 1000.0),
-        ):
-            world.managers.set_quota(QuotaEntity(client_id="a"), key, bound)
+        world = _never_binding()
         produce_frame = _produce("a")
         produce = parse_request_header(produce_frame)
         fetch, fetch_frame = _fetch_request(random.Random(4), "a")

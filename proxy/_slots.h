@@ -1,0 +1,158 @@
+/* Reading the __slots__ of the proxy's classes (and the fields of its NamedTuples) from C, as Python 3.11
+ * reads them: at their offsets (and indices).
+ *
+ * Why: a compiled twin of a Python method (docs/architecture.md, "Compiled readers") reads the attributes its
+ * Python reads. Python 3.11 specialises a read of a slot in bytecode to a few instructions; the C API's
+ * PyObject_GetAttr looks the name up on the type each time (10-15 ns), which costs the translation what it
+ * saves. A slot_t is a slot of one exact class (and of a subclass adding none), found by name once, when a
+ * module binds, and read and written there as the class's member descriptor reads and writes it; an object of
+ * any other type is read by name. Shared by the compiled modules of proxy/ (included as "../_slots.h").
+ */
+#ifndef SLUICE_SLOTS_H
+#define SLUICE_SLOTS_H
+
+#include <Python.h>
+#include <structmember.h>
+
+typedef struct {
+    PyTypeObject *type;
+    PyTypeObject *also; /* a subclass adding no slot, read alike; or NULL */
+    Py_ssize_t offset;
+    PyObject *name;     /* interned by the module; not owned */
+} slot_t;
+
+/* The slot `name` of exactly `type` into an empty `slot`: 0, or -1 with an exception set when it is not a
+ * writable object slot there. */
+static inline int
+slot_bind(slot_t *slot, PyObject *type, PyObject *name)
+{
+    PyObject *descr = PyObject_GetAttr(type, name);
+    if (descr == NULL) {
+        return -1;
+    }
+    int is_slot = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                  ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX &&
+                  !(((PyMemberDescrObject *)descr)->d_member->flags & READONLY);
+    if (is_slot) {
+        slot->offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    Py_DECREF(descr);
+    if (!is_slot) {
+        PyErr_Format(PyExc_TypeError, "%R is not a slot of %R", name, type);
+        return -1;
+    }
+    slot->type = (PyTypeObject *)Py_NewRef(type);
+    slot->also = NULL;
+    slot->name = name;
+    return 0;
+}
+
+/* `also` reads the slot bound by slot_bind where its class does (the same member descriptor): 0, or -1 with
+ * an exception set. */
+static inline int
+slot_share(slot_t *slot, PyObject *also)
+{
+    PyObject *mine = PyObject_GetAttr((PyObject *)slot->type, slot->name);
+    PyObject *theirs = mine == NULL ? NULL : PyObject_GetAttr(also, slot->name);
+    int same = theirs != NULL && mine == theirs;
+    Py_XDECREF(theirs);
+    Py_XDECREF(mine);
+    if (!same) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError, "%R does not read %R as %R does", also, slot->name, slot->type);
+        }
+        return -1;
+    }
+    slot->also = (PyTypeObject *)Py_NewRef(also);
+    return 0;
+}
+
+/* Give up what a bound slot holds (its types). */
+static inline void
+slot_clear(slot_t *slot)
+{
+    Py_CLEAR(slot->type);
+    Py_CLEAR(slot->also);
+}
+
+static inline int
+slot_reads(PyObject *obj, const slot_t *slot)
+{
+    return slot->type != NULL && (Py_IS_TYPE(obj, slot->type) || (slot->also != NULL && Py_IS_TYPE(obj, slot->also)));
+}
+
+/* obj.<slot>: a new reference. */
+static inline PyObject *
+slot_get(PyObject *obj, const slot_t *slot)
+{
+    if (slot_reads(obj, slot)) {
+        PyObject *value = *(PyObject **)((char *)obj + slot->offset);
+        if (value != NULL) {
+            return Py_NewRef(value);
+        }
+    }
+    return PyObject_GetAttr(obj, slot->name); /* (an unset slot: its AttributeError) */
+}
+
+/* obj.<slot> = value: 0, or -1 with an exception set. */
+static inline int
+slot_set(PyObject *obj, const slot_t *slot, PyObject *value)
+{
+    if (slot_reads(obj, slot)) {
+        Py_XSETREF(*(PyObject **)((char *)obj + slot->offset), Py_NewRef(value));
+        return 0;
+    }
+    return PyObject_SetAttr(obj, slot->name, value);
+}
+
+/* A field of one exact NamedTuple class, read at its index as the class's field getter reads it; an object of
+ * any other type (or too short a tuple) is read by name. */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t index;
+    PyObject *name; /* interned by the module; not owned */
+} field_t;
+
+/* The field `name` of exactly the NamedTuple `type` into an empty `field`: 0, or -1 with an exception set when
+ * `type` is not a tuple type naming it in `_fields`. */
+static inline int
+field_bind(field_t *field, PyObject *type, PyObject *name)
+{
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        PyErr_Format(PyExc_TypeError, "%R is not a tuple type", type);
+        return -1;
+    }
+    PyObject *fields = PyObject_GetAttrString(type, "_fields");
+    if (fields == NULL) {
+        return -1;
+    }
+    Py_ssize_t index = PySequence_Index(fields, name);
+    Py_DECREF(fields);
+    if (index < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%R is not a field of %R", name, type);
+        return -1;
+    }
+    field->type = (PyTypeObject *)Py_NewRef(type);
+    field->index = index;
+    field->name = name;
+    return 0;
+}
+
+static inline void
+field_clear(field_t *field)
+{
+    Py_CLEAR(field->type);
+}
+
+/* obj.<field>: a new reference. */
+static inline PyObject *
+field_get(PyObject *obj, const field_t *field)
+{
+    if (field->type != NULL && Py_IS_TYPE(obj, field->type) && PyTuple_GET_SIZE(obj) > field->index) {
+        return Py_NewRef(PyTuple_GET_ITEM(obj, field->index));
+    }
+    return PyObject_GetAttr(obj, field->name);
+}
+
+#endif
