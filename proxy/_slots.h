@@ -21,16 +21,24 @@ typedef struct {
     PyObject *name;     /* interned by the module; not owned */
 } slot_t;
 
-/* The slot `name` of exactly `type` into an empty `slot`: 0, or -1 with an exception set when it is not a
- * writable object slot there. */
+/* The slot `name` of `type` (its own, or one it inherits) into an empty `slot`, read then only in objects of
+ * exactly `type`: 0, or -1 with an exception set when `type.<name>` is not a writable object slot of `type`'s
+ * layout. `type` must be a type. */
 static inline int
 slot_bind(slot_t *slot, PyObject *type, PyObject *name)
 {
+    if (!PyType_Check(type)) {
+        PyErr_Format(PyExc_TypeError, "%R is not a type", type);
+        return -1;
+    }
     PyObject *descr = PyObject_GetAttr(type, name);
     if (descr == NULL) {
         return -1;
     }
+    /* a member descriptor of `type` itself or of a class it derives from (whose layout it extends): not one
+     * of another class's, set as an attribute, whose offset means nothing in `type`'s objects */
     int is_slot = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                  PyType_IsSubtype((PyTypeObject *)type, PyDescr_TYPE(descr)) &&
                   ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX &&
                   !(((PyMemberDescrObject *)descr)->d_member->flags & READONLY);
     if (is_slot) {

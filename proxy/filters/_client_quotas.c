@@ -8,16 +8,23 @@
  * (docs/architecture.md, "Compiled readers"). The Python methods stay the references and run where this
  * module was not built; this is their translation: the same attributes read and written, the same comparisons
  * of Python objects, the same calls where the Python calls out (the connection's clock, mute and CPU time,
- * `_touch`, a manager's `_sensor`, `_throttled`, `_produce_charged` and `_tell`).
+ * `_touch`, a manager's `_sensor`, `_throttled`, `_produce_charged` and `_tell`), in the Python's order where
+ * it shows: slots and fields are read where convenient (a read has no effect), calls with effects are made
+ * in the Python's order.
  *
  * The reference runs instead, from the start, for every call that is not the common case, before anything is
- * charged: keywords; a header that is not exactly a RequestHeader, or a request not exactly an InFlight; a
- * version beyond the chain's; a Produce while some entity's gate is shut, with a turn waiting at a gate, or
- * read in an earlier ms; a Fetch whose cap is not remembered or may bind; an answer to a request that earned a
- * throttle as it was forwarded, of an uncharged API (ApiVersions, SASL), or on a muted connection. Once
+ * charged: keywords; a header that is not exactly a RequestHeader of 5 items, or a request not exactly an
+ * InFlight; a version beyond the chain's; a Produce while some entity's gate is shut, with a turn waiting at a
+ * gate, or read in an earlier ms; a Fetch whose cap is not remembered or may bind; an answer to a request that
+ * earned a throttle as it was forwarded, of an uncharged API (ApiVersions, SASL), or on a muted connection.
+ * The queries such a case was decided by (the clock, the last read, the mute) the reference asks again. Once
  * charging begins nothing goes back: a manager or sensor of another type, or a manager in fleet mode, is asked
- * through its own method, as the Python asks it. The queries a case is decided by (the clock, the last read,
- * the mute) are asked again by the reference it is handed to.
+ * through its own method, as the Python asks it.
+ *
+ * Written out means read once, when bound: the managers' and window sensor's methods for their exact types,
+ * and the module's functions and constants handed to bind() (`response_header_size`, `to_int32`, the key
+ * sets, the CPU time's unit, the sensors' expiry) are the ones of that moment; a method patched on one of
+ * those classes, or a name rebound in its module, afterwards is not seen (a subclass's own methods are).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -117,12 +124,12 @@ record_throttle(PyObject *manager, PyObject *user, PyObject *client_id, PyObject
             Py_DECREF(lookup);
             return NULL;
         }
-        if (sensor == Py_None) {
-            Py_CLEAR(sensor);
-        }
     }
     Py_DECREF(key);
     Py_DECREF(lookup);
+    if (sensor == Py_None) {
+        Py_CLEAR(sensor);
+    }
     /* if sensor is None or now_ms - sensor.last_record_ms > INACTIVE_SENSOR_EXPIRATION_MS: */
     int renew = sensor == NULL;
     if (!renew) {
@@ -283,7 +290,7 @@ charge_request_time(PyObject *self, PyObject *conn, PyObject *user, PyObject *cl
         goto done;
     }
     /* cpu_ns or checked is None or checked[0] != now or checked[1] is not user or checked[2] != client_id or
-     * checked[3] != self._request_rules.version (the version read once: a slot, read twice by the Python) */
+     * checked[3] != self._request_rules.version (the version read before: a slot, as the Python reads it) */
     PyObject *rules = slot_get(self, &cq_request_rules);
     version = rules == NULL ? NULL : slot_get(rules, &rules_version);
     Py_XDECREF(rules);
@@ -295,7 +302,9 @@ charge_request_time(PyObject *self, PyObject *conn, PyObject *user, PyObject *cl
         records = checked == Py_None;
     }
     for (Py_ssize_t k = 0; records == 0 && k < 4; k++) {
-        PyObject *kept = PySequence_GetItem(checked, k);
+        PyObject *index = PyLong_FromSsize_t(k);
+        PyObject *kept = index == NULL ? NULL : PyObject_GetItem(checked, index);
+        Py_XDECREF(index);
         if (kept == NULL) {
             records = -1;
         }
@@ -317,7 +326,9 @@ charge_request_time(PyObject *self, PyObject *conn, PyObject *user, PyObject *cl
     }
     if (!records) {
         /* Most answers of a read take no CPU time of their own (client_quotas.py says why this is exact). */
-        request_throttle = PySequence_GetItem(checked, 4);
+        PyObject *index = PyLong_FromLong(4);
+        request_throttle = index == NULL ? NULL : PyObject_GetItem(checked, index);
+        Py_XDECREF(index);
     }
     else {
         if (touch(self, &cq_request_touched, s_kind_request, manager, &cq_request_rules, user, client_id) < 0) {
@@ -831,6 +842,12 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if ((rules = bound_item(what, "QuotaRules", A_TYPE)) == NULL ||
         (gates = bound_item(what, "EntityGates", A_TYPE)) == NULL) {
+        goto done;
+    }
+    /* the request and header are read as tuples (their items, at their sizes checked per call) */
+    if (!PyType_IsSubtype((PyTypeObject *)got[2], &PyTuple_Type) ||
+        !PyType_IsSubtype((PyTypeObject *)got[3], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "bind: InFlight and RequestHeader must be tuple types");
         goto done;
     }
     PyObject *manager = got[9], *sensor = got[11];

@@ -42,6 +42,7 @@ from sluice.proxy.filters.client_quotas import ClientQuotas, ClientQuotasFactory
 from sluice.proxy.observability.quota_metrics import ThrottleStats
 from sluice.quota import ANONYMOUS, QuotaEntity, QuotaKey, QuotaManagers
 from sluice.quota.keys import SensorKind
+from sluice.quota.managers import ClientQuotaManager, RequestQuotaManager
 from sluice.quota.quota_config import QuotaConfig
 
 SCENARIOS = 150
@@ -106,9 +107,70 @@ class Usage:
         return self.entities.setdefault((user, client_id), Entity())
 
 
+class Fleet:
+    """Fleet mode's hook (quota/fleet.py's FleetQuotas, as a manager asks it): other instances' usage, a fixed
+    share of each local record, every call logged."""
+
+    def __init__(self, log: list[object]) -> None:
+        self.log = log
+
+    def on_local(self, sensor: Any, value: float, now_ms: int) -> float:
+        self.log.append(("fleet", value, now_ms))
+        return value / 2
+
+
+class LoggingProduceManager(ClientQuotaManager):
+    """A manager of another type: the compiled methods ask it through its own method."""
+
+    __slots__ = ("log",)
+
+    def record_and_get_throttle_ms(self, user: str, client_id: str | None, value: float, now_ms: int) -> int:
+        self.log.append(("produce record", user, client_id, value, now_ms))
+        return super().record_and_get_throttle_ms(user, client_id, value, now_ms)
+
+
+class LoggingRequestManager(RequestQuotaManager):
+    __slots__ = ("log",)
+
+    def record_request_time_ns(
+        self, user: str, client_id: str | None, thread_time_ns: int, now_ms: int
+    ) -> int:
+        self.log.append(("request record", user, client_id, thread_time_ns, now_ms))
+        return super().record_request_time_ns(user, client_id, thread_time_ns, now_ms)
+
+
+class Lookup(dict):  # type: ignore[type-arg]
+    """A manager's lookup that is not exactly a dict: asked through its `get`, each call logged."""
+
+    log: list[object]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.log.append(("lookup", key))
+        return super().get(key, default)
+
+
 class World:
-    def __init__(self, config: QuotaConfig, factory_args: dict[str, Any], usage: bool) -> None:
+    def __init__(
+        self,
+        config: QuotaConfig,
+        factory_args: dict[str, Any],
+        usage: bool,
+        variant: frozenset[str] = frozenset(),
+    ) -> None:
+        self.log: list[object] = []
         self.managers = QuotaManagers(config)
+        if "logging managers" in variant:
+            produce = LoggingProduceManager(QuotaKey.PRODUCER_BYTE_RATE, config.client_window)
+            request = LoggingRequestManager(config.client_window)
+            produce.log = request.log = self.log
+            self.managers.produce, self.managers.request = produce, request
+        if "fleet" in variant:
+            for manager in (self.managers.produce, self.managers.fetch, self.managers.request):
+                manager.fleet = Fleet(self.log)
+        if "lookup" in variant:
+            for manager in (self.managers.produce, self.managers.fetch, self.managers.request):
+                manager._lookup = Lookup()
+                manager._lookup.log = self.log
         self.stats = ThrottleStats()
         self.usage = Usage() if usage else None
         self.stats.usage = self.usage
@@ -125,6 +187,7 @@ class World:
                 sensors[(key, tags)] = (sensor.measure(self.conn.now), sensor.last_record_ms)
         gates = self.factory.gates()
         return {
+            "log": list(self.log),
             "cpu_ns": self.conn.cpu_ns,
             "asked": list(self.conn.asked),
             "memos": (f._request_checked, f._fetch_cap, f._turn_rank, f._turn is None),
@@ -233,7 +296,7 @@ def _quota_change(rng: random.Random, worlds: tuple[World, World]) -> None:
     if key is QuotaKey.REQUEST_PERCENTAGE:
         value: float | None = rng.choice((0.01, 1.0, 1000.0, None))
     else:
-        value = rng.choice((500.0, 20_000.0, 1e10, None))
+        value = rng.choice((0.001, 500.0, 20_000.0, 1e10, None))  # 0.001: throttles beyond an int32's ms
     for world in worlds:
         world.managers.set_quota(entity, key, value)
 
@@ -255,13 +318,19 @@ async def _scenario(seed: int) -> None:
         "mute_scope": rng.choice(list(MuteScope)),
     }
     usage = rng.random() < 0.7
-    compiled, python = worlds = (World(config, factory_args, usage), World(config, factory_args, usage))
+    variant = frozenset(v for v in ("logging managers", "fleet", "lookup") if rng.random() < 0.15)
+    compiled, python = worlds = (
+        World(config, factory_args, usage, variant),
+        World(config, factory_args, usage, variant),
+    )
     for _ in range(rng.randint(0, 5)):
         _quota_change(rng, worlds)
     for step in range(STEPS):
         if rng.random() < 0.15:
             _quota_change(rng, worlds)
-        advance = rng.choice((0, 0, 0, 1, 2, 700, HOUR_MS + 1))
+        advance = rng.choice(
+            (0, 0, 0, 1, 2, 700, HOUR_MS, HOUR_MS + 1)
+        )  # a sensor expires after more than HOUR_MS
         read_before = rng.choice((0, 0, 0, 1, 40_000))
         user = rng.choice(USERS)
         cpu_ns = rng.choice((0, 0, 0, 50_000, 3_000_000))
@@ -377,15 +446,98 @@ def test_the_common_cases_never_reach_the_python() -> None:
     ]
 
 
+def test_malformed_calls_are_answered_as_the_python_answers_them() -> None:
+    """Short NamedTuples (read by index in C, by name in Python), extra keywords and arguments: the same
+    answer or error from both, with nothing charged by the compiled method before it hands them over."""
+
+    async def run() -> None:
+        worlds = [_never_binding(), _never_binding()]
+        produce_frame = _produce("a")
+        produce = parse_request_header(produce_frame)
+        short_header = tuple.__new__(RequestHeader, tuple(produce)[:4])
+        shorter_header = tuple.__new__(RequestHeader, tuple(produce)[:3])
+        long_header = tuple.__new__(RequestHeader, (*produce, 1))
+        answer = _produce_answer(3, 0)
+        calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+            ("request", (short_header, produce_frame), {}),
+            ("request", (long_header, produce_frame), {}),
+            ("request", (produce, produce_frame), {"extra": 1}),
+            ("request", (produce,), {"frame": produce_frame}),
+            ("request", (produce, produce_frame, None), {}),
+            ("response", (tuple.__new__(InFlight, (produce,)), answer), {}),
+            ("response", (tuple.__new__(InFlight, (produce, None)), answer), {}),
+            ("response", (InFlight(short_header), answer), {}),
+            ("response", (InFlight(shorter_header), answer), {}),
+            ("request", (shorter_header, produce_frame), {}),
+            ("response", (InFlight(produce), answer), {"extra": 1}),
+            ("response", (InFlight(produce),), {"frame": answer}),
+            ("response", (InFlight(produce), answer, None), {}),
+        ]
+        for side, args, kwargs in calls:
+            outcomes = []
+            for world, method in zip(
+                worlds,
+                (
+                    ClientQuotas.on_request if side == "request" else ClientQuotas.on_response,
+                    client_quotas.on_request_in_python
+                    if side == "request"
+                    else client_quotas.on_response_in_python,
+                ),
+                strict=True,
+            ):
+                world.conn.cpu_ns = 5_000
+                try:
+                    out = method(world.filter, *args, **kwargs)
+                    outcomes.append(("answered", bytes(out) if isinstance(out, bytes | memoryview) else out))
+                except Exception as exc:
+                    outcomes.append(("raised", type(exc).__name__))
+            assert outcomes[0] == outcomes[1], (side, args, kwargs)
+            assert worlds[0].state() == worlds[1].state(), (side, args, kwargs)
+
+    asyncio.run(run())
+
+
+def test_a_produce_let_in_by_its_turn_at_the_gate_is_the_pythons() -> None:
+    """A Produce that waited at its entity's gate and was let in comes back to on_request with its turn
+    done: the Python charges it and forgets the turn; the compiled method hands it over."""
+
+    async def run() -> list[Any]:
+        seen = []
+        for method in (ClientQuotas.on_request, client_quotas.on_request_in_python):
+            world = _never_binding()
+            produce_frame = _produce("a")
+            produce = parse_request_header(produce_frame)
+            turn = asyncio.get_running_loop().create_future()
+            turn.set_result(None)  # let in
+            world.filter._turn = turn
+            out = method(world.filter, produce, produce_frame)
+            seen.append((out is produce_frame, world.filter._turn, world.state()))
+        return seen
+
+    compiled, python = asyncio.run(run())
+    assert compiled == python
+    assert compiled[1] is None  # the turn forgotten
+
+
 def test_the_compiled_methods_leak_nothing() -> None:
-    async def run() -> tuple[int, int]:
-        world = _never_binding()
+    """Neither on the common path nor on a throttled one: a Fetch answer of a size beyond the small ints',
+    whose header size and charged size the compiled method makes and must give up, and throttles told."""
+
+    async def run(throttled: bool) -> tuple[int, int]:
+        world = World(QuotaConfig(), {"mute_scope": MuteScope.CONNECTION}, usage=False)
+        bounds = ((1e10, 1e10, 1000.0), (500.0, 500.0, 0.01))[throttled]
+        for key, bound in zip(
+            (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE),
+            bounds,
+            strict=True,
+        ):
+            world.managers.set_quota(QuotaEntity(client_id="a"), key, bound)
         produce_frame = _produce("a")
         produce = parse_request_header(produce_frame)
         fetch, fetch_frame = _fetch_request(random.Random(4), "a")
         answers = (
             (InFlight(produce), _produce_answer(3, 0)),
-            (InFlight(fetch), _fetch_answer(12, 0, 100, 0)),
+            (InFlight(fetch), _fetch_answer(12, 0, 3000, 0)),
         )
 
         def traffic(times: int) -> None:
@@ -405,9 +557,10 @@ def test_the_compiled_methods_leak_nothing() -> None:
         gc.collect()
         return sys.getallocatedblocks() - blocks, sum(map(sys.getrefcount, (0, -1, 1, 4))) - refs
 
-    blocks, refs = asyncio.run(run())
-    assert blocks < 50
-    assert refs < 50
+    for throttled in (False, True):
+        blocks, refs = asyncio.run(run(throttled))
+        assert blocks < 50, throttled
+        assert refs < 50, throttled
 
 
 def test_an_install_without_the_compiled_methods_runs_the_python_ones() -> None:
@@ -420,14 +573,26 @@ def test_an_install_without_the_compiled_methods_runs_the_python_ones() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_a_bind_naming_what_is_not_a_slot_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+class _Slotted:
+    __slots__ = ("enabled_bits", "version")
+
+
+class _Unslotted:
+    enabled_bits = version = 0
+
+
+class _ForeignSlots:
+    """Another class's slot descriptors set as attributes: their offsets mean nothing in this class."""
+
+    enabled_bits = _Slotted.enabled_bits
+    version = _Slotted.version
+
+
+@pytest.mark.parametrize("rules", [_Unslotted, _ForeignSlots])
+def test_a_bind_naming_what_is_not_a_slot_is_refused(monkeypatch: pytest.MonkeyPatch, rules: type) -> None:
     """The compiled methods read the slots of the classes bound, at their offsets: a class whose attribute
-    is not a slot is refused, and the methods bound before go on as they were."""
-
-    class UnslottedRules:
-        enabled_bits = version = 0
-
-    monkeypatch.setattr(client_quotas, "QuotaRules", UnslottedRules)
+    is not a slot of its own layout is refused, and the methods bound before go on as they were."""
+    monkeypatch.setattr(client_quotas, "QuotaRules", rules)
     with pytest.raises(TypeError, match="is not a slot"):
         client_quotas.compiled_twins_of(
             client_quotas.on_request_in_python, client_quotas.on_response_in_python

@@ -401,3 +401,24 @@ def test_the_compiled_runs_leak_nothing(counted_by: str) -> None:
         rounds = ACKS0_WARM_UP + 2000  # two Produce requests (one acks=0) and a Metadata a round, two answers
         assert (metrics.requests[0], metrics.requests[3]) == (2 * rounds, rounds)
         assert (metrics.responses[0], metrics.responses[3]) == (rounds, rounds)
+
+
+@pytest.mark.parametrize("muted", [False, True])
+def test_the_compiled_runs_read_a_real_throttle_gates_mute_at_its_slot(muted: bool) -> None:
+    """The runs read the connection's ThrottleGate at its `muted` slot (the twin test's gates are stand-ins,
+    read by name): a muted gate holds the requests, an open one lets them through, as in the Python."""
+    _compiled()
+    from sluice.proxy.data_path.throttle_gate import ThrottleGate
+
+    forwarded = []
+    for forward_plain in (request_pipeline._forward_plain, RequestPipeline._forward_plain_in_python):
+        quiet, one = _Quiet(), bytes(TABLE_SIZE + 1)
+        filters = ((_PassOn(),),)
+        runs = _Runs(lambda _ms: None, one, filters, one, filters, one, filters, one, lambda: False)
+        gate = ThrottleGate(None, None, None, None, None, None)  # type: ignore[arg-type]
+        gate.muted = muted
+        pipeline = RequestPipeline(runs, gate, quiet, quiet, FrameSplitter(), FrameSplitter())  # type: ignore[arg-type]
+        pipeline.upstream_ready()
+        frames = [memoryview(_produce(7000 + i, 1, False)).toreadonly() for i in range(3)]
+        forwarded.append(forward_plain(pipeline, frames, 0))
+    assert forwarded[0] == forwarded[1] == ((0 if muted else 3), None)
