@@ -33,6 +33,7 @@ static PyObject *response_header_size = NULL;  /* protocol.headers.response_head
 static PyObject *walked_fetch_topics = NULL;   /* protocol.response_walks.walked_fetch_topics */
 static PyObject *fetch_topic_bytes = NULL;     /* protocol.record_sets.fetch_topic_bytes */
 
+static PyObject *s_conn, *s_recording, *s_broker, *s_user, *s_header;
 static PyObject *s_client_id, *s_api_key, *s_cache, *s_ledger, *s_generation, *s_entity, *s_requests,
     *s_add_request, *s_produce_bytes, *s_observe, *s_named, *s_topics, *s_add_topics, *s_max_topics,
     *s_overflow, *s_bytes, *s_request, *s_fetch_response, *s_api_version, *s_fetch_bytes;
@@ -550,6 +551,166 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* What bind_recorder() hands over once: the filter's Python methods (the references), InFlight's header
+ * field and METADATA; the filter's slots. */
+static PyObject *recorder_request_reference = NULL, *recorder_response_reference = NULL, *metadata_key = NULL;
+static slot_t recorder_conn, recorder_recording, recorder_broker;
+static field_t entry_header;
+
+/* self.<ref>(*args) handed over as it came. */
+static PyObject *
+recorder_hand_over(PyObject *python, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_ssize_t given = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
+    PyObject *small[4], **call = given < 4 ? small : PyMem_Malloc((size_t)(given + 1) * sizeof(PyObject *));
+    if (call == NULL) {
+        return PyErr_NoMemory();
+    }
+    call[0] = self;
+    for (Py_ssize_t k = 0; k < given; k++) {
+        call[k + 1] = args[k];
+    }
+    PyObject *out = PyObject_Vectorcall(python, call, (size_t)nargs + 1, kwnames);
+    if (call != small) {
+        PyMem_Free(call);
+    }
+    return out;
+}
+
+/* `record(self._recording, self.conn.user, header, frame, broker)`, then the frame, for a recorder whose
+ * broker is known (the Python finds it on the first call); NULL with *refer set when it is not known. */
+static PyObject *
+recorder_record(PyObject *self, PyObject *header, PyObject *frame,
+                PyObject *(*record)(PyObject *, PyObject *const *, size_t, PyObject *), int *refer)
+{
+    PyObject *broker = slot_get(self, &recorder_broker);
+    if (broker == NULL) {
+        return NULL;
+    }
+    if (broker == Py_None) {
+        Py_DECREF(broker);
+        *refer = 1;
+        return NULL;
+    }
+    PyObject *recording = slot_get(self, &recorder_recording);
+    PyObject *conn = recording == NULL ? NULL : slot_get(self, &recorder_conn);
+    PyObject *user = conn == NULL ? NULL : PyObject_GetAttr(conn, s_user);
+    PyObject *done = NULL;
+    if (user != NULL) {
+        PyObject *args[5] = {recording, user, header, frame, broker};
+        done = record(NULL, args, 5, NULL);
+    }
+    Py_XDECREF(user);
+    Py_XDECREF(conn);
+    Py_XDECREF(recording);
+    Py_DECREF(broker);
+    if (done == NULL) {
+        return NULL;
+    }
+    Py_DECREF(done);
+    return Py_NewRef(frame);
+}
+
+/* UsageRecorder.on_request(header, frame), compiled: the request counted through record_request. */
+static PyObject *
+recorder_on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (kwnames == NULL && nargs == 2) {
+        int refer = 0;
+        PyObject *out = recorder_record(self, args[0], args[1], record_request, &refer);
+        if (out != NULL || !refer) {
+            return out;
+        }
+    }
+    return recorder_hand_over(recorder_request_reference, self, args, nargs, kwnames);
+}
+
+/* UsageRecorder.on_response(request, frame), compiled: a Fetch answer recorded through record_fetch_response;
+ * a Metadata answer (its topic names) is the Python's. */
+static PyObject *
+recorder_on_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (kwnames == NULL && nargs == 2) {
+        PyObject *header = field_get(args[0], &entry_header);
+        if (header == NULL) {
+            return NULL;
+        }
+        PyObject *key = field_get(header, &header_api_key);
+        int metadata = key == NULL ? -1 : PyObject_RichCompareBool(key, metadata_key, Py_EQ);
+        Py_XDECREF(key);
+        PyObject *out = NULL;
+        int refer = metadata > 0;
+        if (metadata == 0) {
+            out = recorder_record(self, header, args[1], record_fetch_response, &refer);
+        }
+        Py_DECREF(header);
+        if (out != NULL || !refer) {
+            return out;
+        }
+    }
+    return recorder_hand_over(recorder_response_reference, self, args, nargs, kwnames);
+}
+
+static PyMethodDef recorder_on_request_def = {
+    "on_request", (PyCFunction)(void (*)(void))recorder_on_request, METH_FASTCALL | METH_KEYWORDS,
+    "UsageRecorder.on_request(header, frame), compiled (proxy/filters/usage_recorder.py is its reference)."};
+static PyMethodDef recorder_on_response_def = {
+    "on_response", (PyCFunction)(void (*)(void))recorder_on_response, METH_FASTCALL | METH_KEYWORDS,
+    "UsageRecorder.on_response(request, frame), compiled (proxy/filters/usage_recorder.py is its reference)."};
+
+/* bind_recorder(UsageRecorder, on_request, on_response, InFlight, METADATA): the filter's compiled
+ * (on_request, on_response), methods of UsageRecorder, which hand what they do not write out to the two
+ * Python methods given. After bind and bind_slots (the header's fields). */
+static PyObject *
+bind_recorder(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
+        !PyLong_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "bind_recorder(UsageRecorder, on_request, on_response, InFlight, METADATA)");
+        return NULL;
+    }
+    if (header_api_key.type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_recorder before bind_slots");
+        return NULL;
+    }
+    slot_t fresh[3] = {{NULL}};
+    PyObject *names[3] = {s_conn, s_recording, s_broker};
+    field_t header = {NULL};
+    int bound_all = field_bind(&header, args[3], s_header) == 0;
+    for (size_t k = 0; bound_all && k < 3; k++) {
+        bound_all = slot_bind(&fresh[k], args[0], names[k]) == 0;
+    }
+    PyObject *request_method = NULL, *response_method = NULL, *methods = NULL;
+    if (bound_all) {
+        request_method = PyDescr_NewMethod((PyTypeObject *)args[0], &recorder_on_request_def);
+        response_method =
+            request_method == NULL ? NULL : PyDescr_NewMethod((PyTypeObject *)args[0], &recorder_on_response_def);
+        methods = response_method == NULL ? NULL : PyTuple_Pack(2, request_method, response_method);
+        Py_XDECREF(request_method);
+        Py_XDECREF(response_method);
+    }
+    slot_t *slots[3] = {&recorder_conn, &recorder_recording, &recorder_broker};
+    for (size_t k = 0; k < 3; k++) {
+        if (methods != NULL) {
+            slot_clear(slots[k]);
+            *slots[k] = fresh[k];
+        }
+        else {
+            slot_clear(&fresh[k]);
+        }
+    }
+    if (methods == NULL) {
+        field_clear(&header);
+        return NULL;
+    }
+    field_clear(&entry_header);
+    entry_header = header;
+    Py_XSETREF(recorder_request_reference, Py_NewRef(args[1]));
+    Py_XSETREF(recorder_response_reference, Py_NewRef(args[2]));
+    Py_XSETREF(metadata_key, Py_NewRef(args[4]));
+    return methods;
+}
+
 /* bind_slots(UsageRecording, UsageLedger, EntityUsage, RequestHeader): where the records read the
  * recording's, the ledger's, an entity's and a header's attributes (../_slots.h), bound all at once. */
 static PyObject *
@@ -623,6 +784,8 @@ static PyMethodDef module_methods[] = {
      "UsageRecording.fetch_response(recording, user, header, frame, broker=None), compiled."},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "Hand over what the recording uses of its module (once, from usage_recorder.py)."},
+    {"bind_recorder", (PyCFunction)(void (*)(void))bind_recorder, METH_FASTCALL,
+     "Hand over UsageRecorder and its Python methods; returns its compiled (on_request, on_response)."},
     {"bind_slots", (PyCFunction)(void (*)(void))bind_slots, METH_FASTCALL,
      "Hand over the classes whose attributes the records read at their offsets (once, from usage_recorder.py)."},
     {"bind_fetch", (PyCFunction)(void (*)(void))bind_fetch, METH_FASTCALL,
@@ -647,6 +810,11 @@ PyMODINIT_FUNC
 PyInit__usage_recording(void)
 {
     INTERN(s_client_id, "client_id");
+    INTERN(s_conn, "conn");
+    INTERN(s_recording, "_recording");
+    INTERN(s_broker, "_broker");
+    INTERN(s_user, "user");
+    INTERN(s_header, "header");
     INTERN(s_api_key, "api_key");
     INTERN(s_cache, "_cache");
     INTERN(s_ledger, "_ledger");

@@ -254,6 +254,11 @@ def _fetch_response_of(
     recording.fetch_response(user, header, frame, broker)
 
 
+# The filter's methods as written here: the references of the compiled ones, which hand them what they do
+# not write out (the first request or answer of a connection, which finds its broker; a Metadata answer).
+on_request_in_python = UsageRecorder.on_request
+on_response_in_python = UsageRecorder.on_response
+
 # What every connection's UsageRecorder runs per request and per Fetch answer: compiled where the install
 # has it (proxy/filters/_usage_recording.c), else the recording's request and fetch_response, the
 # references.
@@ -274,5 +279,9 @@ if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled 
         )
         _usage_recording.bind_fetch(FETCH, response_header_size, walked_fetch_topics, fetch_topic_bytes)
         _usage_recording.bind_slots(UsageRecording, UsageLedger, EntityUsage, RequestHeader)
+        # the filter's own two methods too: a Python frame less per request and per Fetch answer
+        UsageRecorder.on_request, UsageRecorder.on_response = _usage_recording.bind_recorder(
+            UsageRecorder, on_request_in_python, on_response_in_python, InFlight, METADATA
+        )
         _record_request = _usage_recording.record_request
         _record_fetch_response = _usage_recording.record_fetch_response

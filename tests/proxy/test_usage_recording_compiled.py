@@ -33,6 +33,7 @@ from sluice.protocol.headers import (
     parse_request_header,
 )
 from sluice.protocol.node_endpoints import rewrite_node_endpoints
+from sluice.proxy.filter_api.contract import InFlight
 from sluice.proxy.filters import usage_recorder
 from sluice.proxy.filters.usage_recorder import UsageRecording
 from sluice.quota.usage_ledger import UsageLedger
@@ -406,3 +407,105 @@ def test_keywords_and_errors_other_than_a_protocol_error_are_the_pythons() -> No
         snapshots.append((_snapshot(world), failures))
     assert snapshots[0] == snapshots[1]
     assert snapshots[0][1][0][0] is TypeError
+
+
+class _Nodes:
+    """The broker a connection reaches, by its listener: `broker-N` is N, the bootstrap's unknown."""
+
+    def node_of(self, listener: str, upstream_peer: str) -> int | None:
+        return int(listener[7:]) if listener.startswith("broker-") else None
+
+
+class _Conn:
+    def __init__(self, listener: str) -> None:
+        self.user, self.listener, self.upstream_peer = "", listener, "127.0.0.1:9"
+
+
+def test_the_compiled_filter_methods_do_what_the_python_ones_do_on_random_traffic() -> None:
+    """UsageRecorder's compiled on_request and on_response (the recorder's call into the recording, its
+    broker found by the Python on a connection's first call) against its Python methods, on the traffic of
+    the test above, over connections to brokers and to the bootstrap (whose broker is unknown)."""
+    assert usage_recorder.UsageRecorder.on_request is not usage_recorder.on_request_in_python
+    methods = {
+        "compiled": (usage_recorder.UsageRecorder.on_request, usage_recorder.UsageRecorder.on_response),
+        "python": (usage_recorder.on_request_in_python, usage_recorder.on_response_in_python),
+    }
+    for seed in range(SCENARIOS // 2):
+        worlds = {name: _World(seed) for name in methods}
+        filters: dict[tuple[str, str], Any] = {}
+        rng = random.Random(seed * 37)
+        for _ in range(STEPS):
+            user = rng.choice(["alice", "alice", "bob", ""])
+            listener = rng.choice(["broker-1", "broker-1", "broker-2", "bootstrap"])
+            head = header = answer = walked = data = None
+            if rng.random() < 0.3:
+                header, answer, walked = _fetch(rng)
+            else:
+                data, head = _request(rng)
+            for name, (on_request, on_response) in methods.items():
+                world = worlds[name]
+                recorder = filters.get((name, listener))
+                if recorder is None:
+                    factory = usage_recorder.UsageRecorderFactory(world.recording, _Nodes())  # type: ignore[arg-type]
+                    recorder = filters[(name, listener)] = factory.create(_Conn(listener))  # type: ignore[arg-type]
+                recorder.conn.user = user
+
+                def request(_r: Any, _u: str, h: RequestHeader, f: Any, _b: Any, via: Any = recorder) -> None:
+                    assert on_request(via, h, f) is f  # noqa: B023 (called at once, in this iteration)
+
+                def response(
+                    _r: Any, _u: str, h: RequestHeader, f: Any, _b: Any, via: Any = recorder
+                ) -> None:
+                    assert on_response(via, InFlight(h), f) is f  # noqa: B023
+
+                if data is None:
+                    world.fetch(response, user, header, answer, walked, None)
+                else:
+                    world.request(request, user, data, head, None)
+            assert _snapshot(worlds["compiled"]) == _snapshot(worlds["python"]), seed
+
+
+def test_the_compiled_filter_methods_hand_the_rest_to_the_python() -> None:
+    """A connection's first request (its broker not yet found), a Metadata answer and keywords go to the
+    Python methods; the requests and Fetch answers after them do not."""
+    calls: list[str] = []
+    recorder_class = usage_recorder.UsageRecorder
+
+    def request(f: Any, header: RequestHeader, frame: Any) -> Any:
+        calls.append("request")
+        return usage_recorder.on_request_in_python(f, header, frame)
+
+    def response(f: Any, request: InFlight, frame: Any) -> Any:
+        calls.append("response")
+        return usage_recorder.on_response_in_python(f, request, frame)
+
+    from sluice.proxy.filters import _usage_recording  # type: ignore[attr-defined]
+
+    on_request, on_response = _usage_recording.bind_recorder(
+        recorder_class, request, response, InFlight, usage_recorder.METADATA
+    )
+    try:
+        recording = UsageRecording(UsageLedger("x"), NAMES.get)
+        recorder = usage_recorder.UsageRecorderFactory(recording, _Nodes()).create(_Conn("broker-1"))  # type: ignore[arg-type]
+        rng = random.Random(5)
+        data = _produce(rng, 9, "pump")
+        header = parse_request_header(data)
+        fetch_header, answer, _walked = _fetch(random.Random(3))
+        for _ in range(3):
+            on_request(recorder, header, data)
+            on_response(recorder, InFlight(fetch_header), answer)
+        assert calls == ["request"]
+        metadata = parse_request_header(frame(encode_request_header(3, 1, 8, "pump") + b"\x00\x00\x00\x00"))
+        on_response(recorder, InFlight(metadata), encode_response(3, 1, 8, b"\x00" * 8))
+        on_request(recorder, header, frame=data)
+        with pytest.raises(TypeError):  # the Python method's refusal of a keyword it does not take
+            on_response(recorder, InFlight(fetch_header), answer, extra=1)
+        assert calls == ["request", "response", "request"]
+    finally:
+        _usage_recording.bind_recorder(
+            recorder_class,
+            usage_recorder.on_request_in_python,
+            usage_recorder.on_response_in_python,
+            InFlight,
+            usage_recorder.METADATA,
+        )
