@@ -10,9 +10,9 @@ install: $(STAMP)
 # PYTHONWARNINGS: setuptools prints a notice (information, not a warning about this project) on every
 # editable install, and calls pyproject's ext-modules table experimental on every build.
 # The compiled walks (protocol/_compiled.c), rate (quota/_compiled.c), filter runs, pipeline runs
-# (proxy/data_path/_*.c), usage recording and client quotas (proxy/filters/_*.c, with proxy/_slots.h) are
+# (proxy/data_path/_*.c), usage recording and client quotas (proxy/filters/_*.c, with proxy/_compiled.h) are
 # built by the editable install: a change to them installs again.
-$(STAMP): pyproject.toml protocol/_compiled.c quota/_compiled.c $(wildcard proxy/*/_*.c) proxy/_slots.h
+$(STAMP): pyproject.toml protocol/_compiled.c quota/_compiled.c $(wildcard proxy/*/_*.c) proxy/_compiled.h
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# The distribution was once named `sluice` (another project's name on PyPI): drop that older install

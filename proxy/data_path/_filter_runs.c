@@ -21,7 +21,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "../_slots.h"
+#include "../_compiled.h"
 
 /* The routing table's size (filter_api.contract.TABLE_SIZE); its last slot, TABLE_SIZE, is every key
  * outside it (BEYOND_TABLE). bind() checks that the contract says the same. */
@@ -39,7 +39,7 @@ static PyObject *whole_function = NULL;
 
 static PyObject *s_api_key, *s_header, *s_on_request, *s_on_response, *s_frame, *s_throttle_ms, *s_ready, *s_original, *s_position, *s_delay_ms, *s_mute_ms, *s_replace;
 static PyObject *zero = NULL;
-/* The fields routing reads, at their indices (../_slots.h; bind_fields): an answer's request's header, and a
+/* The fields routing reads, at their indices (../_compiled.h; bind_fields): an answer's request's header, and a
  * header's API key. */
 static field_t entry_header, header_api_key;
 
@@ -667,18 +667,13 @@ bind_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "bind_fields(InFlight, RequestHeader)");
         return NULL;
     }
-    field_t header = {NULL}, key = {NULL};
-    if (field_bind(&header, args[0], s_header) < 0) {
+    const binding_t fields[] = {
+        {NULL, &entry_header, args[0], s_header, NULL},
+        {NULL, &header_api_key, args[1], s_api_key, NULL},
+    };
+    if (bind_all(fields, 2) < 0) {
         return NULL;
     }
-    if (field_bind(&key, args[1], s_api_key) < 0) {
-        field_clear(&header);
-        return NULL;
-    }
-    field_clear(&entry_header);
-    field_clear(&header_api_key);
-    entry_header = header;
-    header_api_key = key;
     Py_RETURN_NONE;
 }
 
@@ -698,11 +693,6 @@ static struct PyModuleDef filter_runs_module = {
     -1,
     module_methods,
 };
-
-#define INTERN(var, text)                                                                                     \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) {                                                   \
-        return NULL;                                                                                          \
-    }
 
 PyMODINIT_FUNC
 PyInit__filter_runs(void)

@@ -22,7 +22,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#include "../_slots.h"
+#include "../_compiled.h"
 
 /* What bind() hands over once, from request_pipeline.py. */
 static PyObject *parse_request_header = NULL;
@@ -45,7 +45,7 @@ static PyObject *s_gate, *s_filters, *s_on_request, *s_on_response, *s_state, *s
     *s_delay_ms, *s_throttle_ms, *s_response_sent, *s_sink, *s_send_response, *s_requests, *s_request_bytes,
     *s_responses, *s_response_bytes;
 static PyObject *zero = NULL, *one = NULL;
-/* Read at their offsets and indices (../_slots.h): RequestPipeline's slots and the gate's (bind), the
+/* Read at their offsets and indices (../_compiled.h): RequestPipeline's slots and the gate's (bind), the
  * in-flight entries' and request headers' fields (bind), ProxyMetrics' lists (bind_metrics). */
 static slot_t pipeline_gate, pipeline_filters, pipeline_state, pipeline_raw_exchange, pipeline_metrics,
     pipeline_in_flight, pipeline_outgoing, pipeline_load, pipeline_sink, gate_muted, metrics_requests,
@@ -660,65 +660,26 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         return NULL;
     }
-    /* the slots and fields, bound apart, then all at once: a bind refused leaves the last one whole */
     PyObject *pipeline = args[9], *gate = args[10], *header = args[11];
-    struct {
-        slot_t *slot;
-        PyObject *type;
-        PyObject *name;
-    } slots[] = {
-        {&pipeline_gate, pipeline, s_gate},
-        {&pipeline_filters, pipeline, s_filters},
-        {&pipeline_state, pipeline, s_state},
-        {&pipeline_raw_exchange, pipeline, s_raw_exchange},
-        {&pipeline_metrics, pipeline, s_metrics},
-        {&pipeline_in_flight, pipeline, s_in_flight},
-        {&pipeline_outgoing, pipeline, s_outgoing},
-        {&pipeline_load, pipeline, s_load},
-        {&pipeline_sink, pipeline, s_sink},
-        {&gate_muted, gate, s_muted},
+    const binding_t bindings[] = {
+        {&pipeline_gate, NULL, pipeline, s_gate, NULL},
+        {&pipeline_filters, NULL, pipeline, s_filters, NULL},
+        {&pipeline_state, NULL, pipeline, s_state, NULL},
+        {&pipeline_raw_exchange, NULL, pipeline, s_raw_exchange, NULL},
+        {&pipeline_metrics, NULL, pipeline, s_metrics, NULL},
+        {&pipeline_in_flight, NULL, pipeline, s_in_flight, NULL},
+        {&pipeline_outgoing, NULL, pipeline, s_outgoing, NULL},
+        {&pipeline_load, NULL, pipeline, s_load, NULL},
+        {&pipeline_sink, NULL, pipeline, s_sink, NULL},
+        {&gate_muted, NULL, gate, s_muted, NULL},
+        {NULL, &entry_header, entry_type, s_header, NULL},
+        {NULL, &entry_kind, entry_type, s_kind, NULL},
+        {NULL, &entry_throttle_ms, entry_type, s_throttle_ms, NULL},
+        {NULL, &entry_load, entry_type, s_load, NULL},
+        {NULL, &header_api_key, header, s_api_key, NULL},
+        {NULL, &header_correlation_id, header, s_correlation_id, NULL},
     };
-    struct {
-        field_t *field;
-        PyObject *type;
-        PyObject *name;
-    } named[] = {
-        {&entry_header, entry_type, s_header},
-        {&entry_kind, entry_type, s_kind},
-        {&entry_throttle_ms, entry_type, s_throttle_ms},
-        {&entry_load, entry_type, s_load},
-        {&header_api_key, header, s_api_key},
-        {&header_correlation_id, header, s_correlation_id},
-    };
-    enum { SLOTS = sizeof slots / sizeof slots[0], FIELDS = sizeof named / sizeof named[0] };
-    slot_t fresh_slots[SLOTS] = {{NULL}};
-    field_t fresh_fields[FIELDS] = {{NULL}};
-    int bound_all = 1;
-    for (size_t k = 0; bound_all && k < SLOTS; k++) {
-        bound_all = slot_bind(&fresh_slots[k], slots[k].type, slots[k].name) == 0;
-    }
-    for (size_t k = 0; bound_all && k < FIELDS; k++) {
-        bound_all = field_bind(&fresh_fields[k], named[k].type, named[k].name) == 0;
-    }
-    for (size_t k = 0; k < SLOTS; k++) {
-        if (bound_all) {
-            slot_clear(slots[k].slot);
-            *slots[k].slot = fresh_slots[k];
-        }
-        else {
-            slot_clear(&fresh_slots[k]);
-        }
-    }
-    for (size_t k = 0; k < FIELDS; k++) {
-        if (bound_all) {
-            field_clear(named[k].field);
-            *named[k].field = fresh_fields[k];
-        }
-        else {
-            field_clear(&fresh_fields[k]);
-        }
-    }
-    if (!bound_all) {
+    if (bind_all(bindings, sizeof bindings / sizeof bindings[0]) < 0) {
         return NULL;
     }
     Py_XSETREF(parse_request_header, Py_NewRef(args[0]));
@@ -745,20 +706,14 @@ bind_metrics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (others == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    slot_t *lists[] = {&metrics_requests, &metrics_request_bytes, &metrics_responses, &metrics_response_bytes};
-    PyObject *names[] = {s_requests, s_request_bytes, s_responses, s_response_bytes};
-    slot_t fresh[4] = {{NULL}};
-    for (size_t k = 0; k < 4; k++) {
-        if (slot_bind(&fresh[k], args[0], names[k]) < 0) {
-            for (size_t j = 0; j < k; j++) {
-                slot_clear(&fresh[j]);
-            }
-            return NULL;
-        }
-    }
-    for (size_t k = 0; k < 4; k++) {
-        slot_clear(lists[k]);
-        *lists[k] = fresh[k];
+    const binding_t lists[] = {
+        {&metrics_requests, NULL, args[0], s_requests, NULL},
+        {&metrics_request_bytes, NULL, args[0], s_request_bytes, NULL},
+        {&metrics_responses, NULL, args[0], s_responses, NULL},
+        {&metrics_response_bytes, NULL, args[0], s_response_bytes, NULL},
+    };
+    if (bind_all(lists, sizeof lists / sizeof lists[0]) < 0) {
+        return NULL;
     }
     Py_XSETREF(metrics_type, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(other_slot, Py_NewRef(args[1]));
@@ -785,11 +740,6 @@ static struct PyModuleDef pipeline_runs_module = {
     -1,
     module_methods,
 };
-
-#define INTERN(var, text)                                                                                     \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) {                                                   \
-        return NULL;                                                                                          \
-    }
 
 PyMODINIT_FUNC
 PyInit__pipeline_runs(void)

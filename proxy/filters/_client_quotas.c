@@ -28,7 +28,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include "../_slots.h"
+#include "../_compiled.h"
 
 /* What bind() hands over once, from client_quotas.py. */
 static PyObject *reference = NULL;             /* the Python ClientQuotas.on_response */
@@ -430,27 +430,6 @@ charge_fetch(PyObject *self, PyObject *header, PyObject *key, PyObject *frame, P
     return fetch_throttle;
 }
 
-/* self.<ref>(*args) handed over as it came: the reference's result. */
-static PyObject *
-hand_over(PyObject *python, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    /* self, then the arguments as they came (positional and keyword values) */
-    Py_ssize_t given = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
-    PyObject *small[4], **call = given < 4 ? small : PyMem_Malloc((size_t)(given + 1) * sizeof(PyObject *));
-    if (call == NULL) {
-        return PyErr_NoMemory();
-    }
-    call[0] = self;
-    for (Py_ssize_t k = 0; k < given; k++) {
-        call[k + 1] = args[k];
-    }
-    PyObject *out = PyObject_Vectorcall(python, call, (size_t)nargs + 1, kwnames);
-    if (call != small) {
-        PyMem_Free(call);
-    }
-    return out;
-}
-
 /* The Produce charge of on_request's common case (ClientQuotas._charge_produce with no entity throttled, no
  * turn at the gate, and a request read in this same ms or arriving as a FrameHead): frame, or what
  * `_produce_charged` makes of a throttle; NULL with *refer set when it is not that case (nothing done yet). */
@@ -633,7 +612,7 @@ on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     }
 
 reference:
-    return hand_over(request_reference, self, args, nargs, kwnames);
+    return call_reference(request_reference, self, args, nargs, kwnames);
 }
 
 static PyMethodDef on_request_def = {
@@ -775,7 +754,7 @@ done:
     return result;
 
 reference:
-    return hand_over(reference, self, args, nargs, kwnames);
+    return call_reference(reference, self, args, nargs, kwnames);
 }
 
 static PyMethodDef on_response_def = {
@@ -850,52 +829,38 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "bind: InFlight and RequestHeader must be tuple types");
         goto done;
     }
-    PyObject *manager = got[9], *sensor = got[11];
-    const struct {
-        slot_t *slot;
-        PyObject *type;
-        PyObject *name;
-    } slots[] = {
-        {&cq_conn, cq, s_conn},
-        {&cq_newest, cq, s_newest},
-        {&cq_produce_rules, cq, s_produce_rules},
-        {&cq_produce_touched, cq, s_produce_touched},
-        {&cq_produce, cq, s_produce},
-        {&cq_gates, cq, s_gates},
-        {&cq_turn, cq, s_turn},
-        {&cq_turn_rank, cq, s_turn_rank},
-        {&cq_fetch_cap, cq, s_fetch_cap},
-        {&cq_all_rules, cq, s_all_rules},
-        {&cq_request_rules, cq, s_request_rules},
-        {&cq_fetch_rules, cq, s_fetch_rules},
-        {&cq_request_checked, cq, s_request_checked},
-        {&cq_request_touched, cq, s_request_touched},
-        {&cq_fetch_touched, cq, s_fetch_touched},
-        {&cq_request, cq, s_request},
-        {&cq_fetch, cq, s_fetch},
-        {&cq_stats, cq, s_stats},
-        {&gates_shut, gates, s_shut},
-        {&rules_enabled_bits, rules, s_enabled_bits},
-        {&rules_version, rules, s_version},
-        {&manager_rules, manager, s_rules},
-        {&manager_lookup, manager, s_lookup},
-        {&manager_fleet, manager, s_fleet},
-        {&manager_max_throttle_ms, manager, s_max_throttle_ms},
-        {&sensor_last_record_ms, sensor, s_last_record_ms},
-        {&sensor_rate, sensor, s_rate},
-        {&sensor_bound, sensor, s_bound},
+    PyObject *manager = got[9], *request_manager = got[10], *sensor = got[11];
+    const binding_t bindings[] = {
+        {&cq_conn, NULL, cq, s_conn, NULL},
+        {&cq_newest, NULL, cq, s_newest, NULL},
+        {&cq_produce_rules, NULL, cq, s_produce_rules, NULL},
+        {&cq_produce_touched, NULL, cq, s_produce_touched, NULL},
+        {&cq_produce, NULL, cq, s_produce, NULL},
+        {&cq_gates, NULL, cq, s_gates, NULL},
+        {&cq_turn, NULL, cq, s_turn, NULL},
+        {&cq_turn_rank, NULL, cq, s_turn_rank, NULL},
+        {&cq_fetch_cap, NULL, cq, s_fetch_cap, NULL},
+        {&cq_all_rules, NULL, cq, s_all_rules, NULL},
+        {&cq_request_rules, NULL, cq, s_request_rules, NULL},
+        {&cq_fetch_rules, NULL, cq, s_fetch_rules, NULL},
+        {&cq_request_checked, NULL, cq, s_request_checked, NULL},
+        {&cq_request_touched, NULL, cq, s_request_touched, NULL},
+        {&cq_fetch_touched, NULL, cq, s_fetch_touched, NULL},
+        {&cq_request, NULL, cq, s_request, NULL},
+        {&cq_fetch, NULL, cq, s_fetch, NULL},
+        {&cq_stats, NULL, cq, s_stats, NULL},
+        {&gates_shut, NULL, gates, s_shut, NULL},
+        {&rules_enabled_bits, NULL, rules, s_enabled_bits, NULL},
+        {&rules_version, NULL, rules, s_version, NULL},
+        {&manager_rules, NULL, manager, s_rules, request_manager},
+        {&manager_lookup, NULL, manager, s_lookup, request_manager},
+        {&manager_fleet, NULL, manager, s_fleet, request_manager},
+        {&manager_max_throttle_ms, NULL, manager, s_max_throttle_ms, request_manager},
+        {&sensor_last_record_ms, NULL, sensor, s_last_record_ms, NULL},
+        {&sensor_rate, NULL, sensor, s_rate, NULL},
+        {&sensor_bound, NULL, sensor, s_bound, NULL},
     };
-    /* bound apart, then all at once: a bind refused leaves the last one whole */
-    slot_t fresh[sizeof slots / sizeof slots[0]] = {{NULL}};
-    int bound = 1;
-    for (size_t k = 0; bound && k < sizeof slots / sizeof slots[0]; k++) {
-        bound = slot_bind(&fresh[k], slots[k].type, slots[k].name) == 0 &&
-                (slots[k].type != manager || slot_share(&fresh[k], got[10]) == 0);
-    }
-    if (!bound) {
-        for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++) {
-            slot_clear(&fresh[k]);
-        }
+    if (bind_all(bindings, sizeof bindings / sizeof bindings[0]) < 0) {
         goto done;
     }
     PyObject *request_method = PyDescr_NewMethod((PyTypeObject *)cq, &on_request_def);
@@ -904,18 +869,11 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_XDECREF(request_method);
     Py_XDECREF(response_method);
     if (methods == NULL) {
-        for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++) {
-            slot_clear(&fresh[k]);
-        }
         goto done;
     }
     for (size_t k = 0; k < sizeof items / sizeof items[0]; k++) {
         Py_XSETREF(*items[k].global, got[k]);
         got[k] = NULL;
-    }
-    for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++) {
-        slot_clear(slots[k].slot);
-        *slots[k].slot = fresh[k];
     }
 done:
     for (size_t k = 0; k < sizeof items / sizeof items[0]; k++) {
@@ -940,11 +898,6 @@ static struct PyModuleDef client_quotas_module = {
     -1,
     module_methods,
 };
-
-#define INTERN(var, text)                                                                                     \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) {                                                   \
-        return NULL;                                                                                          \
-    }
 
 PyMODINIT_FUNC
 PyInit__client_quotas(void)

@@ -17,7 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "../_slots.h"
+#include "../_compiled.h"
 
 /* What bind() hands over once, from usage_recorder.py. */
 static PyObject *produce_key = NULL;      /* ApiKey.PRODUCE */
@@ -38,7 +38,7 @@ static PyObject *s_client_id, *s_api_key, *s_cache, *s_ledger, *s_generation, *s
     *s_add_request, *s_produce_bytes, *s_observe, *s_named, *s_topics, *s_add_topics, *s_max_topics,
     *s_overflow, *s_bytes, *s_request, *s_fetch_response, *s_api_version, *s_fetch_bytes;
 static PyObject *zero = NULL, *one = NULL, *four = NULL;
-/* Read at their offsets and indices (../_slots.h; bind_slots): the recording's cache and ledger, the ledger's
+/* Read at their offsets and indices (../_compiled.h; bind_slots): the recording's cache and ledger, the ledger's
  * generation, an EntityUsage's counters, the request header's fields; the overflow's counters by name. */
 static slot_t recording_cache, recording_ledger, ledger_generation, usage_requests, usage_topics,
     usage_max_topics, usage_overflow, usage_produce_bytes, usage_fetch_bytes, overflow_topics, overflow_bytes;
@@ -557,26 +557,6 @@ static PyObject *recorder_request_reference = NULL, *recorder_response_reference
 static slot_t recorder_conn, recorder_recording, recorder_broker;
 static field_t entry_header;
 
-/* self.<ref>(*args) handed over as it came. */
-static PyObject *
-recorder_hand_over(PyObject *python, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    Py_ssize_t given = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
-    PyObject *small[4], **call = given < 4 ? small : PyMem_Malloc((size_t)(given + 1) * sizeof(PyObject *));
-    if (call == NULL) {
-        return PyErr_NoMemory();
-    }
-    call[0] = self;
-    for (Py_ssize_t k = 0; k < given; k++) {
-        call[k + 1] = args[k];
-    }
-    PyObject *out = PyObject_Vectorcall(python, call, (size_t)nargs + 1, kwnames);
-    if (call != small) {
-        PyMem_Free(call);
-    }
-    return out;
-}
-
 /* `record(self._recording, self.conn.user, header, frame, broker)`, then the frame, for a recorder whose
  * broker is known (the Python finds it on the first call); NULL with *refer set when it is not known. */
 static PyObject *
@@ -622,7 +602,7 @@ recorder_on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyO
             return out;
         }
     }
-    return recorder_hand_over(recorder_request_reference, self, args, nargs, kwnames);
+    return call_reference(recorder_request_reference, self, args, nargs, kwnames);
 }
 
 /* UsageRecorder.on_response(request, frame), compiled: a Fetch answer recorded through record_fetch_response;
@@ -648,7 +628,7 @@ recorder_on_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, Py
             return out;
         }
     }
-    return recorder_hand_over(recorder_response_reference, self, args, nargs, kwnames);
+    return call_reference(recorder_response_reference, self, args, nargs, kwnames);
 }
 
 static PyMethodDef recorder_on_request_def = {
@@ -673,38 +653,24 @@ bind_recorder(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "bind_recorder before bind_slots");
         return NULL;
     }
-    slot_t fresh[3] = {{NULL}};
-    PyObject *names[3] = {s_conn, s_recording, s_broker};
-    field_t header = {NULL};
-    int bound_all = field_bind(&header, args[3], s_header) == 0;
-    for (size_t k = 0; bound_all && k < 3; k++) {
-        bound_all = slot_bind(&fresh[k], args[0], names[k]) == 0;
-    }
-    PyObject *request_method = NULL, *response_method = NULL, *methods = NULL;
-    if (bound_all) {
-        request_method = PyDescr_NewMethod((PyTypeObject *)args[0], &recorder_on_request_def);
-        response_method =
-            request_method == NULL ? NULL : PyDescr_NewMethod((PyTypeObject *)args[0], &recorder_on_response_def);
-        methods = response_method == NULL ? NULL : PyTuple_Pack(2, request_method, response_method);
-        Py_XDECREF(request_method);
-        Py_XDECREF(response_method);
-    }
-    slot_t *slots[3] = {&recorder_conn, &recorder_recording, &recorder_broker};
-    for (size_t k = 0; k < 3; k++) {
-        if (methods != NULL) {
-            slot_clear(slots[k]);
-            *slots[k] = fresh[k];
-        }
-        else {
-            slot_clear(&fresh[k]);
-        }
-    }
-    if (methods == NULL) {
-        field_clear(&header);
+    const binding_t bindings[] = {
+        {&recorder_conn, NULL, args[0], s_conn, NULL},
+        {&recorder_recording, NULL, args[0], s_recording, NULL},
+        {&recorder_broker, NULL, args[0], s_broker, NULL},
+        {NULL, &entry_header, args[3], s_header, NULL},
+    };
+    if (bind_all(bindings, sizeof bindings / sizeof bindings[0]) < 0) {
         return NULL;
     }
-    field_clear(&entry_header);
-    entry_header = header;
+    PyObject *request_method = PyDescr_NewMethod((PyTypeObject *)args[0], &recorder_on_request_def);
+    PyObject *response_method =
+        request_method == NULL ? NULL : PyDescr_NewMethod((PyTypeObject *)args[0], &recorder_on_response_def);
+    PyObject *methods = response_method == NULL ? NULL : PyTuple_Pack(2, request_method, response_method);
+    Py_XDECREF(request_method);
+    Py_XDECREF(response_method);
+    if (methods == NULL) {
+        return NULL;
+    }
     Py_XSETREF(recorder_request_reference, Py_NewRef(args[1]));
     Py_XSETREF(recorder_response_reference, Py_NewRef(args[2]));
     Py_XSETREF(metadata_key, Py_NewRef(args[4]));
@@ -712,7 +678,7 @@ bind_recorder(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* bind_slots(UsageRecording, UsageLedger, EntityUsage, RequestHeader): where the records read the
- * recording's, the ledger's, an entity's and a header's attributes (../_slots.h), bound all at once. */
+ * recording's, the ledger's, an entity's and a header's attributes (../_compiled.h), bound all at once. */
 static PyObject *
 bind_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -720,58 +686,21 @@ bind_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "bind_slots(UsageRecording, UsageLedger, EntityUsage, RequestHeader)");
         return NULL;
     }
-    struct {
-        slot_t *slot;
-        PyObject *type;
-        PyObject *name;
-    } slots[] = {
-        {&recording_cache, args[0], s_cache},
-        {&recording_ledger, args[0], s_ledger},
-        {&ledger_generation, args[1], s_generation},
-        {&usage_requests, args[2], s_requests},
-        {&usage_topics, args[2], s_topics},
-        {&usage_max_topics, args[2], s_max_topics},
-        {&usage_overflow, args[2], s_overflow},
-        {&usage_produce_bytes, args[2], s_produce_bytes},
-        {&usage_fetch_bytes, args[2], s_fetch_bytes},
+    const binding_t bindings[] = {
+        {&recording_cache, NULL, args[0], s_cache, NULL},
+        {&recording_ledger, NULL, args[0], s_ledger, NULL},
+        {&ledger_generation, NULL, args[1], s_generation, NULL},
+        {&usage_requests, NULL, args[2], s_requests, NULL},
+        {&usage_topics, NULL, args[2], s_topics, NULL},
+        {&usage_max_topics, NULL, args[2], s_max_topics, NULL},
+        {&usage_overflow, NULL, args[2], s_overflow, NULL},
+        {&usage_produce_bytes, NULL, args[2], s_produce_bytes, NULL},
+        {&usage_fetch_bytes, NULL, args[2], s_fetch_bytes, NULL},
+        {NULL, &header_client_id, args[3], s_client_id, NULL},
+        {NULL, &header_api_key, args[3], s_api_key, NULL},
+        {NULL, &header_api_version, args[3], s_api_version, NULL},
     };
-    struct {
-        field_t *field;
-        PyObject *name;
-    } named[] = {
-        {&header_client_id, s_client_id},
-        {&header_api_key, s_api_key},
-        {&header_api_version, s_api_version},
-    };
-    enum { SLOTS = sizeof slots / sizeof slots[0], FIELDS = sizeof named / sizeof named[0] };
-    slot_t fresh_slots[SLOTS] = {{NULL}};
-    field_t fresh_fields[FIELDS] = {{NULL}};
-    int bound_all = 1;
-    for (size_t k = 0; bound_all && k < SLOTS; k++) {
-        bound_all = slot_bind(&fresh_slots[k], slots[k].type, slots[k].name) == 0;
-    }
-    for (size_t k = 0; bound_all && k < FIELDS; k++) {
-        bound_all = field_bind(&fresh_fields[k], args[3], named[k].name) == 0;
-    }
-    for (size_t k = 0; k < SLOTS; k++) {
-        if (bound_all) {
-            slot_clear(slots[k].slot);
-            *slots[k].slot = fresh_slots[k];
-        }
-        else {
-            slot_clear(&fresh_slots[k]);
-        }
-    }
-    for (size_t k = 0; k < FIELDS; k++) {
-        if (bound_all) {
-            field_clear(named[k].field);
-            *named[k].field = fresh_fields[k];
-        }
-        else {
-            field_clear(&fresh_fields[k]);
-        }
-    }
-    if (!bound_all) {
+    if (bind_all(bindings, sizeof bindings / sizeof bindings[0]) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -800,11 +729,6 @@ static struct PyModuleDef usage_recording_module = {
     -1,
     module_methods,
 };
-
-#define INTERN(var, text)                                                                                     \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) {                                                   \
-        return NULL;                                                                                          \
-    }
 
 PyMODINIT_FUNC
 PyInit__usage_recording(void)

@@ -1,15 +1,16 @@
-/* Reading the __slots__ of the proxy's classes (and the fields of its NamedTuples) from C, as Python 3.11
- * reads them: at their offsets (and indices).
+/* What the compiled twins of proxy/ share (each included as "../_compiled.h"): reading the __slots__ of the
+ * proxy's classes and the fields of its NamedTuples as Python 3.11 reads them, at their offsets and indices;
+ * binding them all at once; and handing a call to a compiled method's Python reference.
  *
  * Why: a compiled twin of a Python method (docs/architecture.md, "Compiled readers") reads the attributes its
  * Python reads. Python 3.11 specialises a read of a slot in bytecode to a few instructions; the C API's
  * PyObject_GetAttr looks the name up on the type each time (10-15 ns), which costs the translation what it
  * saves. A slot_t is a slot of one exact class (and of a subclass adding none), found by name once, when a
  * module binds, and read and written there as the class's member descriptor reads and writes it; an object of
- * any other type is read by name. Shared by the compiled modules of proxy/ (included as "../_slots.h").
+ * any other type is read by name.
  */
-#ifndef SLUICE_SLOTS_H
-#define SLUICE_SLOTS_H
+#ifndef SLUICE_COMPILED_H
+#define SLUICE_COMPILED_H
 
 #include <Python.h>
 #include <structmember.h>
@@ -162,5 +163,77 @@ field_get(PyObject *obj, const field_t *field)
     }
     return PyObject_GetAttr(obj, field->name);
 }
+
+/* One slot (`slot`, of `type`, shared by `also` when not NULL) or one field (`field`, of `type`) to bind. */
+typedef struct {
+    slot_t *slot;
+    field_t *field;
+    PyObject *type;
+    PyObject *name;
+    PyObject *also;
+} binding_t;
+
+/* Bind each of `bindings` apart, then all at once: 0, or -1 with an exception set and none of them changed
+ * (a bind refused leaves the one before whole). */
+static inline int
+bind_all(const binding_t *bindings, size_t count)
+{
+    slot_t *slots = PyMem_Calloc(count, sizeof(slot_t));
+    field_t *fields = PyMem_Calloc(count, sizeof(field_t));
+    int bound = slots != NULL && fields != NULL;
+    if (!bound) {
+        PyErr_NoMemory();
+    }
+    for (size_t k = 0; bound && k < count; k++) {
+        const binding_t *b = &bindings[k];
+        bound = b->slot != NULL ? slot_bind(&slots[k], b->type, b->name) == 0 &&
+                                      (b->also == NULL || slot_share(&slots[k], b->also) == 0)
+                                : field_bind(&fields[k], b->type, b->name) == 0;
+    }
+    for (size_t k = 0; slots != NULL && fields != NULL && k < count; k++) {
+        const binding_t *b = &bindings[k];
+        if (bound && b->slot != NULL) {
+            slot_clear(b->slot);
+            *b->slot = slots[k];
+        }
+        else if (bound) {
+            field_clear(b->field);
+            *b->field = fields[k];
+        }
+        else {
+            slot_clear(&slots[k]);
+            field_clear(&fields[k]);
+        }
+    }
+    PyMem_Free(slots);
+    PyMem_Free(fields);
+    return bound ? 0 : -1;
+}
+
+/* A compiled method's call handed to its Python reference as it came: python(self, *args, **kwargs). */
+static inline PyObject *
+call_reference(PyObject *python, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_ssize_t given = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
+    PyObject *small[4], **call = given < 4 ? small : PyMem_Malloc((size_t)(given + 1) * sizeof(PyObject *));
+    if (call == NULL) {
+        return PyErr_NoMemory();
+    }
+    call[0] = self;
+    for (Py_ssize_t k = 0; k < given; k++) {
+        call[k + 1] = args[k];
+    }
+    PyObject *out = PyObject_Vectorcall(python, call, (size_t)nargs + 1, kwnames);
+    if (call != small) {
+        PyMem_Free(call);
+    }
+    return out;
+}
+
+/* In a module's init: `var` = the interned `text`, or the init fails. */
+#define INTERN(var, text)                                                                                     \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) {                                                   \
+        return NULL;                                                                                          \
+    }
 
 #endif
