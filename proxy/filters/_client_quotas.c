@@ -13,8 +13,8 @@
  * in the Python's order.
  *
  * The reference runs instead, from the start, for every call that is not the common case, before anything is
- * charged: keywords; a header that is not exactly a RequestHeader of 5 items, or a request not exactly an
- * InFlight; a version beyond the chain's; a Produce while some entity's gate is shut, with a turn waiting at a
+ * charged: keywords; a subclass of ClientQuotas (whose helpers may be its own); a header that is not exactly a
+ * RequestHeader of 5 items, or a request not exactly an InFlight; a version beyond the chain's; a Produce while some entity's gate is shut, with a turn waiting at a
  * gate, or read in an earlier ms; a Fetch whose cap is not remembered or may bind; an answer to a request that
  * earned a throttle as it was forwarded, of an uncharged API (ApiVersions, SASL), or on a muted connection.
  * The queries such a case was decided by (the clock, the last read, the mute) the reference asks again. Once
@@ -33,6 +33,7 @@
 /* What bind() hands over once, from client_quotas.py. */
 static PyObject *reference = NULL;             /* the Python ClientQuotas.on_response */
 static PyObject *request_reference = NULL;     /* the Python ClientQuotas.on_request */
+static PyTypeObject *quotas_type = NULL;       /* ClientQuotas: a subclass's own helpers run, in the Python */
 static PyTypeObject *frame_head_type = NULL;   /* protocol.frames.FrameHead */
 static PyObject *produce_key = NULL;           /* ApiKey.PRODUCE, as a plain int */
 static PyObject *int32_max = NULL;             /* 2**31 - 1 */
@@ -552,7 +553,7 @@ on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         PyErr_SetString(PyExc_RuntimeError, "bind was not called");
         return NULL;
     }
-    if (kwnames != NULL || nargs != 2 || !Py_IS_TYPE(args[0], request_header_type) ||
+    if (kwnames != NULL || nargs != 2 || !Py_IS_TYPE(self, quotas_type) || !Py_IS_TYPE(args[0], request_header_type) ||
         PyTuple_GET_SIZE(args[0]) != 5) {
         goto reference;
     }
@@ -570,7 +571,9 @@ on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
             PyErr_Clear();
         }
         else if (at >= 0 && at < PyList_GET_SIZE(newest)) {
-            offered = PyObject_RichCompareBool(version, PyList_GET_ITEM(newest, at), Py_LE);
+            PyObject *newest_version = Py_NewRef(PyList_GET_ITEM(newest, at)); /* (held: compared as Python) */
+            offered = PyObject_RichCompareBool(version, newest_version, Py_LE);
+            Py_DECREF(newest_version);
         }
     }
     Py_DECREF(newest);
@@ -603,8 +606,8 @@ on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     if (enabled <= 0) {
         return enabled < 0 ? NULL : Py_NewRef(frame);
     }
-    if (Py_IS_TYPE(frame, frame_head_type)) {
-        goto reference; /* (whole() refuses it) */
+    if (PyObject_TypeCheck(frame, frame_head_type)) {
+        goto reference; /* (whole() refuses it, as an isinstance) */
     }
     int uncapped = fetch_uncapped(self, header);
     if (uncapped != 0) {
@@ -626,7 +629,8 @@ on_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         PyErr_SetString(PyExc_RuntimeError, "bind was not called");
         return NULL;
     }
-    if (kwnames != NULL || nargs != 2 || !Py_IS_TYPE(args[0], in_flight_type) || PyTuple_GET_SIZE(args[0]) < 3) {
+    if (kwnames != NULL || nargs != 2 || !Py_IS_TYPE(self, quotas_type) || !Py_IS_TYPE(args[0], in_flight_type) ||
+        PyTuple_GET_SIZE(args[0]) < 3) {
         goto reference;
     }
     PyObject *request = args[0], *frame = args[1];
@@ -871,6 +875,7 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (methods == NULL) {
         goto done;
     }
+    Py_XSETREF(quotas_type, (PyTypeObject *)Py_NewRef(cq));
     for (size_t k = 0; k < sizeof items / sizeof items[0]; k++) {
         Py_XSETREF(*items[k].global, got[k]);
         got[k] = NULL;

@@ -554,6 +554,7 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* What bind_recorder() hands over once: the filter's Python methods (the references), InFlight's header
  * field and METADATA; the filter's slots. */
 static PyObject *recorder_request_reference = NULL, *recorder_response_reference = NULL, *metadata_key = NULL;
+static PyTypeObject *recorder_type = NULL; /* UsageRecorder: a subclass's own methods run, in the Python */
 static slot_t recorder_conn, recorder_recording, recorder_broker;
 static field_t entry_header;
 
@@ -595,7 +596,7 @@ recorder_record(PyObject *self, PyObject *header, PyObject *frame,
 static PyObject *
 recorder_on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (kwnames == NULL && nargs == 2) {
+    if (kwnames == NULL && nargs == 2 && Py_IS_TYPE(self, recorder_type)) {
         int refer = 0;
         PyObject *out = recorder_record(self, args[0], args[1], record_request, &refer);
         if (out != NULL || !refer) {
@@ -610,7 +611,7 @@ recorder_on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyO
 static PyObject *
 recorder_on_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (kwnames == NULL && nargs == 2) {
+    if (kwnames == NULL && nargs == 2 && Py_IS_TYPE(self, recorder_type)) {
         PyObject *header = field_get(args[0], &entry_header);
         if (header == NULL) {
             return NULL;
@@ -671,6 +672,7 @@ bind_recorder(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (methods == NULL) {
         return NULL;
     }
+    Py_XSETREF(recorder_type, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(recorder_request_reference, Py_NewRef(args[1]));
     Py_XSETREF(recorder_response_reference, Py_NewRef(args[2]));
     Py_XSETREF(metadata_key, Py_NewRef(args[4]));

@@ -220,8 +220,13 @@ def _fetch_request(rng: random.Random, client_id: str | None) -> tuple[RequestHe
     body = encode_fetch_request(12, "t", 0, 0, max_bytes=rng.choice((1 << 20, 500)), max_wait_ms=500)
     frame = encode_request(ApiKey.FETCH, 12, 1, client_id, body)
     header = parse_request_header(frame)
-    if rng.random() < 0.1:
+    roll = rng.random()
+    if roll < 0.1:
         header = header._replace(api_key=int(ApiKey.SHARE_FETCH), api_version=1)
+    elif roll < 0.15:
+        header = header._replace(api_version=99)  # beyond the chain's
+    elif roll < 0.2:
+        return header, FrameHead(memoryview(frame)[:64], len(frame))  # (a filter reading bodies refuses it)
     return header, frame
 
 
@@ -495,6 +500,26 @@ def test_malformed_calls_are_answered_as_the_python_answers_them() -> None:
             assert worlds[0].state() == worlds[1].state(), (side, args, kwargs)
 
     asyncio.run(run())
+
+
+class _OwnCharge(ClientQuotas):
+    """A subclass with its own charge of a Produce: the compiled methods hand its calls to the Python."""
+
+    __slots__ = ()
+
+    def _charge_produce(self, header: RequestHeader, frame: Any) -> Any:
+        return Forward(frame, 7)
+
+
+def test_a_subclass_of_the_filter_runs_its_own_helpers() -> None:
+    async def run() -> Any:
+        world = _never_binding()
+        own = _OwnCharge(world.conn, world.factory)  # type: ignore[arg-type]
+        produce_frame = _produce("a")
+        return ClientQuotas.on_request(own, parse_request_header(produce_frame), produce_frame)
+
+    out = asyncio.run(run())
+    assert isinstance(out, Forward) and out.throttle_ms == 7
 
 
 def test_a_produce_let_in_by_its_turn_at_the_gate_is_the_pythons() -> None:

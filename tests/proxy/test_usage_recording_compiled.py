@@ -500,7 +500,23 @@ def test_the_compiled_filter_methods_hand_the_rest_to_the_python() -> None:
         on_request(recorder, header, frame=data)
         with pytest.raises(TypeError):  # the Python method's refusal of a keyword it does not take
             on_response(recorder, InFlight(fetch_header), answer, extra=1)
+        with pytest.raises(TypeError):
+            on_request(recorder, header, data, extra=1)
         assert calls == ["request", "response", "request"]
+        # an in-flight entry too short for its header: read by name, as the Python reads it
+        with pytest.raises(IndexError):
+            on_response(recorder, tuple.__new__(InFlight, ()), answer)
+        with pytest.raises(IndexError):
+            usage_recorder.on_response_in_python(recorder, tuple.__new__(InFlight, ()), answer)
+
+        class OwnRecorder(recorder_class):  # type: ignore[misc, valid-type]
+            __slots__ = ()
+
+        own = OwnRecorder(recorder.conn, usage_recorder.UsageRecorderFactory(recording, _Nodes()))
+        own._broker = 1
+        before = len(calls)
+        on_request(own, header, data)  # a subclass: its methods may be its own, so the Python's run
+        assert calls[before:] == ["request"]
     finally:
         _usage_recording.bind_recorder(
             recorder_class,
