@@ -255,7 +255,8 @@ def _fetch_response_of(
 
 
 # The filter's methods as written here: the references of the compiled ones, which hand them what they do
-# not write out (the first request or answer of a connection, which finds its broker; a Metadata answer).
+# not write out (a call before the connection's broker is known, which finds it or finds none; a Metadata
+# answer; keywords; a subclass of the filter).
 on_request_in_python = UsageRecorder.on_request
 on_response_in_python = UsageRecorder.on_response
 
