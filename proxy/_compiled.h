@@ -165,6 +165,32 @@ field_get(PyObject *obj, const field_t *field)
     return PyObject_GetAttr(obj, field->name);
 }
 
+/* obj.<slot> += value: 0, or -1 with an exception set. */
+static inline int
+slot_add(PyObject *obj, const slot_t *slot, PyObject *value)
+{
+    PyObject *before = slot_get(obj, slot);
+    if (before == NULL) {
+        return -1;
+    }
+    PyObject *after = PyNumber_InPlaceAdd(before, value);
+    Py_DECREF(before);
+    int failed = after == NULL ? -1 : slot_set(obj, slot, after);
+    Py_XDECREF(after);
+    return failed;
+}
+
+/* A call whose result is not used: 0, or -1 with an exception set. */
+static inline int
+done_with(PyObject *result)
+{
+    if (result == NULL) {
+        return -1;
+    }
+    Py_DECREF(result);
+    return 0;
+}
+
 /* One slot (`slot`, of `type`, shared by `also` when not NULL) or one field (`field`, of `type`) to bind. */
 typedef struct {
     slot_t *slot;

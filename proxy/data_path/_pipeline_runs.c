@@ -100,17 +100,6 @@ call2(PyObject *callable, PyObject *a, PyObject *b)
     return PyObject_Vectorcall(callable, args + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
-/* A call whose result is not used: 0, or -1 with an exception. */
-static int
-done_with(PyObject *result)
-{
-    if (result == NULL) {
-        return -1;
-    }
-    Py_DECREF(result);
-    return 0;
-}
-
 /* `value > 0` as Python compares: 1, 0, -1 with an exception. */
 static int
 positive(PyObject *value)

@@ -102,34 +102,6 @@ done:
     return usage;
 }
 
-static int
-done_with(PyObject *result)
-{
-    if (result == NULL) {
-        return -1;
-    }
-    Py_DECREF(result);
-    return 0;
-}
-
-/* `target.<name> += value` */
-static int
-add_to_attribute(PyObject *target, const slot_t *slot, PyObject *value)
-{
-    PyObject *before = slot_get(target, slot);
-    if (before == NULL) {
-        return -1;
-    }
-    PyObject *after = PyNumber_InPlaceAdd(before, value);
-    Py_DECREF(before);
-    if (after == NULL) {
-        return -1;
-    }
-    int failed = slot_set(target, slot, after);
-    Py_DECREF(after);
-    return failed;
-}
-
 /* usage.add_request(key): EntityUsage's, inline, for an EntityUsage whose `requests` is a dict. */
 static int
 add_request(PyObject *usage, PyObject *key)
@@ -252,10 +224,10 @@ add_topics(PyObject *usage, PyObject *found, int fetched, PyObject *broker)
                 Py_DECREF(key);
                 if (full > 0) {
                     PyObject *overflow = slot_get(usage, &usage_overflow);
-                    full = overflow == NULL ? -1 : add_to_attribute(overflow, &overflow_topics, one);
+                    full = overflow == NULL ? -1 : slot_add(overflow, &overflow_topics, one);
                     Py_XDECREF(overflow);
                     overflow = full < 0 ? NULL : slot_get(usage, &usage_overflow);
-                    full = overflow == NULL ? -1 : add_to_attribute(overflow, &overflow_bytes, size);
+                    full = overflow == NULL ? -1 : slot_add(overflow, &overflow_bytes, size);
                     Py_XDECREF(overflow);
                 }
                 Py_DECREF(pair);
@@ -374,18 +346,11 @@ record_request(PyObject *module, PyObject *const *args, size_t nargsf, PyObject 
         result = Py_NewRef(Py_None);
         goto done;
     }
-    /* usage.produce_bytes += len(frame) - 4 */
-    PyObject *before = slot_get(usage, &usage_produce_bytes);
-    if (before == NULL) {
-        goto done;
-    }
+    /* usage.produce_bytes += len(frame) - 4 (the length first: a read of the slot has no effect) */
     Py_ssize_t size = PyObject_Size(frame);
     PyObject *counted = size < 0 ? NULL : PyLong_FromSsize_t(size - 4);
-    PyObject *after = counted == NULL ? NULL : PyNumber_InPlaceAdd(before, counted);
-    Py_DECREF(before);
+    int failed = counted == NULL ? -1 : slot_add(usage, &usage_produce_bytes, counted);
     Py_XDECREF(counted);
-    int failed = after == NULL ? -1 : slot_set(usage, &usage_produce_bytes, after);
-    Py_XDECREF(after);
     if (failed) {
         goto done;
     }
@@ -478,7 +443,7 @@ record_fetch_response(PyObject *module, PyObject *const *args, size_t nargsf, Py
     PyObject *counted = body == NULL ? NULL : PyNumber_Add(body, four);
     Py_XDECREF(less);
     Py_XDECREF(body);
-    failed = counted == NULL ? -1 : add_to_attribute(usage, &usage_fetch_bytes, counted);
+    failed = counted == NULL ? -1 : slot_add(usage, &usage_fetch_bytes, counted);
     Py_XDECREF(counted);
     if (failed) {
         goto done;
