@@ -404,9 +404,11 @@ def test_the_compiled_runs_leak_nothing(counted_by: str) -> None:
 
 
 @pytest.mark.parametrize("muted", [False, True])
-def test_the_compiled_runs_read_a_real_throttle_gates_mute_at_its_slot(muted: bool) -> None:
-    """The runs read the connection's ThrottleGate at its `muted` slot (the twin test's gates are stand-ins,
-    read by name): a muted gate holds the requests, an open one lets them through, as in the Python."""
+def test_the_compiled_runs_hold_requests_behind_a_real_throttle_gates_mute(muted: bool) -> None:
+    """The runs read the connection's own ThrottleGate (the twin test's gates are stand-ins): a muted gate
+    holds the requests, an open one lets them through, as in the Python. (That the read is at the slot's
+    offset shows in speed, not in behaviour: a wrong offset would read another slot and fail this; a read by
+    name would pass it.)"""
     _compiled()
     from sluice.proxy.data_path.throttle_gate import ThrottleGate
 
