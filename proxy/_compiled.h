@@ -1,6 +1,7 @@
 /* What the compiled twins of proxy/ share (each included as "../_compiled.h"): reading the __slots__ of the
  * proxy's classes and the fields of its NamedTuples as Python 3.11 reads them, at their offsets and indices;
- * binding them all at once; and handing a call to a compiled method's Python reference.
+ * binding them all at once; taking what a module's bind is handed; and handing a call to a compiled method's
+ * Python reference.
  *
  * Why: a compiled twin of a Python method (docs/architecture.md, "Compiled readers") reads the attributes its
  * Python reads. Python 3.11 specialises a read of a slot in bytecode to a few instructions; the C API's
@@ -235,6 +236,27 @@ bind_all(const binding_t *bindings, size_t count)
     PyMem_Free(slots);
     PyMem_Free(fields);
     return bound ? 0 : -1;
+}
+
+/* What an item handed to a module's bind must be. */
+typedef enum { ANY, A_TYPE, CALLABLE, FROZENSET, AN_INT, A_LIST } kind_t;
+
+/* bound[name], from the dict a module's bind is handed: a new reference, of `kind`; NULL with TypeError if
+ * missing or of another kind. */
+static inline PyObject *
+bound_item(PyObject *bound, const char *name, kind_t kind)
+{
+    PyObject *value = PyDict_GetItemString(bound, name);
+    int fits = value != NULL && (kind == ANY || (kind == A_TYPE && PyType_Check(value)) ||
+                                 (kind == CALLABLE && PyCallable_Check(value)) ||
+                                 (kind == FROZENSET && PyFrozenSet_CheckExact(value)) ||
+                                 (kind == AN_INT && PyLong_CheckExact(value)) ||
+                                 (kind == A_LIST && PyList_CheckExact(value)));
+    if (!fits) {
+        PyErr_Format(PyExc_TypeError, "bind: %s missing or of the wrong kind", name);
+        return NULL;
+    }
+    return Py_NewRef(value);
 }
 
 /* A compiled method's call handed to its Python reference as it came: python(self, *args, **kwargs). */

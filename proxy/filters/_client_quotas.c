@@ -762,25 +762,6 @@ static PyMethodDef on_response_def = {
     "on_response", (PyCFunction)(void (*)(void))on_response, METH_FASTCALL | METH_KEYWORDS,
     "ClientQuotas.on_response(request, frame), compiled (proxy/filters/client_quotas.py is its reference)."};
 
-/* What a bound item must be. */
-typedef enum { ANY, A_TYPE, CALLABLE, FROZENSET, AN_INT } kind_t;
-
-/* bound[name]: a new reference, of `kind`; NULL with TypeError if missing or of another kind. */
-static PyObject *
-bound_item(PyObject *bound, const char *name, kind_t kind)
-{
-    PyObject *value = PyDict_GetItemString(bound, name);
-    int fits = value != NULL && (kind == ANY || (kind == A_TYPE && PyType_Check(value)) ||
-                                 (kind == CALLABLE && PyCallable_Check(value)) ||
-                                 (kind == FROZENSET && PyFrozenSet_CheckExact(value)) ||
-                                 (kind == AN_INT && PyLong_CheckExact(value)));
-    if (!fits) {
-        PyErr_Format(PyExc_TypeError, "bind: %s missing or of the wrong kind", name);
-        return NULL;
-    }
-    return Py_NewRef(value);
-}
-
 /* bind(ClientQuotas, what): `what` names what the compiled methods use of their modules (client_quotas.py
  * hands it over once); the compiled (on_request, on_response), methods of ClientQuotas. */
 static PyObject *
