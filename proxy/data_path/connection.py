@@ -631,3 +631,19 @@ class ClientSide(asyncio.BufferedProtocol):
         # connection's memory goes at once instead of at the cyclic collector's next full run.
         self._pipeline = self._gate = self._guard = self._pauses = self._upstream_pauses = None
         self._transport = self._upstream = self._idle_timer = self._grace_timer = self._connect_task = None
+
+
+# What a filter may ask of its connection, as written above: the references of the compiled queries
+# (proxy/data_path/_connection_queries.c), which ClientSide runs where the install has them (the client quotas
+# ask them on every Produce and its answer; compiled, a call from their compiled charges costs no frame).
+QUERIES_IN_PYTHON = {
+    name: getattr(ClientSide, name) for name in ("now_ms", "read_ms", "take_cpu_ns", "mute_remaining_ms")
+}
+if not TYPE_CHECKING:  # the type checker reads the Python methods; the compiled ones take the same
+    try:
+        from sluice.proxy.data_path import _connection_queries
+    except ImportError:  # built without a C compiler
+        pass
+    else:
+        for _name, _query in _connection_queries.methods_of(ClientSide).items():
+            setattr(ClientSide, _name, _query)

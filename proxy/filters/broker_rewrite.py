@@ -19,13 +19,13 @@ these APIs: nothing newer than this filter can read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.broker_addresses import REWRITABLE_MAX_VERSIONS, rewrite_broker_addresses
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.headers import response_header_size
+from sluice.protocol.headers import RequestHeader, response_header_size
 from sluice.protocol.node_endpoints import (
     NODE_ENDPOINTS_FROM,
     NODE_ENDPOINTS_MAX_VERSIONS,
@@ -82,8 +82,7 @@ class BrokerAddressRewrite(Filter):
                 raise
             if new_body is None:
                 return frame
-            self._counts[key] += rewritten
-            return with_body(frame, header_size, new_body)
+            return self._endpoints_rewritten(key, frame, header_size, new_body, rewritten)
         version = header.api_version
         if version > _REWRITTEN[key]:
             raise unoffered_version(header, _REWRITTEN[key])
@@ -96,6 +95,13 @@ class BrokerAddressRewrite(Filter):
             new_body = rewrite_broker_addresses(key, version, body, counted)
             self._counts[key] += counted.rewritten
         return frame if new_body is None else with_body(frame, header_size, new_body)
+
+    def _endpoints_rewritten(
+        self, key: int, frame: Frame, header_size: int, new_body: bytes, rewritten: int
+    ) -> bytes:
+        """The answer whose NodeEndpoints were rewritten (its new body), counted: both twins' end."""
+        self._counts[key] += rewritten
+        return with_body(frame, header_size, new_body)
 
 
 class _Counted:
@@ -129,3 +135,38 @@ class BrokerAddressRewriteFactory(FilterFactory):
 
     def create(self, conn: ConnectionInfo) -> BrokerAddressRewrite:
         return BrokerAddressRewrite(conn, self._directory, self.counts, self._fetch_topics_read)
+
+
+# The filter's answer method as written here: the reference of the compiled one
+# (proxy/filters/_broker_rewrite.c), which hands it what it does not write out (the other APIs, a response
+# header with tagged fields, an answer its walk refuses, keywords, a subclass of the filter).
+on_response_in_python = BrokerAddressRewrite.on_response
+
+
+def compiled_on_response_of(on_response: Callable[..., object]) -> object:
+    """The compiled on_response, which hands what it does not write out to `on_response`."""
+    from sluice.proxy.filters import _broker_rewrite  # type: ignore[attr-defined]
+
+    return _broker_rewrite.bind(
+        BrokerAddressRewrite,
+        {
+            "on_response": on_response,
+            "InFlight": InFlight,
+            "RequestHeader": RequestHeader,
+            "rewrite_node_endpoints": rewrite_node_endpoints,
+            "ProtocolError": ProtocolError,
+            "PRODUCE": int(_PRODUCE),
+            "endpoints_from": _ENDPOINTS_FROM,
+        },
+    )
+
+
+# Every Produce and Fetch answer of every connection comes here: compiled where the install has it (a Python
+# frame less per answer), else the method above.
+if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled one takes the same
+    try:
+        from sluice.proxy.filters import _broker_rewrite  # noqa: F401 (whether the install has it)
+    except ImportError:  # built without a C compiler
+        pass
+    else:
+        BrokerAddressRewrite.on_response = compiled_on_response_of(on_response_in_python)

@@ -59,6 +59,15 @@ def check_compiled_readers() -> None:
     assert usage_recorder._record_request.__module__ == "sluice.proxy.filters._usage_recording", (
         "the wheel has no compiled usage recording"
     )
+    # and the filters' compiled methods (proxy/filters/_client_quotas.c, _broker_rewrite.c)
+    from sluice.proxy.filters import broker_rewrite, client_quotas
+
+    assert client_quotas.ClientQuotas.on_response is not client_quotas.on_response_in_python, (
+        "the wheel has no compiled client quotas"
+    )
+    assert broker_rewrite.BrokerAddressRewrite.on_response is not broker_rewrite.on_response_in_python, (
+        "the wheel has no compiled address rewrite"
+    )
 
 
 def check_top_level() -> None:

@@ -3,7 +3,8 @@ loop, only the proxy's own work per request (a figure that moves little with wha
 
 The chain is the one `sluice run` builds with section 2b's configuration (quotas configured, usage records
 on; `--plain`: neither), run inside the connection's RequestPipeline (its FIFO, correlation checks,
-metrics), each read split into frames by a FrameSplitter, with stand-ins for the connection's transports,
+metrics), each read split into frames by a FrameSplitter, on a real ClientSide (its queries, which the
+filters ask, the proxy's own; the loop's clock a monotonic one) with stand-ins for its transports,
 for a connection to one broker's listener that asked Metadata first (so the topic's id has a name):
 one read of 16 pipelined Produce v10 requests (one ~16 KiB record batch each, as librdkafka's 16 KiB
 `batch.size` sends them), then one read of their 16 answers; and one Fetch v12 / v16 request and its
@@ -46,8 +47,10 @@ from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.frames import FrameSplitter
 from sluice.protocol.headers import encode_request, encode_response
 from sluice.proxy.cluster.broker_nodes import BROKER_LISTENER_PREFIX
+from sluice.proxy.data_path.connection import ClientSide
 from sluice.proxy.data_path.request_pipeline import RequestPipeline
 from sluice.proxy.process.server import SluiceServer
+from sluice.quota import ANONYMOUS
 
 PIPELINED = 16
 PARTITIONS = 6
@@ -55,20 +58,27 @@ TOPIC_ID = uuid.UUID(int=1)
 PASS_CPU_NS = 10_000  # per request, in each pass over a read
 
 
-class _Connection(bench_chain._Connection):
-    """The connection as filters see it: unthrottled, on the listener of one broker (where a client's
-    produce and fetch traffic goes; a bootstrap connection's broker may be unknown, and the usage records
-    look for it again per request), with the CPU time of each pass over a read to charge, as
-    ClientSide counts it: added after the pass, taken by the first answer charged after it."""
+class _LoopClock:
+    """The event loop as a connection's queries ask it: its clock (a C function, as uvloop's `time` is)."""
 
-    listener = f"{BROKER_LISTENER_PREFIX}1"
+    time = staticmethod(time.monotonic)
 
-    def __init__(self) -> None:
-        self.cpu_ns = 0
 
-    def take_cpu_ns(self) -> int:
-        spent, self.cpu_ns = self.cpu_ns, 0
-        return spent
+def _connection() -> ClientSide:
+    """A real ClientSide as the filters see it, its queries (now_ms, read_ms, take_cpu_ns, mute_remaining_ms)
+    the proxy's own, compiled where the install has them: unthrottled, on the listener of one broker (where a
+    client's produce and fetch traffic goes; a bootstrap connection's broker may be unknown, and the usage
+    records look for it again per request), with the CPU time of each pass over a read to charge, as it
+    counts it: added after the pass, taken by the first answer charged after it. Made without its
+    transports: only what the queries and the filters read is set."""
+    conn = ClientSide.__new__(ClientSide)
+    conn.peer, conn.upstream_peer, conn.user = "127.0.0.1:1", "127.0.0.1:2", ANONYMOUS
+    conn.listener = f"{BROKER_LISTENER_PREFIX}1"
+    conn._loop = _LoopClock()  # type: ignore[assignment]
+    conn._last_read = 0.0
+    conn.cpu_ns = 0
+    conn._gate = None
+    return conn
 
 
 class _Gate:
@@ -155,13 +165,13 @@ def _metadata_exchange() -> tuple[bytes, bytes]:
     )
 
 
-def _pipeline(plain: bool) -> tuple[RequestPipeline, _Sink, _Connection]:
+def _pipeline(plain: bool) -> tuple[RequestPipeline, _Sink, ClientSide]:
     extra = {} if plain else SLUICE_CONFIG
     config = config_from_mapping(
         {"listen": "127.0.0.1:9092", "upstream": {"bootstrap": ["127.0.0.1:19092"]}, **extra}
     )
     server = SluiceServer(config)
-    conn = _Connection()
+    conn = _connection()
     filters = server.settings.chain.for_connection(conn, lambda _ms: None)  # type: ignore[arg-type]
     sink = _Sink()
     pipeline = RequestPipeline(
@@ -178,7 +188,7 @@ def _pipeline(plain: bool) -> tuple[RequestPipeline, _Sink, _Connection]:
 
 
 def _exchange(
-    pipeline: RequestPipeline, sink: _Sink, conn: _Connection, requests: list[bytes], answers: list[bytes]
+    pipeline: RequestPipeline, sink: _Sink, conn: ClientSide, requests: list[bytes], answers: list[bytes]
 ) -> tuple[Callable[[], None], Callable[[], None]]:
     """One read of pipelined requests and one read of their answers, each split into frames as the
     connection splits what it reads, each pass adding `PASS_CPU_NS` per request to the CPU time charged:
@@ -190,6 +200,7 @@ def _exchange(
     pass_cpu_ns = PASS_CPU_NS * len(requests)
 
     def requests_pass() -> None:
+        conn._last_read = conn._loop.time()  # as the connection's read does
         pipeline.client_frames(request_frames.feed(request_bytes))
         conn.cpu_ns += pass_cpu_ns
         pipeline.outgoing = []

@@ -1,0 +1,153 @@
+/* What a filter may ask of its client connection, compiled: ClientSide's `now_ms`, `read_ms`, `take_cpu_ns` and
+ * `mute_remaining_ms` (proxy/data_path/connection.py, whose Python methods are the references).
+ *
+ * Why: the client quotas ask them on every Produce and its answer (the clock twice, the read's time, the CPU
+ * time to charge, the mute), and a Python method called from C costs a frame each, more than what it does.
+ * As method descriptors of ClientSide, the compiled charges (proxy/filters/_client_quotas.c) call them with
+ * no frame and no bound method, through the connection's class as before: the filters do not know it. Each
+ * reads the connection's attributes by name, as its Python does (ClientSide has no __slots__), and computes
+ * what its Python computes: int(x * 1000) of the loop's time or the last read's, as Python's float and int
+ * do it (any other number through the same operators); the CPU time taken and set to 0; the gate's
+ * remaining mute when it is muted, else 0.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "../_compiled.h"
+
+static PyObject *s_loop, *s_time, *s_last_read, *s_cpu_ns, *s_gate, *s_muted, *s_remaining_ms;
+static PyObject *zero = NULL, *thousand = NULL;
+
+/* int(seconds * 1000), stealing `seconds`; NULL passes an error on. */
+static PyObject *
+ms_of(PyObject *seconds)
+{
+    if (seconds == NULL) {
+        return NULL;
+    }
+    PyObject *ms;
+    if (PyFloat_CheckExact(seconds)) { /* float * int: the int as a double, then int() truncates */
+        ms = PyLong_FromDouble(PyFloat_AS_DOUBLE(seconds) * 1000.0);
+    }
+    else {
+        PyObject *product = PyNumber_Multiply(seconds, thousand);
+        ms = product == NULL ? NULL : PyNumber_Long(product);
+        Py_XDECREF(product);
+    }
+    Py_DECREF(seconds);
+    return ms;
+}
+
+/* ClientSide.now_ms(): int(self._loop.time() * 1000). */
+static PyObject *
+now_ms(PyObject *self, PyObject *unused)
+{
+    PyObject *loop = PyObject_GetAttr(self, s_loop);
+    if (loop == NULL) {
+        return NULL;
+    }
+    PyObject *seconds = PyObject_CallMethodNoArgs(loop, s_time);
+    Py_DECREF(loop);
+    return ms_of(seconds);
+}
+
+/* ClientSide.read_ms(): int(self._last_read * 1000). */
+static PyObject *
+read_ms(PyObject *self, PyObject *unused)
+{
+    return ms_of(PyObject_GetAttr(self, s_last_read));
+}
+
+/* ClientSide.take_cpu_ns(): self.cpu_ns, which becomes 0. */
+static PyObject *
+take_cpu_ns(PyObject *self, PyObject *unused)
+{
+    PyObject *spent = PyObject_GetAttr(self, s_cpu_ns);
+    if (spent == NULL || PyObject_SetAttr(self, s_cpu_ns, zero) < 0) {
+        Py_XDECREF(spent);
+        return NULL;
+    }
+    return spent;
+}
+
+/* ClientSide.mute_remaining_ms(): self._gate.remaining_ms() while the gate is muted, else 0. */
+static PyObject *
+mute_remaining_ms(PyObject *self, PyObject *unused)
+{
+    PyObject *gate = PyObject_GetAttr(self, s_gate);
+    if (gate == NULL) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    int muted = 0;
+    if (gate != Py_None) {
+        PyObject *flag = PyObject_GetAttr(gate, s_muted);
+        muted = flag == NULL ? -1 : PyObject_IsTrue(flag);
+        Py_XDECREF(flag);
+    }
+    if (muted > 0) {
+        out = PyObject_CallMethodNoArgs(gate, s_remaining_ms);
+    }
+    else if (muted == 0) {
+        out = Py_NewRef(zero);
+    }
+    Py_DECREF(gate);
+    return out;
+}
+
+static PyMethodDef query_defs[] = {
+    {"now_ms", now_ms, METH_NOARGS, "ClientSide.now_ms(), compiled (proxy/data_path/connection.py)."},
+    {"read_ms", read_ms, METH_NOARGS, "ClientSide.read_ms(), compiled (proxy/data_path/connection.py)."},
+    {"take_cpu_ns", take_cpu_ns, METH_NOARGS, "ClientSide.take_cpu_ns(), compiled (proxy/data_path/connection.py)."},
+    {"mute_remaining_ms", mute_remaining_ms, METH_NOARGS,
+     "ClientSide.mute_remaining_ms(), compiled (proxy/data_path/connection.py)."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* methods_of(ClientSide): {name: the compiled query, a method of ClientSide}. */
+static PyObject *
+methods_of(PyObject *module, PyObject *cls)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "methods_of(ClientSide)");
+        return NULL;
+    }
+    PyObject *methods = PyDict_New();
+    for (PyMethodDef *def = query_defs; methods != NULL && def->ml_name != NULL; def++) {
+        PyObject *method = PyDescr_NewMethod((PyTypeObject *)cls, def);
+        if (method == NULL || PyDict_SetItemString(methods, def->ml_name, method) < 0) {
+            Py_CLEAR(methods);
+        }
+        Py_XDECREF(method);
+    }
+    return methods;
+}
+
+static PyMethodDef module_methods[] = {
+    {"methods_of", methods_of, METH_O, "The compiled queries of ClientSide, by name: methods of the class given."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef connection_queries_module = {
+    PyModuleDef_HEAD_INIT,
+    "sluice.proxy.data_path._connection_queries",
+    "What a filter may ask of its client connection, compiled (proxy/data_path/connection.py's ClientSide).",
+    -1,
+    module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__connection_queries(void)
+{
+    INTERN(s_loop, "_loop");
+    INTERN(s_time, "time");
+    INTERN(s_last_read, "_last_read");
+    INTERN(s_cpu_ns, "cpu_ns");
+    INTERN(s_gate, "_gate");
+    INTERN(s_muted, "muted");
+    INTERN(s_remaining_ms, "remaining_ms");
+    if ((zero = PyLong_FromLong(0)) == NULL || (thousand = PyLong_FromLong(1000)) == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&connection_queries_module);
+}
