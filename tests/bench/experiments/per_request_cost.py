@@ -4,7 +4,7 @@ loop, only the proxy's own work per request (a figure that moves little with wha
 The chain is the one `sluice run` builds with section 2b's configuration (quotas configured, usage records
 on; `--plain`: neither), run inside the connection's RequestPipeline (its FIFO, correlation checks,
 metrics), each read split into frames by a FrameSplitter, on a real ClientSide (its queries, which the
-filters ask, the proxy's own; the loop's clock a monotonic one) with stand-ins for its transports,
+filters ask, the proxy's own; the loop's clock stopped) with stand-ins for its transports,
 for a connection to one broker's listener that asked Metadata first (so the topic's id has a name):
 one read of 16 pipelined Produce v10 requests (one ~16 KiB record batch each, as librdkafka's 16 KiB
 `batch.size` sends them), then one read of their 16 answers; and one Fetch v12 / v16 request and its
@@ -59,9 +59,11 @@ PASS_CPU_NS = 10_000  # per request, in each pass over a read
 
 
 class _LoopClock:
-    """The event loop as a connection's queries ask it: its clock (a C function, as uvloop's `time` is)."""
+    """The event loop as a connection's queries ask it: its clock, a call into C as uvloop's `time` is,
+    stopped at one moment (every request read and charged in the same ms; a moving clock would make the
+    figures, and the instruction counts under callgrind, depend on how fast the run goes)."""
 
-    time = staticmethod(time.monotonic)
+    time = staticmethod((1000.0).__float__)
 
 
 def _connection() -> ClientSide:
