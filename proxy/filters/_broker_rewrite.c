@@ -7,9 +7,11 @@
  * descriptor directly. Every other case goes to the Python method as it came, before anything is done: the
  * other APIs (Metadata, FindCoordinator, DescribeCluster), an answer whose header carries tagged fields, a
  * frame that is not bytes or a byte view, keywords, a subclass of the filter. An answer the walk refuses (a
- * ProtocolError) goes to the Python too, which walks it again and raises what it raises (a version the filter
- * cannot read as the client's doing, `unoffered_version`). An answer that was rewritten ends in the Python
- * helper both twins call, `_endpoints_rewritten` (counted, the new frame built).
+ * ProtocolError) goes to the Python after the walk, which walks it again and raises what it raises (a version
+ * the filter cannot read as the client's doing, `unoffered_version`): the directory is asked again for the
+ * addresses it was asked before the refusal (it answers the same). An answer that was rewritten ends in the
+ * Python helper both twins call, `_endpoints_rewritten` (counted, the new frame built). What bind() is handed
+ * is read then: a name rebound in broker_rewrite.py afterwards is not seen.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,39 +36,40 @@ static PyObject *s_directory, *s_fetch_topics_read, *s_header, *s_api_key, *s_ap
 static PyObject *body_start = NULL;  /* 4 + 5: the size prefix and a flexible response header without tags */
 static PyObject *header_size = NULL; /* 5 */
 
-/* The byte at `at` of a frame (bytes, or a one-dimensional view of bytes), or -1 when the frame is another
- * object or shorter: the Python then reads it (or fails to) as it does. */
+/* The byte at `at` of a frame (bytes, or a one-dimensional view of bytes, read as frame[at] reads it), or -1
+ * when the frame is another object, is shorter, or refuses its buffer (a released view): the Python then reads
+ * it (or fails to) as it does. */
 static int
 frame_byte(PyObject *frame, Py_ssize_t at)
 {
     if (PyBytes_CheckExact(frame)) {
         return PyBytes_GET_SIZE(frame) > at ? (unsigned char)PyBytes_AS_STRING(frame)[at] : -1;
     }
-    if (PyMemoryView_Check(frame)) {
-        const Py_buffer *view = PyMemoryView_GET_BUFFER(frame);
-        int bytes = view->ndim == 1 && view->itemsize == 1 && view->strides != NULL && view->strides[0] == 1 &&
-                    (view->format == NULL || (view->format[0] == 'B' && view->format[1] == '\0'));
-        return bytes && view->len > at ? ((const unsigned char *)view->buf)[at] : -1;
-    }
-    return -1;
-}
-
-/* A request header's key and version, as read (*key_obj, *version_obj: new references) and as C longs: 1, or 0
- * when either is not an exact int within a long (the Python reads it then), or -1 with an exception set. */
-static int
-key_and_version(PyObject *header, PyObject **key_obj, PyObject **version_obj, long *key, long *version)
-{
-    *key_obj = field_get(header, &header_api_key);
-    *version_obj = *key_obj == NULL ? NULL : field_get(header, &header_api_version);
-    if (*version_obj == NULL) {
+    if (!PyMemoryView_Check(frame)) {
         return -1;
     }
-    if (!PyLong_CheckExact(*key_obj) || !PyLong_CheckExact(*version_obj)) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(frame, &view, PyBUF_FULL_RO) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    int bytes = view.ndim == 1 && view.itemsize == 1 && view.strides != NULL && view.strides[0] == 1 &&
+                view.format != NULL && view.format[0] == 'B' && view.format[1] == '\0';
+    int byte = bytes && view.len > at ? ((const unsigned char *)view.buf)[at] : -1;
+    PyBuffer_Release(&view);
+    return byte;
+}
+
+/* An exact int within a long as a C long: 1, or 0 when it is another object or beyond a long (the Python reads
+ * it then). */
+static int
+as_long(PyObject *number, long *value)
+{
+    if (!PyLong_CheckExact(number)) {
         return 0;
     }
-    *key = PyLong_AsLong(*key_obj);
-    *version = PyLong_AsLong(*version_obj);
-    if (PyErr_Occurred()) { /* beyond a long: no API key or version the table knows */
+    *value = PyLong_AsLong(number);
+    if (*value == -1 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
     }
@@ -80,21 +83,20 @@ key_and_version(PyObject *header, PyObject **key_obj, PyObject **version_obj, lo
 static PyObject *
 rewrite(PyObject *self, PyObject *key_obj, PyObject *version_obj, PyObject *frame, long key, int *refer)
 {
-    int remember = 1; /* a Produce answer's walk, for the throttle patch; a Fetch answer's, for usage records */
-    if (key != produce_key) {
-        PyObject *topics_read = slot_get(self, &rewrite_fetch_topics_read);
-        remember = topics_read == NULL ? -1 : PyObject_IsTrue(topics_read);
-        Py_XDECREF(topics_read);
-    }
-    PyObject *directory = remember < 0 ? NULL : slot_get(self, &rewrite_directory);
+    /* `key == PRODUCE or self._fetch_topics_read`: a Produce answer's walk is kept for the throttle patch, a
+     * Fetch answer's for the usage records when they read it */
+    PyObject *remember = key == produce_key ? Py_NewRef(Py_True) : slot_get(self, &rewrite_fetch_topics_read);
+    PyObject *directory = remember == NULL ? NULL : slot_get(self, &rewrite_directory);
     PyObject *advertise = directory == NULL ? NULL : PyObject_GetAttr(directory, s_advertise);
     Py_XDECREF(directory);
     if (advertise == NULL) {
+        Py_XDECREF(remember);
         return NULL;
     }
-    PyObject *args[6] = {key_obj, version_obj, frame, advertise, body_start, remember ? Py_True : Py_False};
+    PyObject *args[6] = {key_obj, version_obj, frame, advertise, body_start, remember};
     PyObject *found = PyObject_Vectorcall(rewrite_node_endpoints, args, 6, NULL);
     Py_DECREF(advertise);
+    Py_DECREF(remember);
     if (found == NULL) {
         if (PyErr_ExceptionMatches(protocol_error)) {
             PyErr_Clear();
@@ -126,27 +128,34 @@ on_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     }
     PyObject *frame = args[1];
     PyObject *header = field_get(args[0], &entry_header);
-    if (header == NULL) {
+    PyObject *key_obj = header == NULL ? NULL : field_get(header, &header_api_key);
+    if (key_obj == NULL) {
+        Py_XDECREF(header);
         return NULL;
     }
-    PyObject *key_obj = NULL, *version_obj = NULL, *out = NULL;
-    long key = -1, version = -1;
-    int got = key_and_version(header, &key_obj, &version_obj, &key, &version);
-    Py_DECREF(header);
-    long first = got == 1 && key >= 0 && key < endpoints_count ? endpoints_from[key] : -1;
-    int refer = got == 0 || (got == 1 && first < 0); /* the other APIs are the Python's */
-    if (got == 1 && first >= 0) {
-        if (version < first) {
+    PyObject *version_obj = NULL, *out = NULL;
+    long key = -1, version = -1, first = -1;
+    if (as_long(key_obj, &key) && key >= 0 && key < endpoints_count) {
+        first = endpoints_from[key];
+    }
+    int refer = first < 0; /* the other APIs, and a key the table does not read, are the Python's */
+    if (!refer) {
+        version_obj = field_get(header, &header_api_version);
+        if (version_obj != NULL && !as_long(version_obj, &version)) {
+            refer = 1;
+        }
+        else if (version_obj != NULL && version < first) {
             out = Py_NewRef(frame); /* Produce and Fetch answers of old versions leave at once */
         }
-        else if (frame_byte(frame, 8) != 0) {
+        else if (version_obj != NULL && frame_byte(frame, 8) != 0) {
             refer = 1; /* a header with tagged fields, or a frame the Python reads */
         }
-        else {
+        else if (version_obj != NULL) {
             out = rewrite(self, key_obj, version_obj, frame, key, &refer);
         }
     }
-    Py_XDECREF(key_obj);
+    Py_DECREF(header);
+    Py_DECREF(key_obj);
     Py_XDECREF(version_obj);
     if (out != NULL || !refer) {
         return out;

@@ -4,16 +4,20 @@ does (`broker_rewrite.on_response_in_python`, its reference).
 Two worlds, one on each twin, take the same random answers: Produce and Fetch of versions before, at and
 after those that may carry NodeEndpoints (KIP-951), with and without endpoints, whole, cut short, with a
 response header carrying tagged fields, beyond the newest version the filter reads, as bytes, read-only and
-writable views and a bytearray; Metadata and FindCoordinator answers; filters whose usage records read a Fetch
-answer's topics and filters whose do not. After every answer both worlds hold the same: what the filter
-returned (the very frame when nothing changed) or raised, the addresses asked of the directory, the counts,
-and the walk each left for the filters after it (protocol/response_walks.py). The filter's own tests
+writable views, views of other formats, reversed and released, and a bytearray; Metadata and FindCoordinator
+answers; keys and versions as enums, out of every table or beyond a C long; filters whose usage records read
+a Fetch answer's topics, filters whose do not, and one whose flag refuses to say; directories that answer,
+and ones that raise. After every answer both worlds hold the same: what the filter returned (the very frame
+when nothing changed) or raised, the addresses asked of the directory, the counts, and the walk each left
+for the filters after it (protocol/response_walks.py). The filter's own tests
 (test_unvetted_apis, test_filter_chain, the end-to-end rewrite) run the compiled one, as the proxy does.
 """
 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -50,21 +54,32 @@ def test_this_install_runs_the_compiled_answer_rewrite() -> None:
 
 class _Directory:
     """The broker directory as the filter uses it: `advertise` answers a proxy address, or None (no listener)
-    for node 3, and keeps what it was asked."""
+    for node 3, or raises `fails` for node 2 (when given), and keeps what it was asked."""
 
-    def __init__(self) -> None:
+    def __init__(self, fails: Exception | None = None) -> None:
         self.asked: list[tuple[int, str, int]] = []
+        self.fails = fails
 
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
         self.asked.append((node_id, host, port))
+        if node_id == 2 and self.fails is not None:
+            raise self.fails
         return None if node_id == 3 else ("sluice.example", 9000 + node_id)
 
 
+class _Refusing:
+    """A flag that refuses to say whether it is set."""
+
+    def __bool__(self) -> bool:
+        raise RuntimeError("no truth")
+
+
 class _World:
-    def __init__(self, fetch_topics_read: bool) -> None:
-        self.directory = _Directory()
-        self.factory = BrokerAddressRewriteFactory(self.directory, fetch_topics_read=fetch_topics_read)  # type: ignore[arg-type]
+    def __init__(self, fetch_topics_read: object, fails: Exception | None = None) -> None:
+        self.directory = _Directory(fails)
+        self.factory = BrokerAddressRewriteFactory(self.directory, fetch_topics_read=True)  # type: ignore[arg-type]
         self.filter = self.factory.create(object())  # type: ignore[arg-type]
+        self.filter._fetch_topics_read = fetch_topics_read  # type: ignore[assignment]
 
 
 def _with_tagged_header(data: bytes) -> bytes:
@@ -96,14 +111,29 @@ def _answer(rng: random.Random) -> tuple[Any, Any]:
     elif shape < 0.2 and len(data) > 9:
         data = _with_tagged_header(data)
     header = parse_request_header(frame(encode_request_header(key, version, 7, "pump") + b"\x00" * 4))
-    holder = rng.choice(["bytes", "view", "view", "readonly", "bytearray", "words"])
+    if rng.random() < 0.1:  # keys and versions of other kinds: enums, beyond the tables, beyond a C long
+        odd = rng.choice(["enum", "key", "version"])
+        if odd == "enum":
+            header = header._replace(api_key=ApiKey(key))
+        elif odd == "key":
+            header = header._replace(api_key=rng.choice([-1, TABLE_SIZE, 10**30]))
+        else:
+            header = header._replace(api_version=rng.choice([-(10**30), 10**30, -1]))
+    holder = rng.choice(
+        ["bytes", "view", "view", "readonly", "writable", "bytearray", "words", "chars", "back"]
+    )
     framed: Any = {
         "bytes": data,
         "view": memoryview(data),
         "readonly": memoryview(bytearray(data)).toreadonly(),
+        "writable": memoryview(bytearray(data)),
         "bytearray": bytearray(data),
         "words": memoryview(data[: len(data) // 4 * 4]).cast("i"),
+        "chars": memoryview(data).cast("c"),
+        "back": memoryview(data)[::-1],
     }[holder]
+    if rng.random() < 0.03 and isinstance(framed, memoryview):
+        framed.release()
     return InFlight(header), framed
 
 
@@ -129,8 +159,9 @@ def test_the_compiled_answer_rewrite_does_what_the_python_one_does_on_random_ans
     compiled, python = _compiled(), broker_rewrite.on_response_in_python
     for seed in range(SCENARIOS):
         rng = random.Random(seed)
-        read = rng.random() < 0.5
-        worlds = {"compiled": _World(read), "python": _World(read)}
+        read = rng.choice([True, False, 1, _Refusing()])
+        fails = rng.choice([None, None, RuntimeError("down")])
+        worlds = {"compiled": _World(read, fails), "python": _World(read, fails)}
         for _ in range(STEPS):
             request, framed = _answer(rng)
             seen = {
@@ -143,9 +174,9 @@ def test_the_compiled_answer_rewrite_does_what_the_python_one_does_on_random_ans
 def _calls_to_the_python() -> tuple[Any, list[str]]:
     calls: list[str] = []
 
-    def python(f: Any, request: InFlight, framed: Any, **keywords: Any) -> Any:
+    def python(f: Any, request: InFlight, framed: Any, *more: Any, **keywords: Any) -> Any:
         calls.append(f"{request.header.api_key}")
-        return broker_rewrite.on_response_in_python(f, request, framed, **keywords)
+        return broker_rewrite.on_response_in_python(f, request, framed, *more, **keywords)
 
     return broker_rewrite.compiled_on_response_of(python), calls
 
@@ -178,7 +209,16 @@ def test_the_compiled_answer_rewrite_hands_the_rest_to_the_python() -> None:
         assert calls[-1] == str(METADATA)
         with pytest.raises(TypeError):  # the Python method's refusal of a keyword it does not take
             method(world.filter, InFlight(header), plain, extra=1)
-        assert len(calls) == 4
+        with pytest.raises(TypeError):  # and of an argument too many
+            method(world.filter, InFlight(header), plain, 1)
+        assert len(calls) == 5
+        # A Produce answer whose header carries tagged fields that, read as a body from where an untagged
+        # header would end, walk too: the Python's, walked from where its body begins.
+        produce = parse_request_header(frame(encode_request_header(PRODUCE, 10, 7, "pump") + b"\x00" * 4))
+        tagged = bytes.fromhex("0000001300000007010106000000010506010000000000")
+        assert method(world.filter, InFlight(produce), tagged) is tagged
+        assert calls[-1] == str(PRODUCE) and response_walks._last[1:] == (17, 10, 18)
+        assert len(calls) == 6
 
         class OwnRewrite(BrokerAddressRewrite):
             __slots__ = ()
@@ -188,12 +228,26 @@ def test_the_compiled_answer_rewrite_hands_the_rest_to_the_python() -> None:
 
         own = OwnRewrite(object(), world.directory, world.factory.counts, True)  # type: ignore[arg-type]
         assert method(own, InFlight(header), rewritten) == b"its own"  # its helper, through the Python
-        assert len(calls) == 5
+        assert len(calls) == 7
     finally:
         # the proxy's own binding again (bind replaced what the module's twin hands over)
         BrokerAddressRewrite.on_response = broker_rewrite.compiled_on_response_of(
             broker_rewrite.on_response_in_python
         )
+
+
+def test_a_directory_refusing_with_a_protocol_error_is_asked_again_by_the_python() -> None:
+    """A ProtocolError out of the walk goes to the Python, which walks the answer again: a directory raising
+    one is asked twice for the address it refused (docs/architecture.md), and the answer is refused alike."""
+    header = parse_request_header(frame(encode_request_header(FETCH, 16, 7, "pump") + b"\x00" * 4))
+    data = encode_response(FETCH, 16, 7, answer(FETCH, 16, REAL)[1])
+    seen = {}
+    for name, method in (("compiled", _compiled()), ("python", broker_rewrite.on_response_in_python)):
+        world = _World(True, ProtocolError("odd", "a directory's own"))
+        returned, walks, asked, counts = _outcome(world, method, InFlight(header), data)
+        seen[name] = (returned, walks, counts, asked[-1:])
+        assert asked == [REAL[0]] * (2 if name == "compiled" else 1)
+    assert seen["compiled"] == seen["python"]
 
 
 def test_a_version_the_filter_cannot_read_is_refused_as_the_clients_doing() -> None:
@@ -241,3 +295,12 @@ def test_bind_refuses_what_it_cannot_read() -> None:
         _World(True), broker_rewrite.on_response_in_python, InFlight(header), data
     )
     assert world.factory.counts[FETCH] == 2
+
+
+def test_an_install_without_the_compiled_method_runs_the_python_one() -> None:
+    code = (
+        "import sys; sys.modules['sluice.proxy.filters._broker_rewrite'] = None\n"
+        "from sluice.proxy.filters import broker_rewrite as b\n"
+        "assert b.BrokerAddressRewrite.on_response is b.on_response_in_python\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

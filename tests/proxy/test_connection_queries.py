@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import subprocess
+import sys
 from decimal import Decimal
 from fractions import Fraction
 from types import SimpleNamespace
@@ -76,6 +78,8 @@ def _number(rng: random.Random) -> object:
             rng.uniform(-1e6, 1e9),
             rng.uniform(0, 1e5),
             float(rng.randint(0, 10**9)) / 1000,
+            rng.randint(0, 10**6) / 1000,  # whole ms in float: where x * 1000 lands on or just off an integer
+            rng.choice([1.001, 0.001, 2.675, 4.35, 0.1 + 0.2]),
             0.0005,
             -0.0005,
             1e300,
@@ -161,3 +165,13 @@ def test_a_live_connection_answers_through_its_loop_and_gate() -> None:
         assert conn.mute_remaining_ms() == 0
 
     asyncio.run(ask())
+
+
+def test_an_install_without_the_compiled_queries_runs_the_python_ones() -> None:
+    code = (
+        "import sys; sys.modules['sluice.proxy.data_path._connection_queries'] = None\n"
+        "from sluice.proxy.data_path import connection as c\n"
+        "for name, query in c.QUERIES_IN_PYTHON.items():\n"
+        "    assert getattr(c.ClientSide, name) is query, name\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -27,6 +27,7 @@ from fetch_gap import VARIANTS
 
 from sluice.config.load import config_from_mapping
 from sluice.protocol.frames import FrameSplitter
+from sluice.proxy.data_path.connection import ClientSide
 from sluice.proxy.data_path.request_pipeline import RequestPipeline
 from sluice.proxy.process.server import SluiceServer
 
@@ -58,12 +59,12 @@ def _wrap_parts() -> None:
             setattr(cls, name, functools.wraps(method)(timed))
 
 
-def _pipeline(extra: dict[str, Any] | None) -> tuple[RequestPipeline, prc._Sink, prc._Connection]:
+def _pipeline(extra: dict[str, Any] | None) -> tuple[RequestPipeline, prc._Sink, ClientSide]:
     config = config_from_mapping(
         {"listen": "127.0.0.1:9092", "upstream": {"bootstrap": ["127.0.0.1:19092"]}, **(extra or {})}
     )
     server = SluiceServer(config)
-    conn = prc._Connection()
+    conn = prc._connection()
     filters = server.settings.chain.for_connection(conn, lambda _ms: None)  # type: ignore[arg-type]
     sink = prc._Sink()
     pipeline = RequestPipeline(
