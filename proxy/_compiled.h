@@ -181,6 +181,22 @@ slot_add(PyObject *obj, const slot_t *slot, PyObject *value)
     return failed;
 }
 
+/* An exact int within a C long, as one: 1, or 0 (no exception) when it is another object or beyond a long,
+ * which the Python reference then reads as it reads it. */
+static inline int
+exact_long(PyObject *number, long *value)
+{
+    if (!PyLong_CheckExact(number)) {
+        return 0;
+    }
+    *value = PyLong_AsLong(number);
+    if (*value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
 /* A call whose result is not used: 0, or -1 with an exception set. */
 static inline int
 done_with(PyObject *result)

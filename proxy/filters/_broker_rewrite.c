@@ -60,22 +60,6 @@ frame_byte(PyObject *frame, Py_ssize_t at)
     return byte;
 }
 
-/* An exact int within a long as a C long: 1, or 0 when it is another object or beyond a long (the Python reads
- * it then). */
-static int
-as_long(PyObject *number, long *value)
-{
-    if (!PyLong_CheckExact(number)) {
-        return 0;
-    }
-    *value = PyLong_AsLong(number);
-    if (*value == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-
 /* The walk of a Produce or Fetch answer of a version that may carry NodeEndpoints:
  * rewrite_node_endpoints(key, version, frame, directory.advertise, 9, remember), then the frame, or the
  * rewritten one through `_endpoints_rewritten`. NULL with *refer set when the walk refused the answer (its
@@ -135,13 +119,13 @@ on_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     }
     PyObject *version_obj = NULL, *out = NULL;
     long key = -1, version = -1, first = -1;
-    if (as_long(key_obj, &key) && key >= 0 && key < endpoints_count) {
+    if (exact_long(key_obj, &key) && key >= 0 && key < endpoints_count) {
         first = endpoints_from[key];
     }
     int refer = first < 0; /* the other APIs, and a key the table does not read, are the Python's */
     if (!refer) {
         version_obj = field_get(header, &header_api_version);
-        if (version_obj != NULL && !as_long(version_obj, &version)) {
+        if (version_obj != NULL && !exact_long(version_obj, &version)) {
             refer = 1;
         }
         else if (version_obj != NULL && version < first) {

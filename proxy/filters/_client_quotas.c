@@ -562,16 +562,11 @@ on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         return NULL;
     }
     int offered = -2;
-    if (PyList_CheckExact(newest) && PyLong_CheckExact(key)) {
-        Py_ssize_t at = PyLong_AsSsize_t(key);
-        if (at == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-        }
-        else if (at >= 0 && at < PyList_GET_SIZE(newest)) {
-            PyObject *newest_version = Py_NewRef(PyList_GET_ITEM(newest, at)); /* (held: compared as Python) */
-            offered = PyObject_RichCompareBool(version, newest_version, Py_LE);
-            Py_DECREF(newest_version);
-        }
+    long at = -1;
+    if (PyList_CheckExact(newest) && exact_long(key, &at) && at >= 0 && at < PyList_GET_SIZE(newest)) {
+        PyObject *newest_version = Py_NewRef(PyList_GET_ITEM(newest, at)); /* (held: compared as Python) */
+        offered = PyObject_RichCompareBool(version, newest_version, Py_LE);
+        Py_DECREF(newest_version);
     }
     Py_DECREF(newest);
     if (offered != 1) {
