@@ -16,13 +16,12 @@ for the filters after it (protocol/response_walks.py). The filter's own tests
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 from kafka_schemas import SHARED_MISSING
 from node_endpoint_answers import REAL, answer
+from without_module import check_without
 
 from sluice.protocol import response_walks
 from sluice.protocol.api_keys import ApiKey
@@ -298,9 +297,8 @@ def test_bind_refuses_what_it_cannot_read() -> None:
 
 
 def test_an_install_without_the_compiled_method_runs_the_python_one() -> None:
-    code = (
-        "import sys; sys.modules['sluice.proxy.filters._broker_rewrite'] = None\n"
+    check_without(
+        "sluice.proxy.filters._broker_rewrite",
         "from sluice.proxy.filters import broker_rewrite as b\n"
-        "assert b.BrokerAddressRewrite.on_response is b.on_response_in_python\n"
+        "assert b.BrokerAddressRewrite.on_response is b.on_response_in_python\n",
     )
-    subprocess.run([sys.executable, "-c", code], check=True)

@@ -22,7 +22,6 @@ import asyncio
 import gc
 import random
 import struct
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import pytest
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceResponse
+from without_module import check_without
 
 from sluice.config.quota_settings import FetchThrottle, MuteScope, ThrottleMode
 from sluice.protocol.api_keys import ApiKey
@@ -589,13 +589,12 @@ def test_the_compiled_methods_leak_nothing() -> None:
 
 
 def test_an_install_without_the_compiled_methods_runs_the_python_ones() -> None:
-    code = (
-        "import sys; sys.modules['sluice.proxy.filters._client_quotas'] = None\n"
+    check_without(
+        "sluice.proxy.filters._client_quotas",
         "from sluice.proxy.filters import client_quotas as c\n"
         "assert c.ClientQuotas.on_request is c.on_request_in_python\n"
-        "assert c.ClientQuotas.on_response is c.on_response_in_python\n"
+        "assert c.ClientQuotas.on_response is c.on_response_in_python\n",
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 class _Slotted:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import subprocess
-import sys
 from decimal import Decimal
 from fractions import Fraction
 from types import SimpleNamespace
 from typing import Any
+
+from without_module import check_without
 
 from sluice.proxy.data_path import connection
 from sluice.proxy.data_path.connection import ClientSide
@@ -168,10 +168,9 @@ def test_a_live_connection_answers_through_its_loop_and_gate() -> None:
 
 
 def test_an_install_without_the_compiled_queries_runs_the_python_ones() -> None:
-    code = (
-        "import sys; sys.modules['sluice.proxy.data_path._connection_queries'] = None\n"
+    check_without(
+        "sluice.proxy.data_path._connection_queries",
         "from sluice.proxy.data_path import connection as c\n"
         "for name, query in c.QUERIES_IN_PYTHON.items():\n"
-        "    assert getattr(c.ClientSide, name) is query, name\n"
+        "    assert getattr(c.ClientSide, name) is query, name\n",
     )
-    subprocess.run([sys.executable, "-c", code], check=True)

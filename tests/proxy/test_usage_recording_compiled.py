@@ -12,7 +12,6 @@ the compiled one, as the proxy does where the install has it.
 from __future__ import annotations
 
 import random
-import subprocess
 import sys
 import uuid
 from typing import Any, ClassVar
@@ -20,6 +19,7 @@ from typing import Any, ClassVar
 import pytest
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.producer import ProduceRequest
+from without_module import check_without
 
 from sluice.protocol import response_walks
 from sluice.protocol.api_keys import ApiKey
@@ -377,13 +377,11 @@ def test_a_subclass_of_the_recording_runs_its_own_request_and_fetch_response(ins
 def test_an_install_without_the_compiled_recording_runs_the_recordings_own_methods() -> None:
     # What usage_recorder binds when the extension cannot be imported: the fallbacks the subclass test above
     # runs (a subprocess, so that this process keeps its compiled module).
-    script = (
-        "import sys; sys.modules['sluice.proxy.filters._usage_recording'] = None\n"
+    check_without(
+        "sluice.proxy.filters._usage_recording",
         "from sluice.proxy.filters import usage_recorder as u\n"
-        "assert u._record_request is u._request_of and u._record_fetch_response is u._fetch_response_of\n"
+        "assert u._record_request is u._request_of and u._record_fetch_response is u._fetch_response_of\n",
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
 
 
 def test_keywords_and_errors_other_than_a_protocol_error_are_the_pythons() -> None:
