@@ -261,10 +261,14 @@ def test_a_version_the_filter_cannot_read_is_refused_as_the_clients_doing() -> N
 
 
 def test_bind_refuses_what_it_cannot_read() -> None:
+    """A bind handed what it cannot read is refused, and leaves the bind before it whole: the compiled
+    method still writes out its common case and hands the rest to the reference it was bound with."""
     from sluice.proxy.filters import _broker_rewrite  # type: ignore[attr-defined]
 
+    method, calls = _calls_to_the_python()  # bound with a reference that records its calls
+    refused_reference_calls: list[object] = []
     good = {
-        "on_response": broker_rewrite.on_response_in_python,
+        "on_response": lambda *args: refused_reference_calls.append(args),
         "InFlight": InFlight,
         "RequestHeader": type(
             parse_request_header(frame(encode_request_header(0, 9, 7, None) + b"\x00" * 4))
@@ -274,26 +278,32 @@ def test_bind_refuses_what_it_cannot_read() -> None:
         "PRODUCE": 0,
         "endpoints_from": [NODE_ENDPOINTS_FROM.get(key, -1) for key in range(TABLE_SIZE)],
     }
-    before = BrokerAddressRewrite.on_response
-    wrongs = [("endpoints_from", ["x"]), ("endpoints_from", (1,)), ("PRODUCE", "0"), ("InFlight", 1)]
-    for name, wrong in wrongs:
-        with pytest.raises(TypeError):
-            _broker_rewrite.bind(BrokerAddressRewrite, {**good, name: wrong})
 
     class Unslotted:  # its attributes are no slots to read at an offset
         _directory = _fetch_topics_read = None
 
-    with pytest.raises(TypeError, match="not a slot"):
-        _broker_rewrite.bind(Unslotted, good)
-    # a bind refused left the one before whole: the proxy's method still rewrites as it did
-    assert BrokerAddressRewrite.on_response is before
-    world = _World(True)
-    header = parse_request_header(frame(encode_request_header(FETCH, 16, 7, "pump") + b"\x00" * 4))
-    data = encode_response(FETCH, 16, 7, answer(FETCH, 16, REAL)[1])
-    assert _outcome(world, before, InFlight(header), data) == _outcome(
-        _World(True), broker_rewrite.on_response_in_python, InFlight(header), data
-    )
-    assert world.factory.counts[FETCH] == 2
+    try:
+        wrongs = [("endpoints_from", ["x"]), ("endpoints_from", (1,)), ("PRODUCE", "0"), ("InFlight", 1)]
+        for name, wrong in wrongs:
+            with pytest.raises(TypeError):
+                _broker_rewrite.bind(BrokerAddressRewrite, {**good, name: wrong})
+        with pytest.raises(TypeError, match="not a slot"):
+            _broker_rewrite.bind(Unslotted, good)
+        world = _World(True)
+        header = parse_request_header(frame(encode_request_header(FETCH, 16, 7, "pump") + b"\x00" * 4))
+        data = encode_response(FETCH, 16, 7, answer(FETCH, 16, REAL)[1])
+        assert _outcome(world, method, InFlight(header), data) == _outcome(
+            _World(True), broker_rewrite.on_response_in_python, InFlight(header), data
+        )
+        assert world.factory.counts[FETCH] == 2 and calls == []  # rewritten in C, by the bind before
+        metadata = parse_request_header(frame(encode_request_header(METADATA, 12, 7, "pump") + b"\x00" * 4))
+        with pytest.raises(ProtocolError):
+            method(world.filter, InFlight(metadata), encode_response(METADATA, 12, 7, b""))
+        assert calls == [str(METADATA)] and refused_reference_calls == []
+    finally:
+        BrokerAddressRewrite.on_response = broker_rewrite.compiled_on_response_of(
+            broker_rewrite.on_response_in_python
+        )
 
 
 def test_an_install_without_the_compiled_method_runs_the_python_one() -> None:
