@@ -546,10 +546,6 @@ fetch_uncapped(PyObject *self, PyObject *header)
 static PyObject *
 on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (request_reference == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "bind was not called");
-        return NULL;
-    }
     if (kwnames != NULL || nargs != 2 || !Py_IS_TYPE(self, quotas_type) || !Py_IS_TYPE(args[0], request_header_type) ||
         PyTuple_GET_SIZE(args[0]) != 5) {
         goto reference;
@@ -617,10 +613,6 @@ static PyMethodDef on_request_def = {
 static PyObject *
 on_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (reference == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "bind was not called");
-        return NULL;
-    }
     if (kwnames != NULL || nargs != 2 || !Py_IS_TYPE(self, quotas_type) || !Py_IS_TYPE(args[0], in_flight_type) ||
         PyTuple_GET_SIZE(args[0]) < 3) {
         goto reference;
