@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sluice.config.quota_settings import QuotaStoreSettings
 from sluice.proxy.control_plane.live_quotas import QuotaChange
@@ -38,8 +38,11 @@ TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 # consumer default, 500 ms, would halve that, and on Kafka cost nothing, a broker answering as soon as a
 # record arrives. Against librdkafka's mock, which the tests and benches run on, it moved an alter's
 # enforcement on the other instances from p50 40-50 ms / p99 60-565 ms to 90-150 / 600-910 ms (the
-# quota admin bench's target is p99 < 1 s), so it stays here.
+# quota admin bench's target is p99 < 1 s), so it stays here. `sluice run` ends each poll on the
+# background's grid (proxy/wake_grid.py): a wait up to the next quarter second on the wall clock, at least
+# FOLLOW_MIN_WAIT_MS, so that an idle broker's answers come when the other background work wakes.
 FOLLOW_WAIT_MS = 250
+FOLLOW_MIN_WAIT_MS = 50
 RETRY_DELAY_S = 1.0
 STOP_WAIT_S = 2.0
 
@@ -58,11 +61,12 @@ class QuotaStoreService:
         settings: QuotaStoreSettings,
         *,
         startup_wait_s: float = 5.0,
-        follow_wait_ms: int = FOLLOW_WAIT_MS,
+        follow_wait_ms: Callable[[], int] = lambda: FOLLOW_WAIT_MS,
         stop_requested: asyncio.Event | None = None,
     ) -> None:
         """`stop_requested`, once set, ends the start-up wait: a proxy told to stop while it starts
-        stops at once rather than after `startup_wait_s`."""
+        stops at once rather than after `startup_wait_s`. `follow_wait_ms()`: the longest wait of the next
+        long poll."""
         self._client = client
         self._state = state
         self._settings = settings
@@ -200,7 +204,7 @@ class QuotaStoreService:
                 )
                 end = None
             result = await self._client.fetch(
-                self.topic, PARTITION, self.offset, max_wait_ms=self._follow_wait_ms
+                self.topic, PARTITION, self.offset, max_wait_ms=self._follow_wait_ms()
             )
             for record in result.records:
                 self._apply(record.key, record.value, record.offset)

@@ -6,17 +6,27 @@ import asyncio
 from collections.abc import Callable
 
 from ..observability.log import get_logger
+from ..wake_grid import ms_to_boundary, wall_clock_ms
 
 _log = get_logger("sluice.services")
 
 
 class Periodic:
-    """Calls `tick(now_ms)` every `interval_s` from start until stop, on the loop's clock."""
+    """Calls `tick(now_ms)` (the loop's clock) every `interval_s` from start until stop, at the multiples of
+    the interval on the wall clock: the background's wake-ups on one grid (proxy/wake_grid.py), so a tick
+    shares its wake-up with the others due then. The first comes within one interval of the start."""
 
-    def __init__(self, name: str, interval_s: float, tick: Callable[[int], object]) -> None:
+    def __init__(
+        self,
+        name: str,
+        interval_s: float,
+        tick: Callable[[int], object],
+        wall_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
         self.name = name
-        self._interval_s = interval_s
+        self._interval_ms = max(1, round(interval_s * 1000))
         self._tick = tick
+        self._wall_ms = wall_ms
         self._timer: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
@@ -28,7 +38,11 @@ class Periodic:
             self._timer = None
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = loop.call_later(self._interval_s, self._run, loop)
+        # At least half an interval on: a timer that fired a little early by the wall clock must not find
+        # the instant it fired for still ahead.
+        period = self._interval_ms
+        wait_ms = ms_to_boundary(self._wall_ms(), period, period // 2 or 1)
+        self._timer = loop.call_later(wait_ms / 1000, self._run, loop)
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         try:

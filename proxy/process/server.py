@@ -36,7 +36,7 @@ from ..cluster.topic_cache import TopicCache
 from ..control_plane.broker_shield_ticks import ShieldTicker
 from ..control_plane.quota_admin import QuotaAdministration, StoreRecord
 from ..control_plane.quota_reload import QuotaReloader
-from ..control_plane.quota_store_service import QuotaStoreService
+from ..control_plane.quota_store_service import FOLLOW_MIN_WAIT_MS, FOLLOW_WAIT_MS, QuotaStoreService
 from ..control_plane.sensor_sweep import SensorSweep
 from ..data_path.broker_load import BrokerLoads
 from ..data_path.connection import ClientSide, ConnectionRegistry, SessionSettings
@@ -64,6 +64,7 @@ from ..observability.quota_metrics import MutationRates, QuotaCollector, Throttl
 from ..observability.throttle_episodes import ThrottleEpisodes
 from ..services import Service, Services
 from ..usage_plane.usage_plane import UsagePlane
+from ..wake_grid import ms_to_boundary, wall_clock_ms
 from .listener_failures import EntityOverflowLog, ListenerFailures
 from .memory_return import MemoryReturn
 from .periodic import Periodic
@@ -146,7 +147,11 @@ class SluiceServer:
         self.quota_store: QuotaStoreService | None = None
         if config.quota.admin is AdminMode.PROXY:
             self.quota_store = QuotaStoreService(
-                self.kafka_client, self.quota_state, config.quota.store, stop_requested=self._stop
+                self.kafka_client,
+                self.quota_state,
+                config.quota.store,
+                follow_wait_ms=lambda: ms_to_boundary(wall_clock_ms(), FOLLOW_WAIT_MS, FOLLOW_MIN_WAIT_MS),
+                stop_requested=self._stop,
             )
         self.settings = SessionSettings(
             FilterChain(self._filters()),

@@ -29,7 +29,7 @@ from sluice.quota.usage_records import UsageBatch, UsageRecordError, decode_batc
 from ..kafka_client import FetchResult, KafkaClientError, OffsetOutOfRange
 from ..observability.log import get_logger
 from ..services import cancel_and_wait
-from .usage_publisher import wall_clock_ms
+from ..wake_grid import wall_clock_ms
 
 _log = get_logger("sluice.fleet")
 _T = TypeVar("_T")

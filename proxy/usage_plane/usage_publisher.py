@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +36,7 @@ from ..kafka_client import KafkaClientError
 from ..observability.log import get_logger
 from ..observability.metrics import api_name
 from ..services import cancel_and_wait
+from ..wake_grid import next_boundary, wall_clock_ms
 
 _log = get_logger("sluice.usage")
 # Under Kafka's default max.message.bytes (1 MiB + 12), with room for the batch and record headers.
@@ -81,15 +81,6 @@ class UsageStats:
     messages_dropped: int = 0  # dropped from a full buffer: Kafka could not take them in time
     send_failures: int = 0
     buffered: int = 0
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def next_boundary(now_ms: int, interval_ms: int) -> int:
-    """The next multiple of the interval on the wall clock, so every instance's intervals coincide."""
-    return (now_ms // interval_ms + 1) * interval_ms
 
 
 class UsagePublisher:

@@ -91,6 +91,27 @@ async def test_a_write_reaches_every_follower_and_survives_a_restart(cluster) ->
         await stop(c)
 
 
+async def test_each_long_poll_asks_how_long_it_may_wait(cluster) -> None:
+    # `sluice run` ends each poll on the background's grid (test_wake_grid): the wait is asked for every
+    # poll, not once. Here 30 ms each: several polls come and go while nothing is written.
+    asked = asyncio.get_running_loop().create_future()
+    waits: list[int] = []
+
+    def follow_wait_ms() -> int:
+        waits.append(30)
+        if len(waits) == 4 and not asked.done():
+            asked.set_result(None)
+        return 30
+
+    _, service = instance(cluster, "store-waits", follow_wait_ms=follow_wait_ms)
+    await service.start()
+    try:
+        await asyncio.wait_for(asked, timeout=30)  # the event: the fourth poll asked
+        assert service.caught_up and service.records_applied == 0
+    finally:
+        await stop(service)
+
+
 async def test_records_it_cannot_read_are_skipped(cluster) -> None:
     writer = KafkaClient(cluster.addresses, request_timeout_s=10.0, retry=FAST_RETRY)
     try:

@@ -10,7 +10,8 @@ import pytest
 from sluice.config.usage_settings import UsageSettings
 from sluice.protocol.record_batches import GZIP, Record
 from sluice.proxy.kafka_client import BrokerUnavailable
-from sluice.proxy.usage_plane.usage_publisher import UsagePublisher, next_boundary
+from sluice.proxy.usage_plane.usage_publisher import UsagePublisher
+from sluice.proxy.wake_grid import next_boundary
 from sluice.quota.usage_ledger import UsageLedger
 from sluice.quota.usage_records import decode_batch
 
