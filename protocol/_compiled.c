@@ -537,6 +537,31 @@ fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return found == NULL ? NULL : steal_pair(found, PyLong_FromSsize_t(pos));
 }
 
+/* fetch_answer_topics(api_version, body, start) -> ([(topic, record bytes)], the offset after the answer's
+ * top-level tagged fields) of a Fetch v12+ answer: fetch_responses with its topics, then skip_tagged_fields,
+ * in one call (response_walks.fetch_answer_topics_in_python, which record_sets.fetch_topic_bytes runs for the
+ * usage records of every flexible Fetch answer). */
+static PyObject *
+fetch_answer_topics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long version;
+    Py_ssize_t pos;
+    if (read_version_and_start(args, nargs, 3, "fetch_answer_topics(api_version, body, start)", &version, &pos) < 0) {
+        return NULL;
+    }
+    Py_buffer view;
+    walk_buffer b;
+    if (open_buffer(args[1], &view, &b) < 0) {
+        return NULL;
+    }
+    PyObject *found = fetch_topics_of(b, version, &pos, 1);
+    if (found != NULL && skip_tagged_fields(&b, &pos) < 0) {
+        Py_CLEAR(found);
+    }
+    PyBuffer_Release(&view);
+    return found == NULL ? NULL : steal_pair(found, PyLong_FromSsize_t(pos));
+}
+
 #undef BYTE
 #undef SKIP_TAGS
 #undef SKIP_SHORT_STRING
@@ -1555,6 +1580,8 @@ static PyMethodDef walks_methods[] = {
      "The offset after a Produce v9+ answer's responses (protocol.response_walks)."},
     {"fetch_responses", (PyCFunction)(void (*)(void))fetch_responses, METH_FASTCALL,
      "The topics of a Fetch v12+ answer with their record bytes, and the offset after its responses."},
+    {"fetch_answer_topics", (PyCFunction)(void (*)(void))fetch_answer_topics, METH_FASTCALL,
+     "response_walks.fetch_answer_topics_in_python, compiled."},
     {"walk_produce_body", (PyCFunction)(void (*)(void))walk_produce_body, METH_FASTCALL,
      "acks, timeout_ms, topics and partitions of a whole Produce request body (protocol.produce_stream)."},
     {"produce_topic_bytes", (PyCFunction)(void (*)(void))produce_topic_bytes, METH_FASTCALL,

@@ -9,6 +9,9 @@ def produce_responses_end(api_version: int, body: Buffer, start: int, /) -> int:
 def fetch_responses(
     api_version: int, body: Buffer, start: int, topics_wanted: bool, /
 ) -> tuple[list[tuple[str | bytes, int]], int]: ...
+def fetch_answer_topics(
+    api_version: int, body: Buffer, start: int, /
+) -> tuple[list[tuple[str | bytes, int]], int]: ...
 def walk_produce_body(
     api_version: int, body: Buffer, start: int = 0, /
 ) -> tuple[int, int, list[tuple[str | bytes, int]], list[list[tuple[int, int]]]]: ...

@@ -2,7 +2,8 @@
 without them (no C compiler at hand: the build goes on without them, pyproject.toml).
 
 Each is the translation of a Python reader that stays the reference and runs in its place when it is None:
-`produce_responses_end` and `fetch_responses` of protocol/response_walks.py, `walk_produce_body` and
+`produce_responses_end`, `fetch_responses` and `fetch_answer_topics` (the walk with the answer's top-level
+tagged fields after it) of protocol/response_walks.py, `walk_produce_body` and
 `produce_topic_bytes` (its topics alone) of protocol/produce_stream.py, `parse_request_header` of
 protocol/headers.py (which binds what it reads beside the frame once, `bind_request_headers`);
 tests/protocol/test_compiled.py holds each pair equal. Four are twins of their common case only, handing
@@ -37,6 +38,7 @@ __all__ = [
     "bind_request_headers",
     "bind_response_headers",
     "bind_whole_frames",
+    "fetch_answer_topics",
     "fetch_responses",
     "parse_request_header",
     "produce_acks",
@@ -56,6 +58,8 @@ _Walked = tuple[int, int, _TopicBytes, list[list[tuple[int, int]]]]
 produce_responses_end: Callable[[int, Buffer, int], int] | None = None
 # (api_version, body, start, topics_wanted) -> ([(topic, record bytes)], the offset after the responses).
 fetch_responses: Callable[[int, Buffer, int, bool], tuple[_TopicBytes, int]] | None = None
+# (api_version, body, start) -> ([(topic, record bytes)], the offset after the top-level tagged fields).
+fetch_answer_topics: Callable[[int, Buffer, int], tuple[_TopicBytes, int]] | None = None
 # (api_version, body, start) -> (acks, timeout_ms, [(topic, record bytes)], [[(partition, record bytes)]]).
 walk_produce_body: Callable[[int, Buffer, int], _Walked] | None = None
 # (api_version, body, start) -> [(topic, record bytes)]: the same walk, keeping no partition.
@@ -99,6 +103,7 @@ except ImportError:  # built without a C compiler
 else:
     produce_responses_end = _compiled.produce_responses_end
     fetch_responses = _compiled.fetch_responses
+    fetch_answer_topics = _compiled.fetch_answer_topics
     walk_produce_body = _compiled.walk_produce_body
     produce_topic_bytes = _compiled.produce_topic_bytes
     bind_request_headers = _compiled.bind_request_headers

@@ -142,10 +142,10 @@ class FrameSplitter:
         "_lent_from",
         "_max_frame_bytes",
         "_pending",
-        "_pending_len",
         "_pending_need",
         "_read_on",
         "_through_left",
+        "buffered_bytes",
         "defer_copies",
         "min_payload_bytes",
         "own_mapping_bytes",
@@ -163,14 +163,16 @@ class FrameSplitter:
             own_mapping_bytes = OWN_MAPPING_MIN_FRAME_BYTES
         self.own_mapping_bytes = own_mapping_bytes
         self._pending: list[bytes | memoryview] = []
-        # The mapping a frame of `own_mapping_bytes` or more is assembled in (its first `_pending_len`
+        # The mapping a frame of `own_mapping_bytes` or more is assembled in (its first `buffered_bytes`
         # bytes in), or None: while it is there, `_pending` is empty.
         self._assembly: FrameMapping | None = None
         # Bytes of the frame being assembled came in a feed after the one that gave its size: a reader that
         # makes room for a frame once its size is known (the proxy's request memory) has made it, and the
         # frame was not passed on when its start came: from then on a large one goes into its own mapping.
         self._read_on = False
-        self._pending_len = 0
+        # Bytes of an incomplete frame held (read by others, written only here: a plain attribute, as the
+        # connection reads it after every read, where a property would be a Python call).
+        self.buffered_bytes = 0
         # Total size (prefix included) of the frame being assembled, or -1 while fewer than 4 bytes
         # of it are known.
         self._pending_need = -1
@@ -188,10 +190,6 @@ class FrameSplitter:
         # The index in `_pending` from which pieces may be views of a loaned buffer, or -1: `settle` looks
         # at those only, so a frame arriving in many small reads is not walked again on every read.
         self._lent_from = -1
-
-    @property
-    def buffered_bytes(self) -> int:
-        return self._pending_len
 
     @property
     def pending_frame_bytes(self) -> int:
@@ -213,7 +211,7 @@ class FrameSplitter:
         self._pending = []
         self._assembly = None
         self._read_on = False
-        self._pending_len = 0
+        self.buffered_bytes = 0
         self._pending_need = -1
         self._lent_from = -1
         self._through_left = 0
@@ -253,7 +251,7 @@ class FrameSplitter:
                 return frames
         elif self.through:
             self.through = []
-        if self._pending_len:
+        if self.buffered_bytes:
             pos = self._continue_pending(view, pos, frames, loaned)
             if pos < 0:
                 return frames
@@ -262,12 +260,12 @@ class FrameSplitter:
             if length < self.min_payload_bytes or length > self._max_frame_bytes:
                 self._raise_bad_length(length, frames)
             self._pending.append(self._kept(view[pos:], loaned))
-            self._pending_len = size - pos
+            self.buffered_bytes = size - pos
             self._pending_need = _PREFIX + length
             return frames
         if pos < size:
             self._pending.append(self._kept(view[pos:], loaned))
-            self._pending_len = size - pos
+            self.buffered_bytes = size - pos
             self._pending_need = -1
         return frames
 
@@ -276,9 +274,9 @@ class FrameSplitter:
             raise ProtocolError(
                 "truncated_frame", f"stream ended {self._through_left} bytes before the end of a frame"
             )
-        if self._pending_len:
+        if self.buffered_bytes:
             raise ProtocolError(
-                "truncated_frame", f"stream ended with {self._pending_len} bytes of an incomplete frame"
+                "truncated_frame", f"stream ended with {self.buffered_bytes} bytes of an incomplete frame"
             )
 
     def incomplete_head(self, min_frame_bytes: int, head_bytes: int) -> tuple[memoryview, int] | None:
@@ -286,10 +284,10 @@ class FrameSplitter:
         `min_frame_bytes` and `head_bytes` of it have arrived: its first bytes, contiguous (at least
         `head_bytes` of them, prefix included), and its size. None otherwise."""
         need = self._pending_need
-        if need < min_frame_bytes or need < 0 or self._pending_len < head_bytes:
+        if need < min_frame_bytes or need < 0 or self.buffered_bytes < head_bytes:
             return None
         if self._assembly is not None:
-            return memoryview(self._assembly).toreadonly()[: self._pending_len], need
+            return memoryview(self._assembly).toreadonly()[: self.buffered_bytes], need
         pending = self._pending
         if len(pending[0]) < head_bytes:
             # The start came in small reads: join its first `head_bytes` (a bounded copy, once).
@@ -315,15 +313,15 @@ class FrameSplitter:
         if self._pending_need < 0:
             raise ValueError("no incomplete frame of known size to pass through")
         if self._assembly is not None:
-            pieces = [memoryview(self._assembly).toreadonly()[: self._pending_len]]
+            pieces = [memoryview(self._assembly).toreadonly()[: self.buffered_bytes]]
             self._assembly = None
         else:
             pieces = [memoryview(piece) for piece in self._pending]
-        self._through_left = self._pending_need - self._pending_len
+        self._through_left = self._pending_need - self.buffered_bytes
         self._lent_from = -1
         self._read_on = False
         self._pending = []
-        self._pending_len = 0
+        self.buffered_bytes = 0
         self._pending_need = -1
         return pieces
 
@@ -359,10 +357,10 @@ class FrameSplitter:
         rest = view[start:] if start else view
         need = self._pending_need
         if need < 0:
-            have = self._pending_len
+            have = self.buffered_bytes
             if have + len(rest) < _PREFIX:
                 self._pending.append(self._kept(rest, loaned))
-                self._pending_len += len(rest)
+                self.buffered_bytes += len(rest)
                 return -1
             # At most 3 bytes are pending here, so this join is negligible.
             prefix = b"".join(self._pending) + bytes(rest[: _PREFIX - have])
@@ -372,7 +370,7 @@ class FrameSplitter:
             need = self._pending_need = _PREFIX + length
         else:
             self._read_on = True
-        have = self._pending_len
+        have = self.buffered_bytes
         missing = need - have
         assembly = self._assembly
         # (A lent piece is moved by `settle` instead: the reader may still pass the frame on in this read.)
@@ -382,7 +380,7 @@ class FrameSplitter:
         if assembly is not None:
             if len(rest) < missing:
                 assembly[have : have + len(rest)] = rest
-                self._pending_len += len(rest)
+                self.buffered_bytes += len(rest)
                 return -1
             assembly[have:] = rest[:missing]
             frames.append(memoryview(assembly).toreadonly())
@@ -390,13 +388,13 @@ class FrameSplitter:
         else:
             if len(rest) < missing:
                 self._pending.append(self._kept(rest, loaned))
-                self._pending_len += len(rest)
+                self.buffered_bytes += len(rest)
                 return -1
             self._pending.append(rest[:missing])
             frames.append(memoryview(b"".join(self._pending)))
             self._lent_from = -1
             self._pending = []
-        self._pending_len = 0
+        self.buffered_bytes = 0
         self._pending_need = -1
         self._read_on = False
         return start + missing

@@ -26,8 +26,8 @@ which shares this module's names for topics (`Topic`, `TopicBytes`, `LAST_WITH_T
 
 The non-flexible versions most clients speak have a loop of their own with no helper call per partition
 (the walk runs on every Fetch that usage records read); the flexible ones (v12+) are walked by
-protocol/response_walks.py's `fetch_responses`, the walk the NodeEndpoints rewrite of a v16+ answer makes:
-one walk serves both.
+protocol/response_walks.py's `fetch_answer_topics` (`fetch_responses`, the walk the NodeEndpoints rewrite
+of a v16+ answer makes, and the tagged fields after it): one walk serves both.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import TypeVar
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.apis import API_SPECS, FLEXIBLE_FROM
 from sluice.protocol.errors import ProtocolError
-from sluice.protocol.primitives import Buffer, skip_tagged_fields
-from sluice.protocol.response_walks import LAST_WITH_TOPIC_NAMES, fetch_responses
+from sluice.protocol.primitives import Buffer
+from sluice.protocol.response_walks import LAST_WITH_TOPIC_NAMES, fetch_answer_topics
 
 __all__ = ["LAST_WITH_TOPIC_NAMES", "Topic", "TopicBytes", "fetch_topic_bytes"]
 
@@ -148,10 +148,10 @@ def fetch_topic_bytes(api_version: int, body: Buffer, start: int = 0) -> TopicBy
         raise ProtocolError("unsupported_version", f"Fetch v{api_version}")
     if api_version >= _FETCH_FLEXIBLE_FROM:
         # The one walk of a flexible answer's responses (which the NodeEndpoints rewrite of a v16+ answer
-        # makes too), then the top-level tagged fields; called directly, not through _finish (a call less).
+        # makes too), then the top-level tagged fields: one call (compiled where the install has it), not
+        # through _finish.
         try:
-            found, pos = fetch_responses(api_version, body, start)
-            pos = skip_tagged_fields(body, pos)
+            found, pos = fetch_answer_topics(api_version, body, start)
         except ProtocolError as exc:
             raise ProtocolError("bad_fetch_response", exc.detail or exc.reason) from None
         if pos != len(body):

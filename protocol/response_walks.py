@@ -219,9 +219,19 @@ def fetch_responses_in_python(
     return found, pos
 
 
+def fetch_answer_topics_in_python(api_version: int, body: Buffer, start: int) -> tuple[_TopicBytes, int]:
+    """The topics of a flexible Fetch answer whose body begins at `start` (`fetch_responses`, with its
+    topics), and the offset after the answer's top-level tagged fields: the walk the usage records make of
+    every such answer (record_sets.fetch_topic_bytes). The reference of the compiled one, which makes it in
+    one call."""
+    found, pos = fetch_responses_in_python(api_version, body, start, True)
+    return found, skip_tagged_fields(body, pos)
+
+
 # The compiled walks where this install has them (protocol/compiled.py), else the Python ones.
 _produce_end = compiled.produce_responses_end or produce_responses_end_in_python
 _fetch_walk = compiled.fetch_responses or fetch_responses_in_python
+fetch_answer_topics = compiled.fetch_answer_topics or fetch_answer_topics_in_python
 
 
 _NO_FETCH_WALK: tuple[object, int, int, _TopicBytes] = (None, -1, -1, [])

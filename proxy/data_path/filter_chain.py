@@ -32,7 +32,7 @@ __all__ = ["ChainOutcome", "ConnectionFilters", "Deferred", "FilterChain", "runs
 _Positions = tuple[int, ...]
 # FilterRuns' routing tables (filter_runs.py): request, response and CPU response groups, then the CPU flags
 # and check.
-RunsTables = tuple[bytes, FilterGroups, bytes, FilterGroups, bytes, FilterGroups, bytes, Callable[[], bool]]
+RunsTables = tuple[bytes, FilterGroups, bytes, FilterGroups, bytes, FilterGroups, bytes, Callable[[], object]]
 
 
 def _never() -> bool:
@@ -106,9 +106,10 @@ class FilterChain:
         readers = self._body_readers[key if 0 <= key < TABLE_SIZE else BEYOND_TABLE]
         return readers is not None and not any(f.reads_body_now(key) for f in readers)
 
-    def cpu_time_needed(self) -> Callable[[], bool]:
-        """A cheap, live check: whether any filter needs the connection's CPU time right now."""
-        askers = [f.needs_cpu_time for f in self.factories if _may_need_cpu(f)]
+    def cpu_time_needed(self) -> Callable[[], object]:
+        """A cheap, live check: whether any filter needs the connection's CPU time right now (its result
+        true or false)."""
+        askers = [f.cpu_time_check() for f in self.factories if _may_need_cpu(f)]
         if not askers:
             return _never
         if len(askers) == 1:

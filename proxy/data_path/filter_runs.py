@@ -82,7 +82,7 @@ class FilterRunsInPython:
         cpu_response_group: bytes,
         cpu_response_groups: FilterGroups,
         cpu_adds_response_filters: bytes,
-        cpu_needed: Callable[[], bool],
+        cpu_needed: Callable[[], object],
     ) -> None:
         self._mute = mute
         self._request_group = request_group

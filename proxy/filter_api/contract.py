@@ -272,6 +272,11 @@ class FilterFactory:
         True, the connection measures it and the filter sees every response, of whatever API."""
         return False
 
+    def cpu_time_check(self) -> Callable[[], object]:
+        """`needs_cpu_time` as a callable whose result is true exactly when it is True: a factory may hand
+        out a cheaper one (a call into C, no Python frame), as it is asked at every pass's start and end."""
+        return self.needs_cpu_time
+
     def chain_built(self, versions: ChainVersions) -> None:
         """Called once the chain that holds this factory is complete, with what its filters declare
         together (what the ApiVersions clamp advertises)."""

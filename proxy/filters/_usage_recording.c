@@ -673,6 +673,38 @@ bind_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* UsageRecording.usage(user, client_id), compiled: usage_of, a method of the class (usage_method_of), so the
+ * client quotas' compiled charge of CPU time reaches it with no Python frame. */
+static PyObject *
+recording_usage(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "usage(user, client_id) takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    return usage_of(self, args[0], args[1]);
+}
+
+static PyMethodDef recording_usage_def = {
+    "usage", (PyCFunction)(void (*)(void))recording_usage, METH_FASTCALL,
+    "UsageRecording.usage(user, client_id), compiled (proxy/filters/usage_recorder.py)."};
+
+/* usage_method_of(UsageRecording): the compiled usage, a method of the class given. After bind_slots (it reads
+ * the recording's cache and ledger where they were found). */
+static PyObject *
+usage_method_of(PyObject *module, PyObject *cls)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "usage_method_of(UsageRecording)");
+        return NULL;
+    }
+    if (recording_cache.type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "usage_method_of before bind_slots");
+        return NULL;
+    }
+    return PyDescr_NewMethod((PyTypeObject *)cls, &recording_usage_def);
+}
+
 static PyMethodDef module_methods[] = {
     {"record_request", (PyCFunction)(void (*)(void))record_request, METH_FASTCALL | METH_KEYWORDS,
      "UsageRecording.request(recording, user, header, frame, broker=None), compiled."},
@@ -684,6 +716,7 @@ static PyMethodDef module_methods[] = {
      "Hand over UsageRecorder and its Python methods; returns its compiled (on_request, on_response)."},
     {"bind_slots", (PyCFunction)(void (*)(void))bind_slots, METH_FASTCALL,
      "Hand over the classes whose attributes the records read at their offsets (once, from usage_recorder.py)."},
+    {"usage_method_of", usage_method_of, METH_O, "UsageRecording.usage, compiled: a method of the class given."},
     {"bind_fetch", (PyCFunction)(void (*)(void))bind_fetch, METH_FASTCALL,
      "Hand over what the Fetch answers' recording uses of its module (once, from usage_recorder.py)."},
     {NULL, NULL, 0, NULL},

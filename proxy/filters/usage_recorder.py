@@ -259,6 +259,8 @@ def _fetch_response_of(
 # answer; keywords; a subclass of the filter).
 on_request_in_python = UsageRecorder.on_request
 on_response_in_python = UsageRecorder.on_response
+# The recording's `usage` as written here: the reference of the compiled one (`usage_of`).
+usage_in_python = UsageRecording.usage
 
 # What every connection's UsageRecorder runs per request and per Fetch answer: compiled where the install
 # has it (proxy/filters/_usage_recording.c), else the recording's request and fetch_response, the
@@ -280,6 +282,8 @@ if not TYPE_CHECKING:  # the type checker reads the Python method; the compiled 
         )
         _usage_recording.bind_fetch(FETCH, response_header_size, walked_fetch_topics, fetch_topic_bytes)
         _usage_recording.bind_slots(UsageRecording, UsageLedger, EntityUsage, RequestHeader)
+        # `usage` too, which the client quotas' compiled charge of CPU time asks per charged answer
+        UsageRecording.usage = _usage_recording.usage_method_of(UsageRecording)
         # the filter's own two methods too: a Python frame less per request and per Fetch answer
         UsageRecorder.on_request, UsageRecorder.on_response = _usage_recording.bind_recorder(
             UsageRecorder, on_request_in_python, on_response_in_python, InFlight, METADATA

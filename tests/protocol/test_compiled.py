@@ -19,7 +19,15 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from sluice.protocol import compiled, headers, node_endpoints, produce, produce_stream, response_walks
+from sluice.protocol import (
+    compiled,
+    headers,
+    node_endpoints,
+    produce,
+    produce_stream,
+    record_sets,
+    response_walks,
+)
 from sluice.protocol import frames as frames_module
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.codec_quirks import encode_body
@@ -44,6 +52,7 @@ def test_this_install_has_the_compiled() -> None:
     assert headers.parse_request_header is compiled.parse_request_header
     assert response_walks._produce_end is compiled.produce_responses_end
     assert response_walks._fetch_walk is compiled.fetch_responses
+    assert response_walks.fetch_answer_topics is compiled.fetch_answer_topics
     assert produce_stream._walk_whole is compiled.walk_produce_body
     assert produce_stream._topics_whole is compiled.produce_topic_bytes
     assert node_endpoints.rewrite_node_endpoints is compiled.rewrite_node_endpoints
@@ -221,6 +230,39 @@ def test_the_fetch_answer_walk_is_the_pythons(
         )
 
 
+@EQUAL
+@given(case=_fetch_answers(), data=st.data())
+def test_the_fetch_answer_topics_walk_with_its_tagged_fields_is_the_pythons(
+    case: tuple[int, bytes], data: st.DataObject
+) -> None:
+    version, body = case
+    body = data.draw(_spoiled(body))
+    walk = compiled.fetch_answer_topics
+    assert walk is not None
+    for held, start in _views(body, data.draw(st.binary(max_size=9))):
+        assert _outcome(walk, version, held, start) == _outcome(
+            response_walks.fetch_answer_topics_in_python, version, held, start
+        )
+
+
+def test_the_fetch_answer_topics_walk_ends_after_the_top_level_tagged_fields() -> None:
+    # Not where the responses end (fetch_responses' offset): past the answer's own tagged fields, a field
+    # with 3 bytes of data here, where record_sets.fetch_topic_bytes checks that nothing follows.
+    walk = compiled.fetch_answer_topics
+    assert walk is not None
+    body = _small_fetch_answer(12)
+    assert body[-1] == 0  # the answer's empty tagged fields, which the test replaces
+    tagged = body[:-1] + bytes([1, 0, 3]) + b"xyz"
+    found, responses_end = response_walks.fetch_responses_in_python(12, tagged, 0, True)
+    assert responses_end == len(body) - 1
+    assert walk(12, tagged, 0) == (found, len(tagged))
+    assert walk(12, tagged + b"!", 0) == (found, len(tagged))  # what follows is the caller's to refuse
+    assert record_sets.fetch_topic_bytes(12, tagged) == found
+    with pytest.raises(ProtocolError) as refused:
+        record_sets.fetch_topic_bytes(12, tagged + b"!")
+    assert (refused.value.reason, refused.value.detail) == ("bad_fetch_response", "1 bytes after the topics")
+
+
 @pytest.mark.parametrize("version", [9, 12, 13])
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=64))
@@ -236,6 +278,9 @@ def test_random_bytes_are_walked_or_refused_alike(version: int, data: bytes) -> 
     )
     assert _outcome(fetch_walk, version, data, 0, True) == _outcome(
         response_walks.fetch_responses_in_python, version, data, 0, True
+    )
+    assert _outcome(compiled.fetch_answer_topics, version, data, 0) == _outcome(
+        response_walks.fetch_answer_topics_in_python, version, data, 0
     )
     assert _outcome(produce_walk, version, data) == _outcome(
         produce_stream.walk_produce_body_in_python, version, data
@@ -455,6 +500,9 @@ def test_every_fetch_answer_field_set_just_out_of_range_is_walked_or_refused_ali
             assert _outcome(walk, version, data, 0, wanted) == _outcome(
                 response_walks.fetch_responses_in_python, version, data, 0, wanted
             ), data.hex()
+        assert _outcome(compiled.fetch_answer_topics, version, data, 0) == _outcome(
+            response_walks.fetch_answer_topics_in_python, version, data, 0
+        ), data.hex()
 
 
 @st.composite

@@ -5,6 +5,8 @@ request_percentage quota needs it."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import struct
 from unittest import mock
 
@@ -26,6 +28,7 @@ from sluice.proxy.cluster.topic_cache import TopicCache
 from sluice.proxy.data_path.entity_gate import TIMED_OUT
 from sluice.proxy.data_path.filter_chain import Deferred, FilterChain
 from sluice.proxy.filter_api import Answer, Forward, InFlight, Respond
+from sluice.proxy.filter_api.contract import FilterFactory
 from sluice.proxy.filters import ApiVersionsClampFactory, BrokerAddressRewriteFactory
 from sluice.proxy.filters.client_quotas import ClientQuotas, ClientQuotasFactory
 from sluice.proxy.filters.mutation_quotas import MutationQuotasFactory
@@ -190,6 +193,28 @@ def test_cpu_time_is_asked_for_and_charged_only_while_a_request_quota_is_configu
 
     managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.REQUEST_PERCENTAGE, None)
     assert not cpu_time_needed()
+
+
+def test_the_cpu_time_check_is_a_call_into_c_where_the_quotas_offer_one_and_the_method_elsewhere() -> None:
+    # Asked at every pass's start and end: the client quotas' check reads their live rules' bits with no
+    # Python frame, and gives the answer `needs_cpu_time` gives; a factory with only `needs_cpu_time` is
+    # asked through it.
+    managers = QuotaManagers()
+    check = quota_chain(managers).cpu_time_needed()
+    assert type(check) is functools.partial and type(check.func) is operator.attrgetter
+    for percentage in (0.01, None, 5.0, None):
+        managers.set_quota(QuotaEntity(client_id=CLIENT), QuotaKey.REQUEST_PERCENTAGE, percentage)
+        assert bool(check()) is (percentage is not None)
+
+    class AlwaysNeedsCpu(FilterFactory):
+        filter_class = ClientQuotas  # any filter: only the factory's answer is looked at here
+
+        def needs_cpu_time(self) -> bool:
+            return True
+
+    factory = AlwaysNeedsCpu()
+    only_method = FilterChain([factory]).cpu_time_needed()
+    assert only_method == factory.needs_cpu_time and only_method() is True
 
 
 @pytest.mark.parametrize("key", [ApiKey.METADATA, 127, 128, 0x7FFF, -1, -0x8000])

@@ -380,8 +380,37 @@ def test_an_install_without_the_compiled_recording_runs_the_recordings_own_metho
     check_without(
         "sluice.proxy.filters._usage_recording",
         "from sluice.proxy.filters import usage_recorder as u\n"
-        "assert u._record_request is u._request_of and u._record_fetch_response is u._fetch_response_of\n",
+        "assert u._record_request is u._request_of and u._record_fetch_response is u._fetch_response_of\n"
+        "assert u.UsageRecording.usage is u.usage_in_python\n",
     )
+
+
+def test_the_recordings_usage_is_compiled_and_answers_as_the_python_one() -> None:
+    # A method of the class (the client quotas' compiled charge of CPU time calls it with no frame), which
+    # finds the same entity and keeps the same cache as the reference, over drains and several entities.
+    compiled = UsageRecording.usage
+    assert type(compiled).__name__ == "method_descriptor" and compiled is not usage_recorder.usage_in_python
+    rng = random.Random(11)
+    twins = [UsageRecording(UsageLedger("x", max_entities=2)) for _ in range(2)]
+    methods = (compiled, usage_recorder.usage_in_python)
+    for step in range(300):
+        user, client_id = rng.choice(["alice", "bob"]), rng.choice(["pump", "other", None])
+        before = [recording._cache for recording in twins]
+        got = [method(recording, user, client_id) for method, recording in zip(methods, twins, strict=True)]
+        assert [g is r._ledger.entity(user, client_id) for g, r in zip(got, twins, strict=True)] == [True] * 2
+        caches = [recording._cache for recording in twins]
+        assert caches[0] is not None and caches[1] is not None
+        assert caches[0][:3] == caches[1][:3] == (twins[0]._ledger.generation, user, client_id)
+        assert [c[3] is g for c, g in zip(caches, got, strict=True)] == [True, True]
+        kept = [b is not None and b[:3] == c[:3] for b, c in zip(before, caches, strict=True)]
+        assert kept[0] == kept[1] and (not kept[0] or before[0][3] is got[0]), step  # a hit: the same one
+        if rng.random() < 0.1:
+            for recording in twins:
+                recording._ledger.drain(0, 1000)
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        compiled(twins[0], "alice")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        compiled(object(), "alice", None)  # type: ignore[arg-type]
 
 
 def test_keywords_and_errors_other_than_a_protocol_error_are_the_pythons() -> None:

@@ -34,9 +34,9 @@ TARGETS = [
             "_flush",
             "_take_requests",
             "_take_responses",
+            "upstream_data",  # what the upstream transport calls itself (UpstreamSide.data_received)
         ],
     ),
-    ("sluice.proxy.data_path.upstream", "UpstreamSide", ["data_received"]),
     ("sluice.proxy.data_path.filter_chain", "ConnectionFilters", ["on_request", "on_response"]),
     ("sluice.proxy.filters.client_quotas", "ClientQuotas", ["on_request", "on_response"]),
     ("sluice.proxy.filters.usage_recorder", "UsageRecorder", ["on_request", "on_response"]),
