@@ -572,6 +572,18 @@ def _targets() -> list[Target]:
             versions=range(12, 19),
         ),
         Target(
+            "response_walks.fetch_answer_topics",
+            lambda v, d: response_walks.fetch_answer_topics(v, d, 0),
+            {v: bodies for v, bodies in _samples(FetchResponse).items() if v >= 12},
+            versions=range(12, 19),
+        ),
+        Target(
+            "response_walks.fetch_answer_topics_in_python",
+            lambda v, d: response_walks.fetch_answer_topics_in_python(v, d, 0),
+            {v: bodies for v, bodies in _samples(FetchResponse).items() if v >= 12},
+            versions=range(12, 19),
+        ),
+        Target(
             "response_walks.share_responses_end",
             lambda v, d: response_walks.share_responses_end(ApiKey.SHARE_FETCH + v // 3, v % 3, d),
             _share_answer_seeds(),
