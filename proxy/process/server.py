@@ -20,7 +20,6 @@ import random
 import socket
 from collections.abc import Callable, Sequence
 from functools import partial
-from operator import attrgetter
 from typing import Any
 
 from sluice.config.errors import ConfigError
@@ -254,8 +253,7 @@ class SluiceServer:
                 self.mutation_rates,
             ),
             # Before ClientQuotas: the larger of the two throttles is the request's, told by ClientQuotas.
-            # (`topics()` is asked per Produce: the live topic quotas read in C, not by a Python lambda)
-            TopicQuotasFactory(partial(attrgetter("live.topics"), self.quota_state), self.throttle_stats),
+            TopicQuotasFactory(lambda: self.quota_state.live.topics, self.throttle_stats),
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
             ClientQuotasFactory(
                 self.quota_managers,
