@@ -219,7 +219,7 @@ def fetch_responses_in_python(
     return found, pos
 
 
-def fetch_answer_topics_in_python(api_version: int, body: Buffer, start: int) -> tuple[_TopicBytes, int]:
+def fetch_answer_topics_in_python(api_version: int, body: Buffer, start: int, /) -> tuple[_TopicBytes, int]:
     """The topics of a flexible Fetch answer whose body begins at `start` (`fetch_responses`, with its
     topics), and the offset after the answer's top-level tagged fields: the walk the usage records make of
     every such answer (record_sets.fetch_topic_bytes). The reference of the compiled one, which makes it in

@@ -274,7 +274,9 @@ class FilterFactory:
 
     def cpu_time_check(self) -> Callable[[], object]:
         """`needs_cpu_time` as a callable whose result is true exactly when it is True: a factory may hand
-        out a cheaper one (a call into C, no Python frame), as it is asked at every pass's start and end."""
+        out a cheaper one (a call into C, no Python frame), as it is asked at every pass's start and end.
+        Asked only of a factory that overrides `needs_cpu_time` (the chain's test of whether it may ever
+        need CPU time): overriding this alone is not enough."""
         return self.needs_cpu_time
 
     def chain_built(self, versions: ChainVersions) -> None:

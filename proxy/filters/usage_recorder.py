@@ -67,7 +67,8 @@ class UsageRecording:
         # (user, client_id) -> its counters, for the ledger's current generation only.
         self._cache: tuple[int, str, str | None, EntityUsage] | None = None
 
-    def usage(self, user: str, client_id: str | None) -> EntityUsage:
+    def usage(self, user: str, client_id: str | None, /) -> EntityUsage:
+        # (positional only, as the compiled one takes them)
         cached = self._cache
         ledger = self._ledger
         if (

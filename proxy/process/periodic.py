@@ -14,7 +14,9 @@ _log = get_logger("sluice.services")
 class Periodic:
     """Calls `tick(now_ms)` (the loop's clock) every `interval_s` from start until stop, at the multiples of
     the interval on the wall clock: the background's wake-ups on one grid (proxy/wake_grid.py), so a tick
-    shares its wake-up with the others due then. The first comes within one interval of the start."""
+    shares its wake-up with the others due then. The first comes at the first such instant after the start
+    (within one interval); a tick that ran more than half an interval late skips the instant that follows
+    (none is made up)."""
 
     def __init__(
         self,
@@ -30,18 +32,20 @@ class Periodic:
         self._timer: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
-        self._schedule(asyncio.get_running_loop())
+        self._schedule(asyncio.get_running_loop(), 1)
 
     async def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        # At least half an interval on: a timer that fired a little early by the wall clock must not find
-        # the instant it fired for still ahead.
+    def _schedule(self, loop: asyncio.AbstractEventLoop, at_least_ms: int | None = None) -> None:
+        """The next tick; after a tick, at least half an interval on: a timer that fired a little early by
+        the wall clock must not find the instant it fired for still ahead."""
         period = self._interval_ms
-        wait_ms = ms_to_boundary(self._wall_ms(), period, period // 2 or 1)
+        if at_least_ms is None:
+            at_least_ms = period // 2 or 1
+        wait_ms = ms_to_boundary(self._wall_ms(), period, at_least_ms)
         self._timer = loop.call_later(wait_ms / 1000, self._run, loop)
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -411,6 +411,9 @@ def test_the_recordings_usage_is_compiled_and_answers_as_the_python_one() -> Non
         compiled(twins[0], "alice")  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         compiled(object(), "alice", None)  # type: ignore[arg-type]
+    for method in methods:  # both take their arguments by position only
+        with pytest.raises(TypeError):
+            method(twins[0], "alice", client_id=None)  # type: ignore[call-arg]
 
 
 def test_keywords_and_errors_other_than_a_protocol_error_are_the_pythons() -> None:

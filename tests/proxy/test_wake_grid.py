@@ -3,6 +3,7 @@ services time theirs by it: the periodic ticks, the quota store follower's long 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -61,7 +62,7 @@ def test_a_periodic_tick_comes_on_the_multiples_of_its_interval_on_the_wall_cloc
     ticks: list[int] = []
     service = Periodic("tick", 1.0, ticks.append, wall_ms=lambda: wall[0])
     timers = _Timers()
-    service._schedule(timers)  # type: ignore[arg-type]
+    service._schedule(timers, 1)  # type: ignore[arg-type]  # as start() schedules the first (below)
     assert timers.delays == [0.7]  # the first: the next whole second, within one interval of the start
     wall[0] = 1_001_000
     timers.callbacks[-1]()  # it fires on time: the next whole second after it
@@ -85,3 +86,18 @@ def test_sluice_run_ends_the_quota_store_followers_long_polls_on_quarter_seconds
         assert FOLLOW_MIN_WAIT_MS <= wait < FOLLOW_MIN_WAIT_MS + FOLLOW_WAIT_MS
         # The poll's end, from the moment asked (somewhere between the two readings), is a quarter second.
         assert any((now + wait) % FOLLOW_WAIT_MS == 0 for now in range(before, after + 1))
+
+
+def test_the_first_tick_comes_at_the_next_instant_however_close() -> None:
+    # Started 100 ms before a whole second, a 1 s service ticks at it: within one interval of the start.
+    async def first_delay() -> float:
+        service = Periodic("tick", 1.0, lambda _ms: None, wall_ms=lambda: 1_000_900)
+        loop = asyncio.get_running_loop()
+        await service.start()
+        try:
+            assert service._timer is not None
+            return service._timer.when() - loop.time()
+        finally:
+            await service.stop()
+
+    assert 0.05 < asyncio.run(first_delay()) <= 0.1
