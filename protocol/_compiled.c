@@ -513,17 +513,19 @@ failed:
     return NULL;
 }
 
-/* fetch_responses(api_version, body, start, topics_wanted) -> ([(topic, record bytes)], the offset after
- * the responses) of a Fetch v12+ answer. */
+/* The walk of a Fetch v12+ answer's responses from `start`, called from Python: its topics if `wanted` is
+ * true (NULL: they are), and with `tagged` the answer's top-level tagged fields after them too.
+ * ([(topic, record bytes)], the offset where the walk ended). */
 static PyObject *
-fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+fetch_walk(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected, const char *usage, PyObject *wanted,
+           int tagged)
 {
     long version;
     Py_ssize_t pos;
-    if (read_version_and_start(args, nargs, 4, "fetch_responses(api_version, body, start, topics_wanted)", &version, &pos) < 0) {
+    if (read_version_and_start(args, nargs, expected, usage, &version, &pos) < 0) {
         return NULL;
     }
-    int topics_wanted = PyObject_IsTrue(args[3]);
+    int topics_wanted = wanted == NULL ? 1 : PyObject_IsTrue(wanted);
     if (topics_wanted < 0) {
         return NULL;
     }
@@ -533,8 +535,20 @@ fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *found = fetch_topics_of(b, version, &pos, topics_wanted);
+    if (found != NULL && tagged && skip_tagged_fields(&b, &pos) < 0) {
+        Py_CLEAR(found);
+    }
     PyBuffer_Release(&view);
     return found == NULL ? NULL : steal_pair(found, PyLong_FromSsize_t(pos));
+}
+
+/* fetch_responses(api_version, body, start, topics_wanted) -> ([(topic, record bytes)], the offset after
+ * the responses) of a Fetch v12+ answer. */
+static PyObject *
+fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fetch_walk(args, nargs, 4, "fetch_responses(api_version, body, start, topics_wanted)",
+                      nargs == 4 ? args[3] : NULL, 0);
 }
 
 /* fetch_answer_topics(api_version, body, start) -> ([(topic, record bytes)], the offset after the answer's
@@ -544,22 +558,7 @@ fetch_responses(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 fetch_answer_topics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    long version;
-    Py_ssize_t pos;
-    if (read_version_and_start(args, nargs, 3, "fetch_answer_topics(api_version, body, start)", &version, &pos) < 0) {
-        return NULL;
-    }
-    Py_buffer view;
-    walk_buffer b;
-    if (open_buffer(args[1], &view, &b) < 0) {
-        return NULL;
-    }
-    PyObject *found = fetch_topics_of(b, version, &pos, 1);
-    if (found != NULL && skip_tagged_fields(&b, &pos) < 0) {
-        Py_CLEAR(found);
-    }
-    PyBuffer_Release(&view);
-    return found == NULL ? NULL : steal_pair(found, PyLong_FromSsize_t(pos));
+    return fetch_walk(args, nargs, 3, "fetch_answer_topics(api_version, body, start)", NULL, 1);
 }
 
 #undef BYTE
