@@ -13,6 +13,7 @@ Answers are returned as small NamedTuples; a malformed body raises ProtocolError
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -173,9 +174,12 @@ class Fetched(NamedTuple):
     records: bytes | None
 
 
-# A follower's long poll asks for the same offset until a record comes (several times a second on an idle
-# proxy): its request is encoded once, not per poll. Bytes, so a cached one cannot be changed.
-@lru_cache(maxsize=64)
+_INT32 = struct.Struct(">i")
+# Fetch's max_wait_ms: the first field from v15 on (its replica_id became a tagged field), after replica_id
+# before.
+_FIRST_WITHOUT_REPLICA_ID = 15
+
+
 def encode_fetch_request(
     version: int,
     topic: str,
@@ -186,6 +190,20 @@ def encode_fetch_request(
     max_wait_ms: int,
     min_bytes: int = 1,
 ) -> bytes:
+    """A follower's long poll asks for the same offset until a record comes (several times a second on an
+    idle proxy), each with its own wait (ending on the background's grid, proxy/wake_grid.py): the request
+    is encoded once per offset and its wait written in, not encoded per poll."""
+    body = _encoded_fetch_request(version, topic, partition, offset, max_bytes, min_bytes)
+    at = 0 if version >= _FIRST_WITHOUT_REPLICA_ID else 4
+    return b"".join((body[:at], _INT32.pack(max_wait_ms), body[at + 4 :]))
+
+
+@lru_cache(maxsize=64)
+def _encoded_fetch_request(
+    version: int, topic: str, partition: int, offset: int, max_bytes: int, min_bytes: int
+) -> bytes:
+    """The request with a wait of 0 (bytes, so a cached one cannot be changed)."""
+    max_wait_ms = 0
     return encode_request_body(
         FETCH,
         version,

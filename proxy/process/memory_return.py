@@ -84,19 +84,23 @@ class MemoryReturn(Periodic):
         self._resident = resident
         self._renew = renew
         self._forget = forget
-        self._again = False
+        # When to look again after a fall (loop ms), or None.
+        self._again_at: int | None = None
 
-    def _check(self, _now_ms: int) -> None:
+    def _check(self, now_ms: int) -> None:
         connections = self._connections
         live, peak = len(connections), connections.peak
         fall = peak - live
-        if self._again:
-            self._again = False
+        if self._again_at is not None:
+            if now_ms < self._again_at:
+                return  # after a late tick, the grid's next one may come sooner than CHECK_S
+            self._again_at = None
         elif fall < MIN_FALL or fall * 4 < peak:
             return
         else:
-            # Closed connections finish closing in the event loop's next turns: look again next time.
-            self._again = True
+            # Closed connections finish closing in the event loop's next turns: look again once CHECK_S has
+            # passed, at the first tick after it.
+            self._again_at = now_ms + round(CHECK_S * 1000)
         connections.peak = live
         before = self._resident()
         started = time.perf_counter()

@@ -44,8 +44,10 @@ def test_a_fall_from_the_peak_collects_and_trims_twice_then_waits_for_the_next_f
     registry.live = 2_900  # 1,100 gone: more than a quarter
     service._check(0)
     registry.live = 2_800
-    service._check(0)  # the second look, as connections finish closing
-    service._check(0)
+    service._check(1_100)  # a tick soon after a late one: too soon for the second look
+    assert trims == [2_900]
+    service._check(2_000)  # the second look, as connections finish closing, CHECK_S after the first
+    service._check(4_000)
     assert trims == [2_900, 2_800]
     assert renewals == trims  # the free lists are renewed each time, never otherwise
     assert registry.peak == 2_800  # the next spike is measured from here
