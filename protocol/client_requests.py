@@ -13,7 +13,6 @@ Answers are returned as small NamedTuples; a malformed body raises ProtocolError
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -23,6 +22,7 @@ from kafka.errors import NoError
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.message_codec import decode_response_body, encode_request_body
+from sluice.protocol.primitives import INT32_PACK
 
 # The APIs this client speaks, by the names its callers import.
 PRODUCE = ApiKey.PRODUCE
@@ -174,7 +174,6 @@ class Fetched(NamedTuple):
     records: bytes | None
 
 
-_INT32 = struct.Struct(">i")
 # Fetch's max_wait_ms: the first field from v15 on (its replica_id became a tagged field), after replica_id
 # before.
 _FIRST_WITHOUT_REPLICA_ID = 15
@@ -195,7 +194,7 @@ def encode_fetch_request(
     is encoded once per offset and its wait written in, not encoded per poll."""
     body = _encoded_fetch_request(version, topic, partition, offset, max_bytes, min_bytes)
     at = 0 if version >= _FIRST_WITHOUT_REPLICA_ID else 4
-    return b"".join((body[:at], _INT32.pack(max_wait_ms), body[at + 4 :]))
+    return b"".join((body[:at], INT32_PACK(max_wait_ms), body[at + 4 :]))
 
 
 @lru_cache(maxsize=64)
