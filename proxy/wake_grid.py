@@ -1,13 +1,13 @@
 """The background's wake-ups on one grid of the wall clock.
 
-What wakes an idle proxy is its own background work: the quota store follower's long polls (about four a
+What wakes an idle proxy is its own background work: the quota store follower's long polls (about two a
 second), the usage publisher's interval, the periodic services' ticks. Each wake-up of an idle process
 costs more than most of that work: ~0.2-0.5 ms of CPU on this project's virtual machines, the wake-up
 itself and the caches the idle core lost meanwhile (docs/benchmarks.md, section 2b). So each of them times
 its wake-ups to the multiples of its period on the wall clock (as the usage publisher's intervals always
 were, so that a fleet's instances coincide): whatever falls due at the same instant runs in one wake-up,
-and what comes a millisecond after it finds the caches warm. The periods are multiples of one another (a
-quarter second, a second, two), so their instants meet.
+and what comes a millisecond after it finds the caches warm. The periods are multiples of one another (half
+a second, a second, two), so their instants meet.
 """
 
 from __future__ import annotations

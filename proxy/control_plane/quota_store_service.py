@@ -34,14 +34,16 @@ from .quota_admin import StoreRecord
 _log = get_logger("sluice.quota_store")
 PARTITION = 0
 TOPIC_CONFIGS = {"cleanup.policy": "compact"}
-# The follower's long poll. Each answer wakes an idle proxy (~0.5 ms of CPU here, 4 a second); Kafka's
-# consumer default, 500 ms, would halve that, and on Kafka cost nothing, a broker answering as soon as a
-# record arrives. Against librdkafka's mock, which the tests and benches run on, it moved an alter's
-# enforcement on the other instances from p50 40-50 ms / p99 60-565 ms to 90-150 / 600-910 ms (the
-# quota admin bench's target is p99 < 1 s), so it stays here. `sluice run` ends each poll on the
-# background's grid (proxy/wake_grid.py): a wait up to the next quarter second on the wall clock, at least
-# FOLLOW_MIN_WAIT_MS, so that an idle broker's answers come when the other background work wakes.
-FOLLOW_WAIT_MS = 250
+# The follower's long poll: Kafka's consumer default (fetch.max.wait.ms). On Kafka its length costs no
+# latency, a broker answering as soon as a record arrives; on an idle proxy each empty answer costs ~0.4 ms
+# of CPU here, so 250 ms cost twice as much (idle proxy, the bench's configuration: 2.08 -> 1.55 ms of CPU a
+# second at 500). librdkafka's mock, which the tests and benches run on, answers at the end of the wait:
+# there an alter is enforced on the other instances at the next poll's end (quota admin bench, 3
+# instances, target p99 < 1 s: 250 ms p50 49 / p99 429 ms, 500 ms p50 287 / p99 332, 1000 ms p50 793 / p99
+# 853). (Before the grid below, 500 ms measured p99 600-910 ms there.) `sluice run` ends each poll on
+# the background's grid (proxy/wake_grid.py): a wait up to the next half second on the wall clock, at
+# least FOLLOW_MIN_WAIT_MS, so that an idle broker's answers come when the other background work wakes.
+FOLLOW_WAIT_MS = 500
 FOLLOW_MIN_WAIT_MS = 50
 RETRY_DELAY_S = 1.0
 STOP_WAIT_S = 2.0
