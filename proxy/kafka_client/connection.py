@@ -132,14 +132,23 @@ class BrokerConnection(asyncio.Protocol):
                 raise self._lost
         correlation_id = self._next_id
         self._next_id = self._next_id + 1 if self._next_id < 2**31 - 1 else 1
-        future: asyncio.Future[memoryview] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[memoryview] = loop.create_future()
         self._pending.append(_Pending(correlation_id, api_key, version, future))
         self._transport.write(encode_request(api_key, version, correlation_id, self.client_id, body))
+        # The answer's future is awaited itself, its timeout a timer: wait_for(shield(...)) took four more
+        # turns of the loop to bring an answer to its caller, on an idle proxy's every long poll. A caller
+        # cancelled meanwhile (its budget spent) cancels the future, which stays in the queue: its answer
+        # is matched and dropped (_answer).
+        timer = loop.call_later(timeout_s, self._no_answer, api_key, timeout_s)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-        except TimeoutError:
-            self._fail(BrokerUnavailable(f"{self.label}: no answer to API {api_key} within {timeout_s:g} s"))
-            raise self._lost or BrokerUnavailable(self.label) from None
+            return await future
+        finally:
+            timer.cancel()
+
+    def _no_answer(self, api_key: int, timeout_s: float) -> None:
+        # Fails every request waiting on the connection, this one included, and closes it.
+        self._fail(BrokerUnavailable(f"{self.label}: no answer to API {api_key} within {timeout_s:g} s"))
 
     def close(self) -> None:
         self._fail(BrokerUnavailable(f"{self.label}: connection closed by the client"))

@@ -32,9 +32,13 @@ async def retrying(
     backoff = policy.backoff()
     last: BaseException = TimeoutError("no answer in time")
     while True:
+        if loop.time() >= deadline:  # (the budget spent while the last backoff slept a little long)
+            raise GaveUp(what, budget_s, last)
         try:
+            # In the caller's task, not a task of its own as wait_for made (two turns of the loop more).
             # A request cut short here keeps its place on its connection; its late answer is read and dropped.
-            return await asyncio.wait_for(attempt(), max(0.0, deadline - loop.time()))
+            async with asyncio.timeout_at(deadline):
+                return await attempt()
         except TimeoutError:
             # The attempt the budget cut short tells less than the failure before it, if there was one.
             raise GaveUp(what, budget_s, last) from None
