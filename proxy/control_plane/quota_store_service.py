@@ -120,9 +120,9 @@ class QuotaStoreService:
         task = self._task
         if task is None:
             return
-        # The flag as well as the cancel: Python 3.11's asyncio.wait_for loses a cancellation that lands
-        # just as the awaited fetch completes (the result is returned instead), and the follower would
-        # then go on fetching; it checks the flag before every fetch.
+        # The flag as well as the cancel, checked before every fetch: a guard should a cancellation be lost
+        # (Python 3.11's asyncio.wait_for, which the client's calls used until 2026-11-28, lost one that
+        # landed just as the awaited fetch completed, and the follower went on fetching).
         self._stopping = True
         task.cancel()
         done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)

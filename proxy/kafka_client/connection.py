@@ -136,10 +136,10 @@ class BrokerConnection(asyncio.Protocol):
         future: asyncio.Future[memoryview] = loop.create_future()
         self._pending.append(_Pending(correlation_id, api_key, version, future))
         self._transport.write(encode_request(api_key, version, correlation_id, self.client_id, body))
-        # The answer's future is awaited itself, its timeout a timer: wait_for(shield(...)) took four more
-        # turns of the loop to bring an answer to its caller, on an idle proxy's every long poll. A caller
-        # cancelled meanwhile (its budget spent) cancels the future, which stays in the queue: its answer
-        # is matched and dropped (_answer).
+        # The answer's future is awaited itself, its timeout a timer: wait_for(shield(...)) took two more
+        # turns of the loop to bring an answer to its caller (and the retry's wait_for two more), on an idle
+        # proxy's every long poll. A caller cancelled meanwhile (its budget spent) cancels the future,
+        # which stays in the queue: its answer is matched and dropped (_answer).
         timer = loop.call_later(timeout_s, self._no_answer, api_key, timeout_s)
         try:
             return await future
@@ -170,7 +170,7 @@ class BrokerConnection(asyncio.Protocol):
             future = self._pending.popleft().future
             if not future.done():
                 future.set_exception(self._lost)
-                future.exception()  # retrieved here: a caller that timed out never will
+                future.exception()  # retrieved here, should its caller be gone (a cancelled one's is done)
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
 

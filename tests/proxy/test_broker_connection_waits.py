@@ -136,6 +136,47 @@ def test_a_cancelled_caller_leaves_its_answer_to_be_dropped_and_the_next_one_get
     run(new_loop, scenario())
 
 
+def test_an_answered_requests_timeout_is_gone_and_leaves_the_connection_open(
+    new_loop: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        connection, transport = connected()
+        answered = asyncio.ensure_future(connection.request(METADATA, VERSION, b"first", 0.05))
+        await sent(transport, 1)
+        connection.data_received(answer_to(transport.written[0], b"in time"))
+        assert bytes(await answered) == b"in time"
+        waiting = asyncio.ensure_future(connection.request(METADATA, VERSION, b"second", 30.0))
+        await sent(transport, 2)
+        # A timer due no sooner than the answered request's was: had that one stayed, it fired first.
+        past_its_timeout: asyncio.Future[None] = loop.create_future()
+        loop.call_later(0.05, past_its_timeout.set_result, None)
+        await past_its_timeout
+        assert not transport.closed
+        connection.data_received(answer_to(transport.written[1], b"still served"))
+        assert bytes(await waiting) == b"still served"
+
+    run(new_loop, scenario())
+
+
+def test_a_lost_connection_fails_the_waiting_requests_and_passes_over_a_cancelled_one(
+    new_loop: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    async def scenario() -> None:
+        connection, transport = connected()
+        cancelled = asyncio.ensure_future(connection.request(METADATA, VERSION, b"first", 30.0))
+        waiting = asyncio.ensure_future(connection.request(METADATA, VERSION, b"second", 30.0))
+        await sent(transport, 2)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        connection.connection_lost(None)
+        with pytest.raises(BrokerUnavailable, match="broker-1: connection closed"):
+            await waiting
+
+    run(new_loop, scenario())
+
+
 def test_an_attempt_runs_in_its_callers_task_and_its_result_comes_back_at_the_next_turn(
     new_loop: Callable[[], asyncio.AbstractEventLoop],
 ) -> None:
@@ -178,9 +219,9 @@ def test_a_budget_that_runs_out_cuts_the_attempt_short_and_names_the_last_failur
 
         policy = RetryPolicy(initial_s=0.01, max_s=0.01, jitter=0.0)
         with pytest.raises(
-            GaveUp, match=re.escape("Fetch t-0: gave up after 0.2 s: broker-1: connection refused")
+            GaveUp, match=re.escape("Fetch t-0: gave up after 1 s: broker-1: connection refused")
         ):
-            await retrying("Fetch t-0", attempt, 0.2, policy)
+            await retrying("Fetch t-0", attempt, 1.0, policy)
         assert attempts == ["refused", "waiting", "cut short"]
 
     run(new_loop, scenario())

@@ -18,7 +18,7 @@ from sluice.proxy.wake_grid import ms_to_boundary, next_boundary, wall_clock_ms
 @pytest.mark.parametrize(
     ("now", "period", "at_least", "wait"),
     [
-        (1_000_123, 250, 1, 127),  # up to the next quarter second
+        (1_000_123, 250, 1, 127),  # up to the next quarter second (a period of 250 ms)
         (1_000_250, 250, 1, 250),  # on an instant: the next one, never 0
         (1_000_249, 250, 1, 1),
         (1_000_249, 250, 50, 251),  # too close: the instant after it
@@ -75,7 +75,7 @@ def test_a_periodic_tick_comes_on_the_multiples_of_its_interval_on_the_wall_cloc
     assert timers.delays[-1] == 0.6 and len(ticks) == 3
 
 
-def test_sluice_run_ends_the_quota_store_followers_long_polls_on_quarter_seconds() -> None:
+def test_sluice_run_ends_the_quota_store_followers_long_polls_on_the_grid() -> None:
     config = load_config(overrides={"listen": "127.0.0.1:9092", "upstream.bootstrap": ["127.0.0.1:19092"]})
     server = SluiceServer(config)
     assert server.quota_store is not None
@@ -84,7 +84,7 @@ def test_sluice_run_ends_the_quota_store_followers_long_polls_on_quarter_seconds
         wait = server.quota_store._follow_wait_ms()
         after = wall_clock_ms()
         assert FOLLOW_MIN_WAIT_MS <= wait < FOLLOW_MIN_WAIT_MS + FOLLOW_WAIT_MS
-        # The poll's end, from the moment asked (somewhere between the two readings), is a quarter second.
+        # The poll's end, from the moment asked (somewhere between the two readings), is on the grid.
         assert any((now + wait) % FOLLOW_WAIT_MS == 0 for now in range(before, after + 1))
 
 
