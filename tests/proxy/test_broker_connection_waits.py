@@ -50,9 +50,21 @@ class StandInTransport:
     def __init__(self) -> None:
         self.written: list[bytes] = []
         self.closed = False
+        self._awaited: list[tuple[int, asyncio.Future[None]]] = []
 
     def write(self, data: bytes) -> None:
         self.written.append(bytes(data))
+        for count, future in self._awaited:
+            if len(self.written) >= count and not future.done():
+                future.set_result(None)
+
+    def wrote(self, count: int) -> asyncio.Future[None]:
+        """Done once `count` requests are written (each caller writes before its first wait)."""
+        future = asyncio.get_running_loop().create_future()
+        self._awaited.append((count, future))
+        if len(self.written) >= count:
+            future.set_result(None)
+        return future
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         pass
@@ -76,21 +88,16 @@ def answer_to(request: bytes, body: bytes) -> bytes:
     return encode_response(METADATA, VERSION, correlation_id, body)
 
 
-async def sent(transport: StandInTransport, count: int) -> None:
-    """Until `count` requests are written (each caller writes before its first wait)."""
-    while len(transport.written) < count:
-        await asyncio.sleep(0)
-
-
 def test_an_answer_reaches_its_caller_at_the_next_turn_of_the_loop(
     new_loop: Callable[[], asyncio.AbstractEventLoop],
 ) -> None:
     async def scenario() -> None:
         connection, transport = connected()
         call = asyncio.ensure_future(connection.request(METADATA, VERSION, b"ask", 5.0))
-        await sent(transport, 1)
+        await transport.wrote(1)
         connection.data_received(answer_to(transport.written[0], b"the answer"))
-        await asyncio.sleep(0)  # one turn: the caller wakes
+        # The event under test is one turn of the loop; sleep(0) is exactly one: the caller wakes in it.
+        await asyncio.sleep(0)
         assert call.done()
         assert bytes(call.result()) == b"the answer"
 
@@ -121,12 +128,12 @@ def test_a_cancelled_caller_leaves_its_answer_to_be_dropped_and_the_next_one_get
     async def scenario() -> None:
         connection, transport = connected()
         cut_short = asyncio.ensure_future(connection.request(METADATA, VERSION, b"first", 30.0))
-        await sent(transport, 1)
+        await transport.wrote(1)
         cut_short.cancel()  # as a call's budget running out cancels it
         with pytest.raises(asyncio.CancelledError):
             await cut_short
         following = asyncio.ensure_future(connection.request(METADATA, VERSION, b"second", 30.0))
-        await sent(transport, 2)
+        await transport.wrote(2)
         first, second = transport.written
         connection.data_received(answer_to(first, b"late") + answer_to(second, b"on time"))
         assert bytes(await following) == b"on time"
@@ -143,11 +150,11 @@ def test_an_answered_requests_timeout_is_gone_and_leaves_the_connection_open(
         loop = asyncio.get_running_loop()
         connection, transport = connected()
         answered = asyncio.ensure_future(connection.request(METADATA, VERSION, b"first", 0.05))
-        await sent(transport, 1)
+        await transport.wrote(1)
         connection.data_received(answer_to(transport.written[0], b"in time"))
         assert bytes(await answered) == b"in time"
         waiting = asyncio.ensure_future(connection.request(METADATA, VERSION, b"second", 30.0))
-        await sent(transport, 2)
+        await transport.wrote(2)
         # A timer due no sooner than the answered request's was: had that one stayed, it fired first.
         past_its_timeout: asyncio.Future[None] = loop.create_future()
         loop.call_later(0.05, past_its_timeout.set_result, None)
@@ -166,7 +173,7 @@ def test_a_lost_connection_fails_the_waiting_requests_and_passes_over_a_cancelle
         connection, transport = connected()
         cancelled = asyncio.ensure_future(connection.request(METADATA, VERSION, b"first", 30.0))
         waiting = asyncio.ensure_future(connection.request(METADATA, VERSION, b"second", 30.0))
-        await sent(transport, 2)
+        await transport.wrote(2)
         cancelled.cancel()
         with pytest.raises(asyncio.CancelledError):
             await cancelled
@@ -182,18 +189,17 @@ def test_an_attempt_runs_in_its_callers_task_and_its_result_comes_back_at_the_ne
 ) -> None:
     async def scenario() -> None:
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        tasks: list[asyncio.Task[object] | None] = []
+        started: asyncio.Future[asyncio.Task[object] | None] = asyncio.get_running_loop().create_future()
 
         async def attempt() -> str:
-            tasks.append(asyncio.current_task())
+            started.set_result(asyncio.current_task())
             return await answer
 
         call = asyncio.ensure_future(retrying("Fetch t-0", attempt, 30.0, RetryPolicy()))
-        while not tasks:
-            await asyncio.sleep(0)
-        assert tasks == [call]
+        assert await started is call
         answer.set_result("records")
-        await asyncio.sleep(0)  # one turn: the caller wakes
+        # The event under test is one turn of the loop; sleep(0) is exactly one: the caller wakes in it.
+        await asyncio.sleep(0)
         assert call.done()
         assert call.result() == "records"
 
