@@ -39,13 +39,9 @@ class Periodic:
             self._timer.cancel()
             self._timer = None
 
-    def _schedule(self, loop: asyncio.AbstractEventLoop, at_least_ms: int | None = None) -> None:
-        """The next tick; after a tick, at least half an interval on: a timer that fired a little early by
-        the wall clock must not find the instant it fired for still ahead."""
-        period = self._interval_ms
-        if at_least_ms is None:
-            at_least_ms = period // 2 or 1
-        wait_ms = ms_to_boundary(self._wall_ms(), period, at_least_ms)
+    def _schedule(self, loop: asyncio.AbstractEventLoop, at_least_ms: int) -> None:
+        """The next tick, at the first instant of the grid at least `at_least_ms` away."""
+        wait_ms = ms_to_boundary(self._wall_ms(), self._interval_ms, at_least_ms)
         self._timer = loop.call_later(wait_ms / 1000, self._run, loop)
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -56,4 +52,6 @@ class Periodic:
             # error (the broker shield's control loop, the memory return) would leave nothing running and
             # nothing to show it.
             _log.exception("periodic_tick_failed", service=self.name)
-        self._schedule(loop)
+        # At least half an interval on: a timer that fired a little early by the wall clock must not find
+        # the instant it fired for still ahead.
+        self._schedule(loop, self._interval_ms // 2 or 1)
