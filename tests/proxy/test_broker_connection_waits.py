@@ -23,8 +23,7 @@ from collections.abc import Callable, Coroutine
 import pytest
 import uvloop
 
-from sluice.protocol.headers import encode_response
-from sluice.protocol.primitives import INT32_UNPACK
+from sluice.protocol.headers import encode_response, parse_request_header
 from sluice.proxy.kafka_client.backoff import RetryPolicy
 from sluice.proxy.kafka_client.connection import BrokerConnection
 from sluice.proxy.kafka_client.errors import BrokerUnavailable, GaveUp
@@ -84,8 +83,7 @@ def connected() -> tuple[BrokerConnection, StandInTransport]:
 
 
 def answer_to(request: bytes, body: bytes) -> bytes:
-    correlation_id = INT32_UNPACK(request, 8)[0]  # after the length, the API key and version
-    return encode_response(METADATA, VERSION, correlation_id, body)
+    return encode_response(METADATA, VERSION, parse_request_header(request).correlation_id, body)
 
 
 def test_an_answer_reaches_its_caller_at_the_next_turn_of_the_loop(
