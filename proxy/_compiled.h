@@ -301,4 +301,29 @@ call_reference(PyObject *python, PyObject *self, PyObject *const *args, Py_ssize
         return NULL;                                                                                          \
     }
 
+/* (i, other) from an index and a new reference to `other`, which it takes over whether or not it succeeds
+ * (NULL: NULL). What a compiled run returns once a read; Py_BuildValue would parse its format string each
+ * time (~500 instructions for a pair). */
+static inline PyObject *
+index_and(Py_ssize_t i, PyObject *other)
+{
+    if (other == NULL) {
+        return NULL;
+    }
+    PyObject *index = PyLong_FromSsize_t(i);
+    if (index == NULL) {
+        Py_DECREF(other);
+        return NULL;
+    }
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(index);
+        Py_DECREF(other);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, index);
+    PyTuple_SET_ITEM(pair, 1, other);
+    return pair;
+}
+
 #endif

@@ -196,16 +196,17 @@ class ClientSide(asyncio.BufferedProtocol):
             _log.info("tls_authenticated", peer=self.peer, user=user)
         return True
 
-    def get_buffer(self, sizehint: int) -> memoryview:
+    def get_buffer(self, sizehint: int) -> bytearray:
         # Reuse the read buffer unless something still holds a view of it (a bytearray cannot grow while a
         # view of it lives): a request's start streaming upstream, a write the transport has not flushed, a
-        # filter's reference.
+        # filter's reference. The bytearray itself, not a view of it: the loop takes its buffer for the read
+        # and lets go of it after buffer_updated, so a view made here would only be made and freed per read.
         settings = self._settings
         buffer = settings.read_buffer
         if buffer_in_use(buffer):
             buffer = settings.read_buffer = bytearray(READ_BUFFER_BYTES)
         self._read_buffer = buffer
-        return memoryview(buffer)
+        return buffer
 
     def buffer_updated(self, nbytes: int) -> None:
         # Only the views of it that something keeps (a held request, an unflushed write) keep the buffer
@@ -220,7 +221,7 @@ class ClientSide(asyncio.BufferedProtocol):
             # with it, although reading was paused at once. They are not served.
             return
         self._last_read = self._last_activity = self._loop.time()
-        self._pass(self._take_requests, data, self._bad_request_frame)
+        self._pass(_TAKE_REQUESTS, data, _BAD_REQUEST_FRAME)
         guard = self._guard
         if guard is not None and not self._closed:
             guard.after_feed()  # after _stream_tail: a request passed through holds no memory
@@ -297,17 +298,23 @@ class ClientSide(asyncio.BufferedProtocol):
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def _pass(self, work: Callable[[_T], None], arg: _T, bad_frame: Callable[[ProtocolError], None]) -> None:
+    def _pass(
+        self,
+        work: Callable[[ClientSide, _T], None],
+        arg: _T,
+        bad_frame: Callable[[ClientSide, ProtocolError], None],
+    ) -> None:
         """Every piece of work on the pipeline runs here (a read from either side, an unmute, a resume):
         its CPU time counted (an unmute or a resume runs the filters on held requests outside any read),
         what it produced written (one writelines each way), a bad frame handed to `bad_frame`, a filter's
         Close or failure (which must cost one connection, never the process) closing the connection; then
-        the close that shutdown or a bad request frame put off, once nothing is owed."""
+        the close that shutdown or a bad request frame put off, once nothing is owed. `work` and
+        `bad_frame` are ClientSide's functions, called with this connection (see _TAKE_REQUESTS below)."""
         started = _thread_time_ns() if self._cpu_time_needed() else 0
         try:
-            work(arg)
+            work(self, arg)
         except ProtocolError as exc:
-            bad_frame(exc)
+            bad_frame(self, exc)
         except CloseConnection as exc:
             self._close_on_error("filter_closed", reason=exc.reason)
         except Exception as exc:
@@ -326,7 +333,7 @@ class ClientSide(asyncio.BufferedProtocol):
 
     def _run(self, step: Callable[[], Pending | None]) -> None:
         """Run a pipeline step outside a read (connected, unmuted, resumed)."""
-        self._pass(self._run_step, step, self._bad_request_frame)
+        self._pass(_RUN_STEP, step, _BAD_REQUEST_FRAME)
 
     def _run_step(self, step: Callable[[], Pending | None]) -> None:
         self._after_step(step())
@@ -466,7 +473,7 @@ class ClientSide(asyncio.BufferedProtocol):
 
     def upstream_data(self, data: bytes) -> None:
         self._last_activity = self._loop.time()
-        self._pass(self._take_responses, data, self._bad_response_frame)
+        self._pass(_TAKE_RESPONSES, data, _BAD_RESPONSE_FRAME)
 
     def _take_responses(self, data: bytes) -> None:
         frames = self._responses.feed(data)
@@ -639,6 +646,14 @@ class ClientSide(asyncio.BufferedProtocol):
         self._pipeline = self._gate = self._guard = self._pauses = self._upstream_pauses = None
         self._transport = self._upstream = self._idle_timer = self._grace_timer = self._connect_task = None
 
+
+# What `_pass` runs, as ClientSide's plain functions: read as a value, `self._take_requests` is a bound method
+# made (and freed) each time, two a read each way, a read Python 3.11 does not specialise.
+_TAKE_REQUESTS = ClientSide._take_requests
+_TAKE_RESPONSES = ClientSide._take_responses
+_RUN_STEP = ClientSide._run_step
+_BAD_REQUEST_FRAME = ClientSide._bad_request_frame
+_BAD_RESPONSE_FRAME = ClientSide._bad_response_frame
 
 # What a filter may ask of its connection, as written above: the references of the compiled queries
 # (proxy/data_path/_connection_queries.c), which ClientSide runs where the install has them (the client quotas

@@ -581,7 +581,17 @@ on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
             if (enabled < 0) {
                 return NULL;
             }
-            goto reference; /* (a request that waited at a gate leaves it) */
+            /* No producer quota (every Produce of a proxy without one): the frame, unless this request
+             * waited at a gate and must leave it (the Python's). */
+            PyObject *turn = slot_get(self, &cq_turn);
+            if (turn == NULL) {
+                return NULL;
+            }
+            Py_DECREF(turn);
+            if (turn != Py_None) {
+                goto reference;
+            }
+            return Py_NewRef(frame);
         }
         int refer = 0;
         PyObject *out = charge_produce(self, header, frame, &refer);

@@ -451,6 +451,40 @@ def test_the_common_cases_never_reach_the_python() -> None:
     ]
 
 
+def test_a_produce_with_no_producer_quota_is_the_compiled_methods_own_unless_it_holds_a_turn() -> None:
+    """No quota configured at all (a proxy before its first quota): every Produce is handed on by the compiled
+    method itself, as the Python hands it on; one that still holds a turn at a gate (its quota went while it
+    waited) is the Python's, which lets the turn go."""
+
+    async def run() -> tuple[list[str], list[Any]]:
+        world = World(QuotaConfig(), {}, usage=True)
+        produce_frame = _produce("a")
+        produce = parse_request_header(produce_frame)
+        with _Counted() as counted:
+            for _ in range(3):
+                assert counted.on_request(world.filter, produce, produce_frame) is produce_frame
+            assert counted.calls == []
+            turn = asyncio.get_running_loop().create_future()
+            turn.set_result(None)
+            world.filter._turn = turn
+            assert counted.on_request(world.filter, produce, produce_frame) is produce_frame
+            calls = list(counted.calls)
+        left = []
+        for method in (ClientQuotas.on_request, client_quotas.on_request_in_python):
+            world = World(QuotaConfig(), {}, usage=True)
+            turn = asyncio.get_running_loop().create_future()
+            turn.set_result(None)
+            world.filter._turn = turn
+            out = method(world.filter, produce, produce_frame)
+            left.append((out is produce_frame, world.filter._turn, world.state()))
+        return calls, left
+
+    calls, (compiled, python) = asyncio.run(run())
+    assert calls == [f"request {int(ApiKey.PRODUCE)}"]
+    assert compiled == python
+    assert compiled[1] is None  # the turn let go
+
+
 def test_malformed_calls_are_answered_as_the_python_answers_them() -> None:
     """Short NamedTuples (read by index in C, by name in Python), extra keywords and arguments: the same
     answer or error from both, with nothing charged by the compiled method before it hands them over."""

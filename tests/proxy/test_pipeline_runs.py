@@ -403,6 +403,32 @@ def test_the_compiled_runs_leak_nothing(counted_by: str) -> None:
         assert (metrics.responses[0], metrics.responses[3]) == (rounds, rounds)
 
 
+@pytest.mark.parametrize("start", [0, 2**63 - 2, 2**64, -(2**63)])
+def test_the_compiled_runs_count_as_python_adds_past_a_machine_word(start: int) -> None:
+    """The compiled runs add to the metrics' counts in C while the sum fits a long long, and as Python adds
+    beyond: a count just under 2**63 goes past it, one past 2**64 (which C cannot read) goes on, exactly."""
+    _compiled()
+    quiet = _Quiet()
+    metrics = ProxyMetrics()
+    filters = ((_PassOn(),),)
+    one = bytes(TABLE_SIZE + 1)
+    runs = _Runs(lambda _ms: None, one, filters, one, filters, one, filters, one, lambda: False)
+    pipeline = RequestPipeline(runs, quiet, quiet, metrics, FrameSplitter(), FrameSplitter())  # type: ignore[arg-type]
+    pipeline.upstream_ready()
+    request = memoryview(_produce(5000, 1, False)).toreadonly()
+    answer = memoryview(encode_response(0, 9, 5000, b"answer")).toreadonly()
+    metrics.requests[0] = metrics.responses[0] = start
+    metrics.request_bytes[0] = metrics.response_bytes[0] = start
+    for _ in range(3):
+        pipeline.client_frames([request])
+        pipeline.outgoing = []
+        pipeline.broker_frames([answer])
+    assert (metrics.requests[0], metrics.responses[0]) == (start + 3, start + 3)
+    # The metrics count a frame without its 4-byte length prefix.
+    assert metrics.request_bytes[0] == start + 3 * (len(request) - 4)
+    assert metrics.response_bytes[0] == start + 3 * (len(answer) - 4)
+
+
 @pytest.mark.parametrize("muted", [False, True])
 def test_the_compiled_runs_hold_requests_behind_a_real_throttle_gates_mute(muted: bool) -> None:
     """The runs read the connection's own ThrottleGate (the twin test's gates are stand-ins): a muted gate
