@@ -1595,6 +1595,22 @@ reference:
     return PyObject_Vectorcall(frames_reference, args, nargsf, kwnames);
 }
 
+/* ---- a lent read buffer (protocol/frame_memory.py) --------------------------------------------------------
+ *
+ * buffer_in_use(buffer): frame_memory.buffer_in_use_in_python, read from the bytearray itself: whether a view
+ * of it is alive (it is exported). The Python learns it by trying to grow the buffer (an append and a delete
+ * when it may, a BufferError raised and caught when it may not), once for every read from a client. Anything
+ * but a bytearray: TypeError (the Python's contract; it would fail on the append). */
+static PyObject *
+buffer_in_use(PyObject *module, PyObject *buffer)
+{
+    if (!PyByteArray_Check(buffer)) {
+        PyErr_Format(PyExc_TypeError, "buffer_in_use takes a bytearray, not %.100s", Py_TYPE(buffer)->tp_name);
+        return NULL;
+    }
+    return PyBool_FromLong(((PyByteArrayObject *)buffer)->ob_exports > 0);
+}
+
 static PyMethodDef walks_methods[] = {
     {"produce_responses_end", (PyCFunction)(void (*)(void))produce_responses_end, METH_FASTCALL,
      "The offset after a Produce v9+ answer's responses (protocol.response_walks)."},
@@ -1614,6 +1630,8 @@ static PyMethodDef walks_methods[] = {
      "The Python whole_frames, for the calls the compiled one hands on (protocol.frames binds it once)."},
     {"whole_frames", (PyCFunction)(void (*)(void))whole_frames, METH_FASTCALL | METH_KEYWORDS,
      "protocol.frames.whole_frames_in_python, compiled: the frames whole in a read."},
+    {"buffer_in_use", (PyCFunction)buffer_in_use, METH_O,
+     "protocol.frame_memory.buffer_in_use_in_python, compiled: whether a view of a bytearray is alive."},
     {"bind_produce_topics", (PyCFunction)(void (*)(void))bind_produce_topics, METH_FASTCALL,
      "What produce_topics reads beside its arguments (protocol.produce_stream binds it once)."},
     {"produce_topics", (PyCFunction)(void (*)(void))produce_topics, METH_FASTCALL | METH_KEYWORDS,

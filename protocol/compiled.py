@@ -14,7 +14,8 @@ null transactional id (`bind_produce_acks`), `response_header_size` of protocol/
 with no tagged fields (`bind_response_headers`), `produce_topics` of protocol/produce_stream.py walks a
 Produce request's topics where no other filter kept a walk of it (`bind_produce_topics`). And
 `whole_frames`, the loop of protocol/frames.py's splitter over a read's frames, hands the Python the calls
-it does not read as the Python would (a view that is not of bytes; `bind_whole_frames`).
+it does not read as the Python would (a view that is not of bytes; `bind_whole_frames`). `buffer_in_use`
+reads protocol/frame_memory.py's answer from the bytearray itself.
 Why they exist: they run on every request and every Produce and Fetch answer, and in Python a partition's
 few field reads cost as much as the rest of the request's handling (docs/architecture.md, "Compiled
 readers").
@@ -38,6 +39,7 @@ __all__ = [
     "bind_request_headers",
     "bind_response_headers",
     "bind_whole_frames",
+    "buffer_in_use",
     "fetch_answer_topics",
     "fetch_responses",
     "parse_request_header",
@@ -95,6 +97,8 @@ response_header_size: Callable[[int, int, Buffer], int] | None = None
 # answer: (where the whole frames appended end, the next frame's length field or None).
 bind_whole_frames: Callable[[Callable[..., tuple[int, int | None]]], None] | None = None
 whole_frames: Callable[..., tuple[int, int | None]] | None = None
+# (bytearray) -> whether a view of it is alive (frame_memory.buffer_in_use_in_python's answer).
+buffer_in_use: Callable[[bytearray], bool] | None = None
 
 try:
     from sluice.protocol import _compiled
@@ -118,3 +122,4 @@ else:
     response_header_size = _compiled.response_header_size
     bind_whole_frames = _compiled.bind_whole_frames
     whole_frames = _compiled.whole_frames
+    buffer_in_use = _compiled.buffer_in_use

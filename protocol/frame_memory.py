@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+from collections.abc import Callable
 
-__all__ = ["FrameMapping", "buffer_in_use", "frame_mapping", "stays_valid"]
+from sluice.protocol import compiled
+
+__all__ = ["FrameMapping", "buffer_in_use", "buffer_in_use_in_python", "frame_mapping", "stays_valid"]
 
 
 class FrameMapping(mmap.mmap):
@@ -50,13 +53,18 @@ def stays_valid(view: memoryview) -> bool:
     return owner is bytes or owner is FrameMapping
 
 
-def buffer_in_use(buffer: bytearray) -> bool:
+def buffer_in_use_in_python(buffer: bytearray) -> bool:
     """Whether anything still holds a view of `buffer`, a buffer lent to `FrameSplitter.feed` that its
     owner wants to read into again: it may be reused only when not. A bytearray cannot grow while it is
-    exported, which is how the views are told apart from nothing."""
+    exported, which is how the views are told apart from nothing. The reference of the compiled one
+    (protocol/_compiled.c), which reads the export count itself and is `buffer_in_use` where the install
+    has it: a connection asks before every read from its client."""
     try:
         buffer.append(0)
     except BufferError:
         return True
     del buffer[-1]
     return False
+
+
+buffer_in_use: Callable[[bytearray], bool] = compiled.buffer_in_use or buffer_in_use_in_python

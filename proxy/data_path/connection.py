@@ -212,19 +212,16 @@ class ClientSide(asyncio.BufferedProtocol):
         # Only the views of it that something keeps (a held request, an unflushed write) keep the buffer
         # alive after this: the connection does not, or every connection would pin a 256 KiB buffer.
         buffer, self._read_buffer = self._read_buffer, _NO_BUFFER
-        self.data_received(memoryview(buffer).toreadonly()[:nbytes])
-        self._requests.through = []  # written (or queued by the transport, which then holds the buffer)
-
-    def data_received(self, data: bytes | memoryview) -> None:
         if self._pipeline is None:
             # A connection refused at accept (KIP-612): uvloop may still hand over the bytes that arrived
             # with it, although reading was paused at once. They are not served.
             return
         self._last_read = self._last_activity = self._loop.time()
-        self._pass(_TAKE_REQUESTS, data, _BAD_REQUEST_FRAME)
+        self._pass(_TAKE_REQUESTS, memoryview(buffer).toreadonly()[:nbytes], _BAD_REQUEST_FRAME)
         guard = self._guard
         if guard is not None and not self._closed:
             guard.after_feed()  # after _stream_tail: a request passed through holds no memory
+        self._requests.through = []  # written (or queued by the transport, which then holds the buffer)
 
     def _take_requests(self, data: bytes | memoryview) -> None:
         requests = self._requests

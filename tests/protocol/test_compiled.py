@@ -21,6 +21,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from sluice.protocol import (
     compiled,
+    frame_memory,
     headers,
     node_endpoints,
     produce,
@@ -1052,6 +1053,39 @@ def test_the_compiled_split_of_a_read_is_the_pythons(
         assert all(frame.obj is view.obj for frame in found)
         outcomes.append((answer, [bytes(frame) for frame in found]))
     assert outcomes[0] == outcomes[1]
+
+
+def test_the_compiled_buffer_in_use_is_the_pythons() -> None:
+    """A lent read buffer is in use exactly while a view of it lives, however the view was made (a slice of
+    a view, a read-only one, a view of a view) and whatever else holds it; a bytearray subclass alike; and
+    the splitter's module hands out the compiled one."""
+    in_use = compiled.buffer_in_use
+    assert in_use is not None and frame_memory.buffer_in_use is in_use
+
+    class Buffer(bytearray):
+        pass
+
+    for buffer in (bytearray(64), Buffer(64), bytearray()):
+        size = len(buffer)
+        held: list[memoryview] = []
+        answers = []
+        makes: tuple[Callable[[bytearray], memoryview], ...] = (
+            memoryview,
+            lambda b: memoryview(b).toreadonly()[:3],
+            lambda b: memoryview(memoryview(b)[1:]),
+        )
+        for make in makes:
+            answers.append((in_use(buffer), frame_memory.buffer_in_use_in_python(buffer)))
+            view = make(buffer)
+            answers.append((in_use(buffer), frame_memory.buffer_in_use_in_python(buffer)))
+            held.append(view)
+            answers.append((in_use(buffer), frame_memory.buffer_in_use_in_python(buffer)))
+            held.clear()
+            del view
+        assert answers == [(False, False), (True, True), (True, True)] * 3
+        assert len(buffer) == size  # the Python's trial append was taken back
+    with pytest.raises(TypeError):
+        in_use(b"bytes")  # type: ignore[arg-type]
 
 
 def test_the_split_of_a_read_hands_the_python_what_it_reads_otherwise() -> None:

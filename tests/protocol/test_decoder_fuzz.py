@@ -792,8 +792,10 @@ NOT_DECODERS = {
     # Takes a certificate subject cryptography's x509 parsed from a certificate the trusted CA signed
     # (OpenSSL verified it in the handshake); it reads no bytes of its own.
     "rfc2253_name",
-    # Asks whether the proxy's own read buffer is still exported; it reads none of the buffer's bytes.
+    # Asks whether the proxy's own read buffer is still exported; it reads none of the buffer's bytes
+    # (its Python reference alike).
     "buffer_in_use",
+    "buffer_in_use_in_python",
     # Asks what a view the splitter returned is a view of; it reads none of its bytes.
     "stays_valid",
     # Maps the memory for a frame whose size the splitter (fuzzed, with small frames in mappings) read.

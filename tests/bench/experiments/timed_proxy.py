@@ -63,9 +63,17 @@ def _wrap(key: str, method):  # type: ignore[no-untyped-def]
 
 def _install() -> None:
     for module_name, class_name, methods in TARGETS:
-        cls = getattr(importlib.import_module(module_name), class_name)
+        module = importlib.import_module(module_name)
+        cls = getattr(module, class_name)
         for name in methods:
-            setattr(cls, name, _wrap(f"{class_name}.{name}", getattr(cls, name)))
+            method = getattr(cls, name)
+            timed = _wrap(f"{class_name}.{name}", method)
+            setattr(cls, name, timed)
+            # A module's own name for the method (connection.py hands `_pass` its functions as _TAKE_REQUESTS
+            # and the like) is wrapped with it.
+            for alias, value in list(vars(module).items()):
+                if value is method:
+                    setattr(module, alias, timed)
 
 
 def _toggle(_signum: int, _frame: object) -> None:
