@@ -1572,7 +1572,8 @@ whole_frames(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *k
         long long length = int32_at(b.p + pos);
         long long end = pos + 4 + length;
         if (length < min_payload || length > max_frame || end > b.n) {
-            result = pair_of(PyLong_FromLongLong(pos), PyLong_FromLongLong(length));
+            PyObject *where = PyLong_FromLongLong(pos);
+            result = where == NULL ? NULL : pair_of(where, PyLong_FromLongLong(length));
             goto done;
         }
         PyObject *frame = PySequence_GetSlice(view, (Py_ssize_t)pos, (Py_ssize_t)end);

@@ -147,7 +147,9 @@ add_at(PyObject *target, const slot_t *list, PyObject *slot, PyObject *value)
                     Py_DECREF(items);
                     return -1;
                 }
-                PyList_SetItem(items, at, after); /* (steals `after`; drops the old count) */
+                PyObject *old = PyList_GET_ITEM(items, at);
+                PyList_SET_ITEM(items, at, after); /* (nothing between the size check and here runs Python) */
+                Py_DECREF(old);
                 Py_DECREF(items);
                 return 0;
             }
@@ -314,8 +316,8 @@ forward_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (gate == NULL) {
         return NULL;
     }
-    /* filters.on_request called as a method each time: a bound method made once a run costs more than the
-     * look-ups of the one or two requests a read brings as a rule. */
+    /* filters.on_request called as a method for each request, as the Python calls it: a bound method made once
+     * a run costs more than the look-ups of the one or two requests a read brings as a rule. */
     PyObject *filters = slot_get(pipeline, &pipeline_filters);
     PyObject *result = NULL, *frame = NULL, *header = NULL, *out = NULL;
     if (filters == NULL) {

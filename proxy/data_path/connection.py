@@ -100,7 +100,7 @@ class ClientSide(asyncio.BufferedProtocol):
         self._pipeline: RequestPipeline | None = None
         self._requests = FrameSplitter(settings.max_request_bytes)
         # A large request's start, which a read ends with, goes upstream as a view of the read buffer (the
-        # next read then takes a fresh one) instead of a copy: see data_received's `settle`.
+        # next read then takes a fresh one) instead of a copy: see _take_requests's `settle`.
         self._requests.defer_copies = True
         self._responses = FrameSplitter(settings.max_frame_bytes)
         # Responses the current pass sends, written in one go.
@@ -196,17 +196,18 @@ class ClientSide(asyncio.BufferedProtocol):
             _log.info("tls_authenticated", peer=self.peer, user=user)
         return True
 
-    def get_buffer(self, sizehint: int) -> bytearray:
+    def get_buffer(self, sizehint: int) -> memoryview:
         # Reuse the read buffer unless something still holds a view of it (a bytearray cannot grow while a
         # view of it lives): a request's start streaming upstream, a write the transport has not flushed, a
-        # filter's reference. The bytearray itself, not a view of it: the loop takes its buffer for the read
-        # and lets go of it after buffer_updated, so a view made here would only be made and freed per read.
+        # filter's reference. A view of it, never the bytearray itself: asyncio's own TLS transport reads
+        # each TLS record after the first into a slice of what it is given, and a bytearray's slice is a copy
+        # (tests/proxy/test_server_inprocess.py).
         settings = self._settings
         buffer = settings.read_buffer
         if buffer_in_use(buffer):
             buffer = settings.read_buffer = bytearray(READ_BUFFER_BYTES)
         self._read_buffer = buffer
-        return buffer
+        return memoryview(buffer)
 
     def buffer_updated(self, nbytes: int) -> None:
         # Only the views of it that something keeps (a held request, an unflushed write) keep the buffer

@@ -337,14 +337,14 @@ class RequestPipeline:
         The reference of the compiled run (proxy/data_path/_pipeline_runs.c, `forward_plain`), which runs
         in its place where the install has it."""
         gate = self._gate
-        on_request = self._filters.on_request
+        filters = self._filters
         count = len(frames)
         while i < count:
             if self.state is not _OPEN or gate.muted or self._raw_exchange is not None:
                 break
             frame = frames[i]
             header = parse_request_header(frame)
-            out = on_request(header, frame)
+            out = filters.on_request(header, frame)
             size = len(frame)
             if type(out) is not memoryview or size >= COUNTED_MIN_BYTES:
                 return i, (header, out)

@@ -4,7 +4,7 @@ sent, in order, wherever its stream is cut; filters see a FrameHead with the req
 throttle earned on the way in mutes the connection only once the request has ended.
 
 Everything is real except the loop and the client transport (tests/manual_loop.py): splitter, pipeline,
-filter chain, ThrottleGate and ReadPauses. `Driver.read` does what ClientSide.data_received does.
+filter chain, ThrottleGate and ReadPauses. `Driver.read` does what ClientSide.buffer_updated does.
 """
 
 from __future__ import annotations

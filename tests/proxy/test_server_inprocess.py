@@ -9,10 +9,13 @@ import gc
 import socket
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.helpers import create_ssl_context
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from mock_cluster_process import MockCluster
 from rawclient import RawClient
+from tls_certs import TestCA
 
 from sluice.config.load import load_config
 from sluice.config.model import ProxyConfig
@@ -31,7 +34,7 @@ def cluster():
         yield c
 
 
-def proxy_config(cluster) -> ProxyConfig:
+def proxy_config(cluster, **more: str) -> ProxyConfig:
     base = free_port_block(16)
     return load_config(
         None,
@@ -40,6 +43,7 @@ def proxy_config(cluster) -> ProxyConfig:
             "upstream.bootstrap": cluster.bootstrap,
             "broker_port_base": base + 1,
             "log.level": "warning",
+            **more,
         },
     )
 
@@ -139,3 +143,46 @@ async def test_sluice_run_moves_what_start_up_built_out_of_the_collectors_way(cl
         assert gc.get_freeze_count() > 10_000  # the modules, codecs and configuration loaded by then
     finally:
         gc.unfreeze()
+
+
+async def test_requests_of_many_tls_records_come_whole_on_asyncios_own_loop(cluster, tmp_path) -> None:
+    """Where uvloop is not installed the proxy serves on asyncio's own loop, whose TLS transport reads a
+    client's TLS records into slices of the buffer the connection lends it: slices of a view, which write
+    into the buffer (a bytearray's slices are copies, and what they read would be lost while the read still
+    counted it). Record batches of several TLS records each (a record holds 16 KiB at most), many in flight,
+    reach the broker whole and read back as they were sent."""
+    assert type(asyncio.get_running_loop()).__module__.startswith("asyncio")  # not uvloop
+    ca = TestCA(tmp_path)
+    cert, key = ca.issue("proxy", common_name="localhost")
+    listener = {"tls.listener.cert": str(cert), "tls.listener.key": str(key)}
+    server = SluiceServer(proxy_config(cluster, **listener))
+    await server.start()
+    bootstrap = f"127.0.0.1:{server.config.listen.port}"
+    tls = {"security_protocol": "SSL", "ssl_context": create_ssl_context(cafile=str(ca.ca_path))}
+    values = [bytes([n]) * (40_000 + n) for n in range(1, 31)]
+    try:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_batch_size=50_000, linger_ms=5, **tls)
+        await producer.start()
+        try:
+            # All sent before any is awaited: batches in flight together, several to a request.
+            delivered = [await producer.send(TOPIC, value) for value in values]
+            sent = await asyncio.gather(*delivered)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **tls)
+        await consumer.start()
+        try:
+            partition = TopicPartition(TOPIC, 0)
+            consumer.assign([partition])
+            first, last = min(r.offset for r in sent), max(r.offset for r in sent)
+            consumer.seek(partition, first)
+            read: dict[int, bytes] = {}
+            async with asyncio.timeout(60):
+                while last not in read:
+                    message = await consumer.getone()
+                    read[message.offset] = message.value
+        finally:
+            await consumer.stop()
+        assert [read[r.offset] for r in sent] == values
+    finally:
+        await server.shutdown()
