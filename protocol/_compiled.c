@@ -1507,27 +1507,6 @@ reference:
  * or a negative start are the reference's (bind_whole_frames). Why C: every frame of every read, both ways,
  * goes through this loop, and in Python a frame's length read and slice cost ~0.2 us. */
 
-/* (a, b) from two new references, which it takes over whether or not it succeeds (NULL for either: NULL).
- * Py_BuildValue parses its format string on every call, ~500 instructions for a pair: this once a read. */
-static PyObject *
-pair_of(PyObject *a, PyObject *b)
-{
-    if (a == NULL || b == NULL) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        return NULL;
-    }
-    PyObject *pair = PyTuple_New(2);
-    if (pair == NULL) {
-        Py_DECREF(a);
-        Py_DECREF(b);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(pair, 0, a);
-    PyTuple_SET_ITEM(pair, 1, b);
-    return pair;
-}
-
 static PyObject *frames_reference = NULL;
 
 /* bind_whole_frames(the reference). */
@@ -1572,8 +1551,9 @@ whole_frames(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *k
         long long length = int32_at(b.p + pos);
         long long end = pos + 4 + length;
         if (length < min_payload || length > max_frame || end > b.n) {
+            /* (steal_pair, not Py_BuildValue, which parses its format string each call: ~500 instructions) */
             PyObject *where = PyLong_FromLongLong(pos);
-            result = where == NULL ? NULL : pair_of(where, PyLong_FromLongLong(length));
+            result = where == NULL ? NULL : steal_pair(where, PyLong_FromLongLong(length));
             goto done;
         }
         PyObject *frame = PySequence_GetSlice(view, (Py_ssize_t)pos, (Py_ssize_t)end);
@@ -1587,7 +1567,7 @@ whole_frames(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *k
         }
         pos = end;
     }
-    result = pair_of(PyLong_FromLongLong(pos), Py_NewRef(Py_None));
+    result = steal_pair(PyLong_FromLongLong(pos), Py_NewRef(Py_None));
 done:
     PyBuffer_Release(&buffer);
     return result;

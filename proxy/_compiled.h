@@ -307,22 +307,10 @@ call_reference(PyObject *python, PyObject *self, PyObject *const *args, Py_ssize
 static inline PyObject *
 index_and(Py_ssize_t i, PyObject *other)
 {
-    if (other == NULL) {
-        return NULL;
-    }
-    PyObject *index = PyLong_FromSsize_t(i);
-    if (index == NULL) {
-        Py_DECREF(other);
-        return NULL;
-    }
-    PyObject *pair = PyTuple_New(2);
-    if (pair == NULL) {
-        Py_DECREF(index);
-        Py_DECREF(other);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(pair, 0, index);
-    PyTuple_SET_ITEM(pair, 1, other);
+    PyObject *index = other == NULL ? NULL : PyLong_FromSsize_t(i);
+    PyObject *pair = index == NULL ? NULL : PyTuple_Pack(2, index, other);
+    Py_XDECREF(index);
+    Py_XDECREF(other);
     return pair;
 }
 

@@ -385,6 +385,18 @@ done:
     return request_throttle;
 }
 
+/* Whether the filter holds a turn at an entity gate (self._turn is not None): 1, 0, or -1 with an exception. */
+static int
+holds_turn(PyObject *self)
+{
+    PyObject *turn = slot_get(self, &cq_turn);
+    if (turn == NULL) {
+        return -1;
+    }
+    Py_DECREF(turn); /* (the slot still holds it; compared by address only) */
+    return turn != Py_None;
+}
+
 /* The Fetch bytes' charge, as the Python's `if charges_fetch:` block: fetch_throttle (a new reference), with
  * *header_size and *fetch_size (new references) set. */
 static PyObject *
@@ -457,13 +469,9 @@ charge_produce(PyObject *self, PyObject *header, PyObject *frame, int *refer)
             *refer = shut_gates > 0;
             goto done;
         }
-        PyObject *turn = slot_get(self, &cq_turn);
-        if (turn == NULL) {
-            goto done;
-        }
-        Py_DECREF(turn);
-        if (turn != Py_None) {
-            *refer = 1;
+        int held = holds_turn(self);
+        if (held != 0) {
+            *refer = held > 0;
             goto done;
         }
         if (!Py_IS_TYPE(frame, frame_head_type)) {
@@ -583,12 +591,11 @@ on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
             }
             /* No producer quota (every Produce of a proxy without one): the frame, unless this request
              * waited at a gate and must leave it (the Python's). */
-            PyObject *turn = slot_get(self, &cq_turn);
-            if (turn == NULL) {
-                return NULL;
-            }
-            Py_DECREF(turn);
-            if (turn != Py_None) {
+            int held = holds_turn(self);
+            if (held != 0) {
+                if (held < 0) {
+                    return NULL;
+                }
                 goto reference;
             }
             return Py_NewRef(frame);
