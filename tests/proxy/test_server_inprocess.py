@@ -149,8 +149,8 @@ async def test_requests_of_many_tls_records_come_whole_on_asyncios_own_loop(clus
     """Where uvloop is not installed the proxy serves on asyncio's own loop, whose TLS transport reads a
     client's TLS records into slices of the buffer the connection lends it: slices of a view, which write
     into the buffer (a bytearray's slices are copies, and what they read would be lost while the read still
-    counted it). Record batches of several TLS records each (a record holds 16 KiB at most), many in flight,
-    reach the broker whole and read back as they were sent."""
+    counted it). Record batches of several TLS records each (a record holds 16 KiB at most), written in one
+    go, reach the broker whole and read back as they were sent."""
     assert type(asyncio.get_running_loop()).__module__.startswith("asyncio")  # not uvloop
     ca = TestCA(tmp_path)
     cert, key = ca.issue("proxy", common_name="localhost")
@@ -164,7 +164,7 @@ async def test_requests_of_many_tls_records_come_whole_on_asyncios_own_loop(clus
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_batch_size=50_000, linger_ms=5, **tls)
         await producer.start()
         try:
-            # All sent before any is awaited: batches in flight together, several to a request.
+            # ~40 KB a record, so a batch a request (one partition): each request is three TLS records.
             delivered = [await producer.send(TOPIC, value) for value in values]
             sent = await asyncio.gather(*delivered)
         finally:
