@@ -120,6 +120,28 @@ call_on_attribute(PyObject *self, const slot_t *slot, PyObject *method, PyObject
     return failed;
 }
 
+/* `items[slot] += value` made in C: 1 when it was (a list, an int index within it, an int count and an int
+ * value whose sum fits a C long: every count the metrics keep), 0 when Python's addition must make it
+ * (nothing changed), -1 with an exception set. The generic get, in-place add and set cost ~550 instructions. */
+static int
+add_exact(PyObject *items, PyObject *slot, PyObject *value)
+{
+    long at, before, add, sum;
+    if (!PyList_CheckExact(items) || !exact_long(slot, &at) || at < 0 || at >= PyList_GET_SIZE(items) ||
+        !exact_long(PyList_GET_ITEM(items, at), &before) || !exact_long(value, &add) ||
+        __builtin_add_overflow(before, add, &sum)) {
+        return 0;
+    }
+    PyObject *after = PyLong_FromLong(sum);
+    if (after == NULL) {
+        return -1;
+    }
+    PyObject *old = PyList_GET_ITEM(items, at);
+    PyList_SET_ITEM(items, at, after); /* (nothing since the size check ran Python) */
+    Py_DECREF(old);
+    return 1;
+}
+
 /* `target.<name>[slot] += value` */
 static int
 add_at(PyObject *target, const slot_t *list, PyObject *slot, PyObject *value)
@@ -128,33 +150,10 @@ add_at(PyObject *target, const slot_t *list, PyObject *slot, PyObject *value)
     if (items == NULL) {
         return -1;
     }
-    /* A list of ints, an int slot in it and an int value, their sum within a long long (every count the
-     * metrics keep): the addition made here. Else Python's, from the start. */
-    if (PyList_CheckExact(items) && PyLong_CheckExact(slot) && PyLong_CheckExact(value)) {
-        Py_ssize_t at = PyLong_AsSsize_t(slot);
-        if (at == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-        }
-        else if (at >= 0 && at < PyList_GET_SIZE(items) && PyLong_CheckExact(PyList_GET_ITEM(items, at))) {
-            int overflow_before, overflow_value;
-            long long before = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(items, at), &overflow_before);
-            long long add = PyLong_AsLongLongAndOverflow(value, &overflow_value);
-            long long sum;
-            if (!overflow_before && !overflow_value && !(before == -1 && PyErr_Occurred()) &&
-                !(add == -1 && PyErr_Occurred()) && !__builtin_add_overflow(before, add, &sum)) {
-                PyObject *after = PyLong_FromLongLong(sum);
-                if (after == NULL) {
-                    Py_DECREF(items);
-                    return -1;
-                }
-                PyObject *old = PyList_GET_ITEM(items, at);
-                PyList_SET_ITEM(items, at, after); /* (nothing between the size check and here runs Python) */
-                Py_DECREF(old);
-                Py_DECREF(items);
-                return 0;
-            }
-            PyErr_Clear();
-        }
+    int added = add_exact(items, slot, value);
+    if (added != 0) {
+        Py_DECREF(items);
+        return added < 0 ? -1 : 0;
     }
     PyObject *before = PyObject_GetItem(items, slot);
     PyObject *after = before == NULL ? NULL : PyNumber_InPlaceAdd(before, value);

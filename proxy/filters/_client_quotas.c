@@ -585,17 +585,17 @@ on_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     }
     if (produce) {
         int enabled = rules_enabled(self, &cq_produce_rules);
-        if (enabled <= 0) {
-            if (enabled < 0) {
-                return NULL;
-            }
+        if (enabled < 0) {
+            return NULL;
+        }
+        if (enabled == 0) {
             /* No producer quota (every Produce of a proxy without one): the frame, unless this request
              * waited at a gate and must leave it (the Python's). */
             int held = holds_turn(self);
-            if (held != 0) {
-                if (held < 0) {
-                    return NULL;
-                }
+            if (held < 0) {
+                return NULL;
+            }
+            if (held) {
                 goto reference;
             }
             return Py_NewRef(frame);
