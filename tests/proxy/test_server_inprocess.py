@@ -79,9 +79,17 @@ async def test_broker_first_seen_in_an_answer_gets_a_listener_at_once(cluster) -
 
 
 async def test_slow_client_pauses_reading_from_the_broker(cluster) -> None:
-    # ~4 MB in the one partition, so fetches return large answers.
+    # ~4 MB in the one partition, in batches of ~1 MB: the test broker answers a Fetch with one batch, the
+    # first, and a producer on a busy machine (slower than its linger.ms) would make that first batch small.
+    # Held until a batch is full instead, every answer is ~1 MB however slowly the records come.
     produced = await asyncio.to_thread(
-        run_perf_test, TOPIC, 4000, 1000, -1, {}, bootstrap_servers=cluster.bootstrap
+        run_perf_test,
+        TOPIC,
+        4000,
+        1000,
+        -1,
+        {"linger.ms": "60000", "batch.size": "1000000"},
+        bootstrap_servers=cluster.bootstrap,
     )
     # Every record in: with fewer, the answers could fit the sockets and the test would prove nothing.
     assert produced.failed == 0 and produced.records == 4000, produced
