@@ -82,15 +82,22 @@ class RoundTripWindow:
         """Round trips recorded in the window."""
         return sum(sum(counts) for counts in self._live(now_ms))
 
-    def percentile(self, fraction: float, now_ms: int) -> int | None:
-        """The ``fraction`` (0.99 for the p99) percentile in ms, as its bucket's upper edge; None when the
-        window holds no round trip."""
+    def percentile(self, fraction: float, now_ms: int, at_least: int = 1) -> int | None:
+        """The ``fraction`` (0.99 for the p99) percentile in ms, as its bucket's upper edge, read low enough
+        that at least ``at_least`` round trips lie at or above it; None when the window holds fewer.
+
+        `at_least` matters only while the window holds fewer than ``at_least / (1 - fraction)`` round
+        trips: then the plain percentile is one of the slowest few (with under 100, the p99 is the slowest),
+        and a reading above a level means that many round trips were."""
+        if at_least < 1:
+            raise ValueError(f"at_least must be at least 1, not {at_least}")
         live = self._live(now_ms)
         total = sum(sum(counts) for counts in live)
-        if total == 0:
+        if total < at_least:
             return None
-        # The smallest bucket at or below which at least `fraction` of the round trips lie.
-        wanted = fraction * total
+        # The smallest bucket at or below which at least `fraction` of the round trips lie, and at most all
+        # but `at_least - 1` of them.
+        wanted = min(fraction * total, total - at_least + 1)
         seen = 0
         for bucket in range(len(EDGES)):
             seen += sum(counts[bucket] for counts in live)

@@ -9,7 +9,7 @@
   topic it holds (at most MAX_TOPICS_SHOWN per broker);
 * `sluice_broker_throttles_total{node_id}`, `sluice_broker_throttle_time_ms_total{node_id}`;
 * `sluice_broker_produce_p99_ms{node_id}`: the Produce round-trip p99 the latency trigger reads (with
-  `trigger: latency`, once a Produce was answered in its window);
+  `trigger: latency`, once three Produce requests were answered in its window, quota/broker_shield.py);
 * `sluice_broker_unattributed_bytes_total`: Produce bytes charged to no broker (a bootstrap connection
   whose upstream address is no broker's, proxy/cluster/broker_nodes.py).
 

@@ -154,6 +154,24 @@ def test_the_latency_trigger_holds_a_slow_broker_at_its_current_ingress() -> Non
     assert 80 <= view.p99_ms <= 85  # to its histogram bucket's upper edge
 
 
+@pytest.mark.parametrize(("stalled", "engaged"), [(1, False), (2, False), (3, True)])
+def test_the_latency_trigger_judges_a_broker_of_few_round_trips_on_more_than_one_stall(
+    stalled: int, engaged: bool
+) -> None:
+    # Five Produce requests a second (a broker leading one partition of a paced producer): 15 in the p99
+    # window, whose plain p99 is the slowest. One or two stalled by the machine must not hold its topics.
+    targets = LatencyTargets(produce_p99_ms=200, release_p99_ms=160, floor_bytes_per_s=10_000)
+    shield = BrokerShield(ShieldLimits(latency=targets))
+    events: list[str] = []
+    for now in range(0, 10_000, 200):
+        shield.record(1, [("t", 10_000)], now)
+        slow = 5_000 <= now < 5_000 + 200 * stalled
+        shield.round_trip(1, 500 if slow else 5, now)
+        if now % 1000 == 0:
+            events += [e.event for e in shield.tick(now)]
+    assert ("broker_latency_engaged" in events) is engaged
+
+
 def test_node_ids_from_other_instances_are_bounded() -> None:
     shield = BrokerShield(ShieldLimits(bytes_in_per_s=1000))
     for node in range(MAX_BROKERS + 10):

@@ -52,3 +52,38 @@ def test_old_sub_windows_leave_the_percentile() -> None:
     assert window.percentile(0.99, 10_000) is None  # nothing recent
     window.record(7, 10_000)
     assert window.count(10_000) == 1 and window.percentile(0.99, 10_000) == 7
+
+
+def test_at_least_reads_the_percentile_below_the_slowest_few_of_a_small_window() -> None:
+    window = RoundTripWindow(samples=3, window_ms=1000)
+    for t in range(0, 3000, 200):  # 15 round trips: a broker answering five Produce requests a second
+        window.record(500 if t == 1000 else 5, t)
+    assert window.percentile(0.99, 2999) == EDGES[bucket_of(500)]  # the p99 of 15 is the slowest
+    assert window.percentile(0.99, 2999, at_least=3) == 5  # one slow round trip is not three
+    window.record(500, 2000)
+    window.record(500, 2100)
+    assert window.percentile(0.99, 2999, at_least=3) == EDGES[bucket_of(500)]  # three are
+    assert window.percentile(0.99, 2999, at_least=18) is None  # 17 round trips: too few to read
+    with pytest.raises(ValueError, match="at_least"):
+        window.percentile(0.99, 2999, at_least=0)
+
+
+@given(
+    st.lists(st.integers(min_value=0, max_value=5000), min_size=1, max_size=600),
+    st.integers(min_value=1, max_value=6),
+)
+def test_at_least_leaves_that_many_at_or_above_the_reading_and_is_the_plain_percentile_in_a_large_window(
+    round_trips: list[int], at_least: int
+) -> None:
+    window = RoundTripWindow(samples=1, window_ms=1000)
+    for ms in round_trips:
+        window.record(ms, 0)
+    plain = window.percentile(0.99, 0)
+    reading = window.percentile(0.99, 0, at_least)
+    if len(round_trips) < at_least:
+        assert reading is None
+        return
+    assert plain is not None and reading is not None and reading <= plain
+    assert sum(EDGES[bucket_of(ms)] >= reading for ms in round_trips) >= at_least
+    if len(round_trips) * (1 - 0.99) >= at_least - 1:
+        assert reading == plain
