@@ -2,8 +2,8 @@
 what it still sends when it closes on an error (a throttle delays, never drops), and the CPU time it counts
 on the paths that run outside a read (an unmute, a deferral's resume).
 
-The broker is a few lines of asyncio that answer as the test says (frames built by `protocol/`), so it can
-send what no real broker would: a response nobody asked for.
+The broker is a double (tests/connection_harness.py) that answers as the test says (frames built by
+`protocol/`), so it can send what no real broker would: a response nobody asked for.
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ import struct
 import time
 from collections.abc import Callable
 
+from connection_harness import Broker, Factory, Proxy, run
 from structlog.testing import capture_logs
 
 from sluice.protocol.api_keys import ApiKey
-from sluice.protocol.headers import RequestHeader, encode_request, encode_response, read_correlation_id
+from sluice.protocol.headers import RequestHeader, encode_request, encode_response
 from sluice.proxy.cluster.brokers import BrokerDirectory
-from sluice.proxy.data_path.connection import ClientSide
-from sluice.proxy.data_path.filter_chain import FilterChain
-from sluice.proxy.data_path.session import ConnectionRegistry, SessionSettings
 from sluice.proxy.filter_api import (
     Answer,
     Close,
@@ -33,11 +31,9 @@ from sluice.proxy.filter_api import (
     Respond,
 )
 from sluice.proxy.filters import BrokerAddressRewriteFactory
-from sluice.proxy.observability.metrics import ProxyMetrics
 
 METADATA, PRODUCE, API_VERSIONS = ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.API_VERSIONS
 LONG_DELAY_MS = 60_000  # far longer than any test waits: a held response must leave by the flush
-WAIT_S = 10.0  # an honest bound for a loaded machine; the tests finish in milliseconds when all is well
 
 
 def produce(correlation_id: int) -> bytes:
@@ -55,22 +51,6 @@ def metadata(correlation_id: int) -> bytes:
 
 def response(key: int, correlation_id: int) -> bytes:
     return encode_response(key, 1, correlation_id, b"ack")
-
-
-class Factory(FilterFactory):
-    def __init__(self, cls: type[Filter], cpu: bool = False, **shared: object) -> None:
-        self.filter_class = cls  # type: ignore[misc]
-        self._cpu = cpu
-        self._shared = shared
-
-    def create(self, conn):  # type: ignore[no-untyped-def]
-        made = self.filter_class(conn)
-        for name, value in self._shared.items():
-            setattr(made, name, value)
-        return made
-
-    def needs_cpu_time(self) -> bool:
-        return self._cpu
 
 
 class DelaysProduceAcks(Filter):
@@ -103,98 +83,6 @@ class ClosesOnMetadata(Filter):
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Close:
         return Close("not allowed")
-
-
-class Broker:
-    """Reads requests (their correlation ids) and writes whatever bytes the test gives it."""
-
-    def __init__(self) -> None:
-        self.requests: asyncio.Queue[int] = asyncio.Queue()
-        self.writer: asyncio.StreamWriter | None = None
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._accepted, "127.0.0.1", 0)
-        return self.server.sockets[0].getsockname()[1]
-
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
-        try:
-            while True:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
-                frame = await reader.readexactly(size)
-                self.requests.put_nowait(struct.unpack_from(">i", frame, 4)[0])
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-
-    async def received(self, count: int) -> list[int]:
-        return [await asyncio.wait_for(self.requests.get(), WAIT_S) for _ in range(count)]
-
-    async def send(self, *frames: bytes) -> None:
-        assert self.writer is not None
-        self.writer.write(b"".join(frames))  # one write: the proxy reads them together
-        await self.writer.drain()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if self.server is not None:
-            self.server.close()
-
-
-class Proxy:
-    """One listener whose connections are ClientSides over `factories`, upstream to `broker_port`."""
-
-    def __init__(self, broker_port: int, *factories: FilterFactory) -> None:
-        metrics = ProxyMetrics()
-        self.registry = ConnectionRegistry(metrics)
-        self.settings = SessionSettings(FilterChain(factories), metrics, self.registry, 1 << 20, 300.0)
-        self._broker_port = broker_port
-        self.server: asyncio.Server | None = None
-
-    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(
-            lambda: ClientSide(self.settings, "test", lambda: [("127.0.0.1", self._broker_port)]),
-            "127.0.0.1",
-            0,
-        )
-        return await asyncio.open_connection("127.0.0.1", self.server.sockets[0].getsockname()[1])
-
-    def connection(self) -> ClientSide:
-        (conn,) = list(self.registry)
-        return conn  # type: ignore[return-value]
-
-    def close(self) -> None:
-        for conn in self.registry:
-            conn.close("test_over")
-        if self.server is not None:
-            self.server.close()
-
-
-async def responses_until_closed(reader: asyncio.StreamReader) -> list[int]:
-    """Correlation ids of every response the client gets until the proxy closes the connection."""
-    ids = []
-    while True:
-        prefix = await asyncio.wait_for(reader.read(4), WAIT_S)
-        if not prefix:
-            return ids
-        frame = await asyncio.wait_for(reader.readexactly(struct.unpack(">i", prefix)[0]), WAIT_S)
-        ids.append(read_correlation_id(prefix + frame))
-
-
-async def run(factories: list[FilterFactory], scenario: Callable) -> list[int]:
-    broker = Broker()
-    proxy = Proxy(await broker.start(), *factories)
-    try:
-        reader, writer = await proxy.connect()
-        await scenario(broker, writer)
-        received = await responses_until_closed(reader)
-        writer.close()
-        return received
-    finally:
-        proxy.close()
-        broker.close()
 
 
 # ---- an error close sends what the client is owed first -------------------------------------------
