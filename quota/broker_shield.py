@@ -44,10 +44,11 @@ RATE_SAMPLES, RATE_WINDOW_MS = 5, 1000
 # The p99 window: three one-second sub-windows; the trigger lowers at most once per that span.
 P99_SAMPLES, P99_WINDOW_MS = 3, 1000
 P99 = 0.99
-# The p99 is read so that at least this many round trips lie at or above it. A broker that leads few busy
-# partitions answers a few Produce requests a second, the p99 of under 100 round trips is the slowest of
-# them, and one round trip stalled by the machine (a pause of the proxy's process, not the broker's
-# latency) would engage the loop and hold its topics.
+# The p99 is read so that at least this many round trips lie at or above it, and a window with fewer (but
+# some) is not judged at all. A broker that leads few busy partitions answers a few Produce requests a
+# second, the p99 of under 100 round trips is the slowest of them, and one round trip stalled by the
+# machine (a pause of the proxy's process, not the broker's latency) would engage the loop and hold its
+# topics.
 SLOW_ROUND_TRIPS = 3
 # Topics tracked per broker; further ones share one entry, so invented topic names cannot grow memory
 # or dilute the other topics' shares without bound.
@@ -231,6 +232,10 @@ class BrokerShield:
             if trigger is None or round_trips is None:
                 continue
             p99 = round_trips.percentile(P99, now_ms, SLOW_ROUND_TRIPS)
+            if p99 is None and round_trips.count(now_ms):
+                # One or two answered: too few to judge either way. Read as none, a held broker that answers
+                # that little (slowed, or starved by its own throttles) would be raised and released.
+                continue
             change = trigger.evaluate(p99, broker.rate.measure(now_ms), now_ms)
             if change is not None:
                 self._apply_threshold(broker)

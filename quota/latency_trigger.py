@@ -121,7 +121,8 @@ class LatencyTrigger:
 
     def evaluate(self, p99_ms: float | None, bytes_in_per_s: float, now_ms: int) -> TriggerChange | None:
         """One evaluation (call once per period); what changed, or None. `p99_ms` None: no Produce was
-        answered in the p99 window (nothing to measure, so nothing is too slow)."""
+        answered in the p99 window (nothing to measure, so nothing is too slow; the broker shield does not
+        evaluate a window of one or two, too few to judge either way)."""
         targets = self._targets
         over = p99_ms is not None and p99_ms > targets.produce_p99_ms
         previous, self._previous_p99 = self._previous_p99, p99_ms

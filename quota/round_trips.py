@@ -86,9 +86,10 @@ class RoundTripWindow:
         """The ``fraction`` (0.99 for the p99) percentile in ms, as its bucket's upper edge, read low enough
         that at least ``at_least`` round trips lie at or above it; None when the window holds fewer.
 
-        `at_least` matters only while the window holds fewer than ``at_least / (1 - fraction)`` round
-        trips: then the plain percentile is one of the slowest few (with under 100, the p99 is the slowest),
-        and a reading above a level means that many round trips were."""
+        `at_least` matters only while the window holds fewer than ``(at_least - 1) / (1 - fraction)``
+        round trips (200 for the p99 with 3): then the plain percentile is one of the slowest few (with
+        under 100, the p99 is the slowest), and a reading above a bucket means that many round trips lay
+        above it."""
         if at_least < 1:
             raise ValueError(f"at_least must be at least 1, not {at_least}")
         live = self._live(now_ms)

@@ -48,7 +48,9 @@ class ShieldRun:
     round_trips: list[tuple[int, float]] = field(default_factory=list)  # (answered at ms, ms)
     throttled: dict[str, int] = field(default_factory=dict)  # topic -> throttles
     events: list[tuple[int, str]] = field(default_factory=list)  # (ms, event)
-    # (ms, the p99 of the last three seconds' round trips: what the trigger reads, measured alike)
+    # (ms, the p99 of the last three seconds' round trips: what the trigger reads, measured alike; the
+    # trigger's reading keeps three round trips at or above it, the same from 200 in the window, which the
+    # simulated broker's hundreds of answers a second always hold)
     p99: list[tuple[int, float | None]] = field(default_factory=list)
 
     def rate(self, start_ms: int, end_ms: int, topic: str | None = None) -> float:

@@ -172,6 +172,27 @@ def test_the_latency_trigger_judges_a_broker_of_few_round_trips_on_more_than_one
     assert ("broker_latency_engaged" in events) is engaged
 
 
+def test_a_held_broker_answering_one_or_two_in_the_window_is_neither_raised_nor_released() -> None:
+    # Held, then slowed to one answer every two seconds (each taking two): too few to judge, so the loop
+    # stays where it is; read as none answered, it was raised and then released while the broker crawled.
+    targets = LatencyTargets(produce_p99_ms=50, release_p99_ms=40, floor_bytes_per_s=1_000)
+    shield = BrokerShield(ShieldLimits(latency=targets))
+    events: list[tuple[int, str]] = []
+    for now in range(0, 30_000, 10):
+        if now < 10_000:
+            shield.record(1, [("t", 1000)], now)  # 100 kB/s
+            shield.round_trip(1, 5 if now < 5_000 else 80, now)
+        elif now % 2_000 == 0:
+            shield.record(1, [("t", 1000)], now)
+            shield.round_trip(1, 2_000, now)
+        if now % 1000 == 0:
+            events += [(now, e.event) for e in shield.tick(now)]
+    assert "broker_latency_engaged" in [e for _t, e in events], events
+    after_slowing = [e for t, e in events if t >= 13_000 and e.startswith("broker_latency_")]
+    assert after_slowing == [], after_slowing
+    assert shield.view(1, 30_000).threshold is not None  # still held
+
+
 def test_node_ids_from_other_instances_are_bounded() -> None:
     shield = BrokerShield(ShieldLimits(bytes_in_per_s=1000))
     for node in range(MAX_BROKERS + 10):

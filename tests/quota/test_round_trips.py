@@ -85,5 +85,8 @@ def test_at_least_leaves_that_many_at_or_above_the_reading_and_is_the_plain_perc
         return
     assert plain is not None and reading is not None and reading <= plain
     assert sum(EDGES[bucket_of(ms)] >= reading for ms in round_trips) >= at_least
+    # and no lower than that: the plain percentile, or the bucket of the at_least-th slowest if lower
+    slowest = sorted((bucket_of(ms) for ms in round_trips), reverse=True)
+    assert reading == min(plain, EDGES[slowest[at_least - 1]])
     if len(round_trips) * (1 - 0.99) >= at_least - 1:
         assert reading == plain
