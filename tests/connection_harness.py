@@ -13,26 +13,10 @@ from sluice.protocol.headers import read_correlation_id
 from sluice.proxy.data_path.connection import ClientSide
 from sluice.proxy.data_path.filter_chain import FilterChain
 from sluice.proxy.data_path.session import ConnectionRegistry, SessionSettings
-from sluice.proxy.filter_api import Filter, FilterFactory
+from sluice.proxy.filter_api import FilterFactory
 from sluice.proxy.observability.metrics import ProxyMetrics
 
 WAIT_S = 10.0  # an honest bound for a loaded machine; the tests finish in milliseconds when all is well
-
-
-class Factory(FilterFactory):
-    def __init__(self, cls: type[Filter], cpu: bool = False, **shared: object) -> None:
-        self.filter_class = cls  # type: ignore[misc]
-        self._cpu = cpu
-        self._shared = shared
-
-    def create(self, conn):  # type: ignore[no-untyped-def]
-        made = self.filter_class(conn)
-        for name, value in self._shared.items():
-            setattr(made, name, value)
-        return made
-
-    def needs_cpu_time(self) -> bool:
-        return self._cpu
 
 
 class Broker:

@@ -13,7 +13,8 @@ import struct
 import time
 from collections.abc import Callable
 
-from connection_harness import Broker, Factory, Proxy, run
+from connection_harness import Broker, Proxy, run
+from filter_factories import Factory
 from structlog.testing import capture_logs
 
 from sluice.protocol.api_keys import ApiKey

@@ -13,6 +13,7 @@ import itertools
 import struct
 
 import pytest
+from filter_factories import Factory
 from kafka.protocol.producer import ProduceRequest
 from manual_loop import ManualLoop, RecordingTransport
 
@@ -100,18 +101,6 @@ class AnswersHeads(Filter):
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Answer:
         return Answer(b"\x00\x00\x00\x04" + struct.pack(">i", header.correlation_id))
-
-
-class Factory(FilterFactory):
-    def __init__(self, cls: type[Filter], **shared: object) -> None:
-        self.filter_class = cls  # type: ignore[misc]
-        self._shared = shared
-
-    def create(self, conn):  # type: ignore[no-untyped-def]
-        made = self.filter_class(conn)
-        for name, value in self._shared.items():
-            setattr(made, name, value)
-        return made
 
 
 class Connection:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from filter_factories import Factory
 from manual_loop import ManualLoop, RecordingTransport
 
 from sluice.protocol.api_keys import ApiKey
@@ -95,18 +96,6 @@ class Counters:
 
     def count_response(self, api_key: int, size: int) -> None:
         self.responses.append(api_key)
-
-
-class Factory(FilterFactory):
-    def __init__(self, cls: type[Filter], **shared: object) -> None:
-        self.filter_class = cls  # type: ignore[misc]
-        self._shared = shared
-
-    def create(self, conn):  # type: ignore[no-untyped-def]
-        made = self.filter_class(conn)
-        for name, value in self._shared.items():
-            setattr(made, name, value)
-        return made
 
 
 class Harness:
