@@ -231,11 +231,11 @@ class BrokerShield:
             trigger, round_trips = broker.trigger, broker.round_trips
             if trigger is None or round_trips is None:
                 continue
-            p99 = round_trips.percentile(P99, now_ms, SLOW_ROUND_TRIPS)
-            if p99 is None and round_trips.count(now_ms):
-                # One or two answered: too few to judge either way. Read as none, a held broker that answers
-                # that little (slowed, or starved by its own throttles) would be raised and released.
+            if 0 < round_trips.count(now_ms) < SLOW_ROUND_TRIPS:
+                # Too few answered to judge either way. Read as none, a held broker that answers that little
+                # (slowed, or starved by its own throttles) would be raised and released.
                 continue
+            p99 = round_trips.percentile(P99, now_ms, SLOW_ROUND_TRIPS)
             change = trigger.evaluate(p99, broker.rate.measure(now_ms), now_ms)
             if change is not None:
                 self._apply_threshold(broker)

@@ -90,8 +90,7 @@ class RoundTripWindow:
         round trips (200 for the p99 with 3): then the plain percentile is one of the slowest few (with
         under 100, the p99 is the slowest), and a reading above a bucket means that many round trips lay
         above it."""
-        if at_least < 1:
-            raise ValueError(f"at_least must be at least 1, not {at_least}")
+        require_positive_int("at_least", at_least)
         live = self._live(now_ms)
         total = sum(sum(counts) for counts in live)
         if total < at_least:
