@@ -115,9 +115,8 @@ class SessionSettings:
         self.max_request_bytes = max_frame_bytes
         self.max_request_limit_name = "max_frame_bytes"
         self.idle_timeout_s = idle_timeout_s
-        # Only a filter charging CPU time (a request_percentage quota) needs it; the thread clock costs a
-        # system call per read, so it is read only while some filter says so (asked per read: quotas come
-        # and go at run time).
+        # Only a filter charging CPU time (a request_percentage quota) needs it, so the clock is read around
+        # a pass only while some filter says so (asked per pass: quotas come and go at run time).
         self.cpu_time_needed = chain.cpu_time_needed()
         self.upstream_tls = upstream_tls
         self.upstream_bind_address = upstream_bind_address  # upstream.bind_address

@@ -190,8 +190,9 @@ class ConnectionInfo(Protocol):
         ...
 
     def take_cpu_ns(self) -> int:
-        """CPU time spent on this connection since the last call (measured only while a filter's factory
-        says it needs it)."""
+        """CPU time spent on this connection since the last call, as Kafka times a handler's work: the
+        wall time of the proxy's passes over its reads, on the monotonic clock (measured only while a
+        filter's factory says it needs it)."""
         ...
 
     def mute_remaining_ms(self) -> int: ...

@@ -215,3 +215,25 @@ async def test_cpu_time_of_a_resumed_request_is_counted() -> None:
 
     factory = Factory(DefersThenBurns, cpu=True, ready=ready, deferred=deferred)
     assert await cpu_counted_while(factory, scenario) >= BURN_NS
+
+
+class Blocks(Filter):
+    """Blocks the event loop's thread without using CPU: the thread CPU clock would not see it."""
+
+    request_api_keys = frozenset({METADATA})
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+        time.sleep(BURN_NS / 1e9)
+        return frame
+
+
+async def test_a_pass_is_charged_its_wall_time_as_kafka_charges_a_handlers_time() -> None:
+    """Kafka times a handler's work on the monotonic clock, so time the thread was not running is charged
+    too; so does the proxy (docs/quotas.md, "Request time")."""
+
+    async def scenario(broker: Broker, client: asyncio.StreamWriter) -> None:
+        client.write(metadata(1))
+        assert await broker.received(1) == [1]
+        await broker.send(response(METADATA, 1))
+
+    assert await cpu_counted_while(Factory(Blocks, cpu=True), scenario) >= BURN_NS
