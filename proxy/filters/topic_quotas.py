@@ -13,8 +13,8 @@ v13 names topics by id; the filter keeps clients at v12, where they are named.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import ClassVar, Protocol
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import RequestHeader
@@ -35,18 +35,26 @@ from ..observability.quota_metrics import ThrottleStats
 _TOPIC_TAGS = QuotaTags("", "")
 
 
+class TopicQuotasInForce(Protocol):
+    """Where the topic quotas in force are read (control_plane's LiveQuotas): one attribute, per Produce."""
+
+    topics: TopicQuotas | None
+
+
 class TopicQuotaFilter(Filter):
     request_api_keys = frozenset({ApiKey.PRODUCE})
     max_versions: ClassVar[Mapping[int, int]] = {ApiKey.PRODUCE: LAST_WITH_TOPIC_NAMES}
 
-    __slots__ = ("_shared",)
+    __slots__ = ("_live", "_shared")
 
     def __init__(self, conn: ConnectionInfo, shared: TopicQuotasFactory) -> None:
         super().__init__(conn)
         self._shared = shared
+        # Read directly, not through the factory: this runs for every Produce, nearly always to find None.
+        self._live = shared.live
 
     def on_request(self, header: RequestHeader, frame: RequestFrame) -> RequestEffect:
-        quotas = self._shared.topics()
+        quotas = self._live.topics
         if quotas is None:
             return frame
         sizes = produce_topic_sizes(whole(frame), header)
@@ -60,12 +68,12 @@ class TopicQuotaFilter(Filter):
 
 
 class TopicQuotasFactory(FilterFactory):
-    """`topics()` gives the topic quotas in force now (None: none configured)."""
+    """`live.topics` is the topic quotas in force now (None: none configured)."""
 
     filter_class = TopicQuotaFilter
 
-    def __init__(self, topics: Callable[[], TopicQuotas | None], stats: ThrottleStats) -> None:
-        self.topics = topics
+    def __init__(self, live: TopicQuotasInForce, stats: ThrottleStats) -> None:
+        self.live = live
         self.stats = stats
 
     def create(self, conn: ConnectionInfo) -> TopicQuotaFilter:
@@ -73,4 +81,4 @@ class TopicQuotasFactory(FilterFactory):
 
     def reads_body_now(self, api_key: int) -> bool:
         # Only while topic quotas exist: otherwise a large Produce may pass through as it arrives.
-        return self.topics() is not None
+        return self.live.topics is not None

@@ -253,7 +253,7 @@ class SluiceServer:
                 self.mutation_rates,
             ),
             # Before ClientQuotas: the larger of the two throttles is the request's, told by ClientQuotas.
-            TopicQuotasFactory(lambda: self.quota_state.live.topics, self.throttle_stats),
+            TopicQuotasFactory(self.quota_state.live, self.throttle_stats),
             # Last, so it patches throttle_time_ms into answers the other filters have already rewritten.
             ClientQuotasFactory(
                 self.quota_managers,
