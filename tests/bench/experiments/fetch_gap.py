@@ -133,6 +133,12 @@ def _proxy(upstream: str, variant: str, options: Options, tag: str) -> ProxyProc
         os.environ.update(saved)
 
 
+def minor_faults(pid: int) -> int:
+    """The process's minor page faults so far (/proc/<pid>/stat's tenth field)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[7])
+
+
 def _wait_quiet(proxy: ProxyProcess) -> None:
     """Until the filler's connections have closed and, with usage records, the interval they ended in has
     been drained into a batch: the idle reading that follows counts neither."""
@@ -143,7 +149,8 @@ def _wait_quiet(proxy: ProxyProcess) -> None:
     wait_until(lambda: scrape("sluice_connections_active") == 0, "the filler's connections closed", 30)
     if "sluice_usage_batches_total" in proxy.metrics_text():  # the variants with usage records
         drained = scrape("sluice_usage_batches_total")
-        wait_until(lambda: scrape("sluice_usage_batches_total") > drained, "an interval drained", 30)
+        # both-nopub's interval is a minute
+        wait_until(lambda: scrape("sluice_usage_batches_total") > drained, "an interval drained", 70)
 
 
 def one_run(variant: str, round_no: int, options: Options) -> dict[str, Any]:
@@ -169,11 +176,11 @@ def one_run(variant: str, round_no: int, options: Options) -> dict[str, Any]:
                 before = cpu(pid)
                 time.sleep(options.idle_s)  # the measured span itself: idle wall time, no client
                 idle = (cpu(pid) - before) / options.idle_s * 1000
-            before_threads = threads(pid)
+            before_threads, faults_before = threads(pid), minor_faults(pid)
             run = run_windowed(
                 client_command(proxy.bootstrap, workload, topic, RECORDS), {"middle": pid}, clock=clock
             )
-            after_threads = threads(pid)
+            after_threads, faults = threads(pid), minor_faults(pid) - faults_before
         finally:
             proxy.stop()
     per_thread = {
@@ -193,6 +200,7 @@ def one_run(variant: str, round_no: int, options: Options) -> dict[str, Any]:
         "cpu_s_per_gib": round(cpu_ms / 1000 / gib, 3),
         "cpu_ms_per_s": round(cpu_ms / seconds, 2),
         "idle_ms_per_s": round(idle, 2),
+        "minor_faults_per_mib": round(faults / (gib * 1024), 1),
         "threads_ms": per_thread,
     }
 
