@@ -311,12 +311,10 @@ class RequestQuotaManager(ClientQuotaManager):
     def max_throttle_ms(self) -> int:
         return self._max_throttle_ms
 
-    def record_request_time_ns(
-        self, user: str, client_id: str | None, thread_time_ns: int, now_ms: int
-    ) -> int:
+    def record_request_time_ns(self, user: str, client_id: str | None, time_ns: int, now_ms: int) -> int:
         """Record request-handling time (ns) with a check; returns the bounded throttle in ms."""
         return self.record_and_get_throttle_ms(
-            user, client_id, thread_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms
+            user, client_id, time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms
         )
 
 

@@ -395,7 +395,8 @@ class ClientSide(asyncio.BufferedProtocol):
         return int(self._last_read * 1000)
 
     def take_cpu_ns(self) -> int:
-        """CPU time spent on this connection since the last call, for request_percentage charging."""
+        """CPU time spent on this connection since the last call, for request_percentage charging: the wall
+        time of its passes (`_pass_clock_ns`)."""
         spent, self.cpu_ns = self.cpu_ns, 0
         return spent
 

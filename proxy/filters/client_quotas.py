@@ -5,8 +5,9 @@ What is charged (spec 2.7, 3):
 * Fetch: the response body's size + 4 to `consumer_byte_rate`; the request's `max_bytes` is first capped to
   what the quota window can hold (KAFKA-9677). A share group's ShareFetch (KIP-932) likewise, as Kafka
   charges it, except that a throttled one keeps its records (below);
-* every API: the proxy's own CPU time on the connection to `request_percentage` (a deliberate difference
-  from a broker, which charges its handler threads; see docs/quotas.md). SaslHandshake, SaslAuthenticate
+* every API: the proxy's own CPU time on the connection to `request_percentage` (the wall time of its
+  passes over the connection's reads, timed as a broker times its handler threads; a proxy cannot see a
+  broker's: see docs/quotas.md). SaslHandshake, SaslAuthenticate
   and ApiVersions are not charged and create no sensor: a broker's authenticator answers them outside the
   request quota on SASL listeners (spec 3), and charging the one request any client sends before it logs
   in would let a client cycling client-ids make a sensor per id. Their CPU time is dropped, not carried over.

@@ -7,7 +7,7 @@ order rotating from round to round; the medians of its records/sec are compared 
 
 The non-binding quotas put every charging path to work on every request: `producer_byte_rate` of 10 GB/s
 (the Produce sensor), `request_percentage` of 1000 % (ten threads' worth; the proxy has one), which makes the
-proxy read the thread CPU clock around every read and charge the Request sensor on every response, and a
+proxy time every read on the monotonic clock and charge the Request sensor on every response, and a
 few other entities, so entity resolution has more than one rule to choose from. After the runs the quota
 proxies' metrics must show those bounds on the load generators' sensors and not one throttle; otherwise
 the benchmark fails rather than report a throttled run as overhead.

@@ -13,8 +13,8 @@ Two measurements, both in front of a 1-broker mock cluster:
 
 The proxy has quotas configured (QUOTA_ENTITIES): the load generators' client-ids are covered by bounds
 they never reach (producer_byte_rate 10 GB/s, request_percentage 1000 %), so every request is charged to
-its Produce sensor and every response to its Request sensor (the proxy reads the thread CPU clock around
-every read); meanwhile a small producer with client-id `pump` (wire_load.py, ~10 KB requests, one in
+its Produce sensor and every response to its Request sensor (the proxy times every read on the monotonic
+clock); meanwhile a small producer with client-id `pump` (wire_load.py, ~10 KB requests, one in
 flight) runs against the proxy all along and is held to its 100,000 B/s, so throttles are computed,
 written into answers and muted on one connection while the bulk load is measured. After the rounds the
 proxy's metrics must show the pump throttled and the bulk load not, or the benchmark fails.

@@ -132,11 +132,9 @@ class LoggingProduceManager(ClientQuotaManager):
 class LoggingRequestManager(RequestQuotaManager):
     __slots__ = ("log",)
 
-    def record_request_time_ns(
-        self, user: str, client_id: str | None, thread_time_ns: int, now_ms: int
-    ) -> int:
-        self.log.append(("request record", user, client_id, thread_time_ns, now_ms))
-        return super().record_request_time_ns(user, client_id, thread_time_ns, now_ms)
+    def record_request_time_ns(self, user: str, client_id: str | None, time_ns: int, now_ms: int) -> int:
+        self.log.append(("request record", user, client_id, time_ns, now_ms))
+        return super().record_request_time_ns(user, client_id, time_ns, now_ms)
 
 
 class Lookup(dict):  # type: ignore[type-arg]

@@ -4,9 +4,10 @@ fresh 1-broker mock cluster (the topic produced first, unmeasured, as bench_real
 
 Variants (VARIANTS): ``none`` (neither), ``quota`` (section 2b's quotas only), ``usage`` (usage records
 only), ``both`` (section 2b's "sluice"), ``both-nopub`` (both, a usage interval of a minute: no batch in
-the window), ``both-noreq`` (both, no request_percentage quota: no thread CPU clock, no request-time
-sensor). Per run: the proxy's CPU in the client's window (schedstat, to the ns), per thread, and with
-``--idle-s`` its CPU over an idle span before the client connects (ms a second).
+the window), ``both-noreq`` (both, no request_percentage quota: no pass timed, no request-time
+sensor). Per run: the proxy's CPU in the client's window (schedstat, to the ns), per thread, its minor
+page faults per MiB over the client's whole run (its start-up included), and with ``--idle-s`` its CPU
+over an idle span before the client connects (ms a second).
 
 Run: ``.venv/bin/python tests/bench/experiments/fetch_gap.py --variants none,both --rounds 3
 --workload fetch-64k``. In the window, optionally: ``--timed PREFIX`` (timed_proxy.py: the thread CPU time
