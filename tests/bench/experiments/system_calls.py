@@ -1,8 +1,9 @@
 """System calls of the proxy per request (strace -c), for several source trees, with section 2b's quotas.
 
-Each tree's `sluice run` (`<tree>/.venv/bin/python -m sluice.proxy run`, PYTHONMALLOC=malloc as the command
-picks for itself) in front of canned_broker.py, with section 2b's quota entities (a `request_percentage`
-quota among them, so the connection times its passes) and the load's client-id charged on every request;
+Each tree's `sluice run` (`<tree>/.venv/bin/python -m sluice.proxy run`, which restarts itself with
+PYTHONMALLOC=malloc before it serves) in front of canned_broker.py, with section 2b's quota entities (a
+`request_percentage` quota among them, so the connection times its passes) and the load's client-id
+charged on every request;
 wire_load.py sends section 9's shape (small Produce requests, 4 connections, one in flight each) or, with
 `--fetch-bytes`, Fetch requests answered with that many bytes (one connection, 4 in flight). `strace -c -f`
 is attached for the counted load only (after a warm-up), so start-up is not counted. The count does not
@@ -15,39 +16,22 @@ Run: ``.venv/bin/python tests/bench/experiments/system_calls.py --trees /work/wt
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/: the test broker and proxy handles
 
 from bench_real_clients import CLIENT_ID, QUOTA_ENTITIES
 from harness import CannedBrokerProcess, run_child, wire_load_command
-
-from sluice.proxy.listeners.ports import free_port_block
+from proxy_process import ProxyProcess
 
 PRODUCE = {"kind": "produce", "topic": "small", "record_bytes": 1024, "records": 16, "connections": 4,
            "in_flight": 1, "batch": 1, "check_every": 5000}  # fmt: skip
 FETCH = {"kind": "fetch", "topic": "fetched", "connections": 1, "in_flight": 4, "check_every": 1000}
-
-
-def _wait_for_port(port: int, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)  # a poll: the listener's opening is the event
-    raise TimeoutError(f"nothing listens on {port}")
 
 
 def _strace_attached(pid: int, out: Path) -> subprocess.Popen[bytes]:
@@ -59,36 +43,20 @@ def _strace_attached(pid: int, out: Path) -> subprocess.Popen[bytes]:
 
 def count(tree: Path, upstream: str, load: dict[str, object], requests: int) -> dict[str, int]:
     """System call name -> calls of `tree`'s proxy over `requests` counted requests."""
-    work = Path(tempfile.mkdtemp(prefix="sluice-strace-"))
-    port = free_port_block(16)
-    config = {
-        "listen": f"127.0.0.1:{port}",
-        "advertised_host": "127.0.0.1",
-        "broker_port_base": port + 2,
-        "upstream": {"bootstrap": [upstream]},
-        "log": {"level": "warning", "format": "json"},
-        "quota": {"sensor": "window", "entities": QUOTA_ENTITIES},
-    }
-    (work / "sluice.yaml").write_text(yaml.safe_dump(config))
-    command = [str(tree / ".venv" / "bin" / "python"), "-m", "sluice.proxy", "run", "--config"]
-    env = dict(os.environ, PYTHONMALLOC="malloc")
-    proxy = subprocess.Popen(
-        [*command, str(work / "sluice.yaml")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        _wait_for_port(port)
-        run_child(wire_load_command(port, requests=500, **load), timeout_s=120)  # warm-up
-        tracer = _strace_attached(proxy.pid, work / "strace.txt")
-        result = run_child(wire_load_command(port, requests=requests, **load), timeout_s=600).last_json()
+    out = Path(tempfile.mkdtemp(prefix="sluice-strace-")) / "strace.txt"
+    command = [str(tree / ".venv" / "bin" / "python"), "-m", "sluice.proxy"]
+    quota = {"quota": {"sensor": "window", "entities": QUOTA_ENTITIES}}
+    with ProxyProcess(upstream, extra_config=quota, log_level="warning", command=command) as proxy:
+        run_child(wire_load_command(proxy.port, requests=500, **load), timeout_s=120)  # warm-up
+        tracer = _strace_attached(proxy.process.pid, out)
+        counted = run_child(wire_load_command(proxy.port, requests=requests, **load), timeout_s=600)
+        result = counted.last_json()
         tracer.send_signal(signal.SIGINT)
         tracer.wait(30)
-        if result["answers"] != requests or result["errors"]:
-            raise RuntimeError(f"the load failed: {result}")
-    finally:
-        proxy.send_signal(signal.SIGTERM)
-        proxy.wait(30)
+    if result["answers"] != requests or result["errors"]:
+        raise RuntimeError(f"the load failed: {result}")
     calls: dict[str, int] = {}
-    for line in (work / "strace.txt").read_text().splitlines():
+    for line in out.read_text().splitlines():
         fields = line.split()
         if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total":
             calls[fields[-1]] = int(fields[3])
