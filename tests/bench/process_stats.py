@@ -15,13 +15,24 @@ def cpu_seconds(pid: int) -> float:
     return user + system
 
 
-def user_system_seconds(pid: int) -> tuple[float, float]:
-    """User and system CPU time the process has used so far (all its threads), apart."""
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat's fields after the command name: field 3 of proc(5) (1-based) at index 0."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     # The command name may hold spaces and parentheses; the fields after the last ')' are fixed.
-    fields = stat.rsplit(")", 1)[1].split()
+    return stat.rsplit(")", 1)[1].split()
+
+
+def user_system_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU time the process has used so far (all its threads), apart."""
+    fields = _stat_fields(pid)
     utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5), 1-based
     return utime / _CLOCK_TICKS, stime / _CLOCK_TICKS
+
+
+def minor_faults(pid: int) -> int:
+    """The process's minor page faults so far (field 10 of proc(5)): counted pages, not time, so they do
+    not move with what else runs on the machine."""
+    return int(_stat_fields(pid)[7])
 
 
 def precise_user_system_seconds(pid: int, proc: Path = Path("/proc")) -> tuple[float, float]:

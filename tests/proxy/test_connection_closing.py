@@ -226,6 +226,8 @@ class Blocks(Filter):
     request_api_keys = frozenset({METADATA})
 
     def on_request(self, header: RequestHeader, frame: Frame) -> Frame:
+        # Not a wait for an event: the sleep is the pass's work under test, time in which the thread
+        # holds the pass without running (as preemption would), which the charge must include.
         time.sleep(BURN_NS / 1e9)
         return frame
 

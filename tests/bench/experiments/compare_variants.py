@@ -21,12 +21,9 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/: the test br
 
 from harness import PYTHON, run_child, run_windowed, wire_load_command
 from mock_cluster_process import MockCluster
+from process_stats import minor_faults
 
 GIB = 1 << 30
-
-
-def minor_faults(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
 
 
 class Variant:

@@ -37,7 +37,7 @@ from bench_real_clients import PARTITIONS, QUOTA_ENTITIES, RECORDS, WORKLOADS, c
 from fetch_copies import wait_perf_attached
 from harness import PYTHON, run_windowed
 from mock_cluster_process import MockCluster
-from process_stats import precise_user_system_seconds
+from process_stats import minor_faults, precise_user_system_seconds
 from proxy_process import ProxyProcess
 from throttle_harness import metric_value
 from waiting import wait_until
@@ -132,12 +132,6 @@ def _proxy(upstream: str, variant: str, options: Options, tag: str) -> ProxyProc
     finally:
         os.environ.clear()
         os.environ.update(saved)
-
-
-def minor_faults(pid: int) -> int:
-    """The process's minor page faults so far (/proc/<pid>/stat's tenth field)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[7])
 
 
 def _wait_quiet(proxy: ProxyProcess) -> None:
