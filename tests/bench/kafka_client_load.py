@@ -29,6 +29,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 CLIENT_ID = "real-client-bench"
 WARMUP_RECORDS = 600  # enough for every partition's first batch and the connections behind them
 _QUEUE_FULL_WAIT_S = 0.005  # librdkafka's own queue is full: wait for deliveries (the client's back-pressure)
+# The longest a consume call waits for 10,000 records: a pass's last call, which gets fewer, returns this
+# soon after the last record instead of idling inside the window.
+_CONSUME_WAIT_S = 0.01
 
 
 def _event(name: str) -> None:
@@ -79,31 +82,30 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def consume(args: argparse.Namespace) -> dict[str, Any]:
-    """Read every partition from its first kept offset to its end, `--passes` times over: the mock
-    cluster keeps only the newest ~5 MB of each partition, too little for one pass to be measured."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "client.id": CLIENT_ID,
-            "group.id": f"{CLIENT_ID}-{time.time_ns()}",
-            "enable.auto.commit": False,
-        }
-    )
-    metadata = consumer.list_topics(args.topic, timeout=30)
-    partitions = [TopicPartition(args.topic, p) for p in sorted(metadata.topics[args.topic].partitions)]
-    ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in partitions}
-    # The window opens with the client connected and the topic known; it includes each pass's Fetch
+    """Read every partition from its first kept offset to its end, `--passes` times over, each pass with a
+    consumer of its own: the mock cluster keeps only the newest ~5 MB of each partition, too little for one
+    pass to be measured.
+
+    The window covers the reading and nothing else. A pass ends when its last partition's last record
+    arrives, not when a `consume` call's timeout runs out (with `consume(10_000, 1.0)` every pass ended in
+    a one-second wait for records that did not exist). A consumer of its own per pass, because a consumer at
+    a log's end has a long poll in flight (`fetch.wait.max.ms`, 500 ms, held by the broker while it has
+    nothing), and librdkafka sends a connection's next Fetch only after that one's answer: the same consumer
+    re-assigned would wait out the poll before its next pass could start."""
+    consumers = [_connected_consumer(args, n) for n in range(args.passes)]
+    ends = {tp.partition: end for tp, end in _ends(consumers[0], args.topic).items() if end > 0}
+    # The window opens with every consumer connected and the topic known; it includes each pass's Fetch
     # session set-up (a few requests), which is part of what a consumer costs a proxy.
     _event("window_start")
     start = time.perf_counter()
     failures: list[str] = []
     received = 0
     deadline = time.monotonic() + 120
-    for _ in range(args.passes):
-        consumer.assign([TopicPartition(args.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
-        left = {p for p, end in ends.items() if end > 0}
+    for consumer in consumers:
+        consumer.assign([TopicPartition(args.topic, partition, OFFSET_BEGINNING) for partition in ends])
+        left = set(ends)
         while left and time.monotonic() < deadline:
-            for message in consumer.consume(10_000, 1.0):
+            for message in consumer.consume(10_000, _CONSUME_WAIT_S):
                 if message.error() is not None:
                     if len(failures) < 10:
                         failures.append(str(message.error()))
@@ -111,14 +113,39 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
                 received += 1
                 if message.offset() + 1 >= ends[message.partition()]:
                     left.discard(message.partition())
+        # Fetch no more: its partitions unassigned, the finished consumer sends nothing during the others'
+        # passes (its long poll in flight is answered and not followed by another).
+        consumer.unassign()
         if left:
             failures.append(f"partitions {sorted(left)} not read to their end")
             break
     seconds = time.perf_counter() - start
     _event("window_end")
-    consumer.close()
+    for consumer in consumers:
+        consumer.close()
     args.records = received
     return _result("consume", args, seconds, failures)
+
+
+def _connected_consumer(args: argparse.Namespace, number: int) -> Consumer:
+    """A consumer that has asked for the topic's metadata and end offsets: connected to the bootstrap
+    server and to the partitions' leader before the window opens."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "client.id": CLIENT_ID,
+            "group.id": f"{CLIENT_ID}-{time.time_ns()}-{number}",
+            "enable.auto.commit": False,
+        }
+    )
+    _ends(consumer, args.topic)
+    return consumer
+
+
+def _ends(consumer: Consumer, topic: str) -> dict[TopicPartition, int]:
+    metadata = consumer.list_topics(topic, timeout=30)
+    partitions = [TopicPartition(topic, p) for p in sorted(metadata.topics[topic].partitions)]
+    return {tp: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in partitions}
 
 
 def _result(kind: str, args: argparse.Namespace, seconds: float, failures: list[str]) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Proxy CPU per GiB of Fetch answers at memory speed, for several source trees beside a bare relay: what the
 copies a large answer takes on its way through cost, where the proxy is the bottleneck.
 
-The real-client benchmark (bench_real_clients.py) reads Fetch answers from librdkafka's mock cluster at
-~21 MB/s, too slowly and too noisily to see a change of a tenth. Here the broker is
+The real-client benchmark (bench_real_clients.py) reads ~180 MB of Fetch answers from librdkafka's mock
+cluster a run, too few and too noisily to see a change of a tenth. Here the broker is
 tests/bench/canned_broker.py, which answers every Fetch v11 with one canned answer of `--fetch-bytes` (6
 partitions of record batches; ~365,000 bytes is what a consumer reads of librdkafka's 64 KiB batches,
 ~94,000 of its 16 KiB ones), and the client is wire_load.py `--kind fetch`, pipelining pre-built requests

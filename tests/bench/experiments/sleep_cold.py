@@ -1,7 +1,8 @@
 """Does the same Python cost more after the process slept longer? One Fetch v12 exchange through the chain
 (per_request_cost.py's: a ~94 KB answer), under several configurations, timed on the thread CPU clock
 after the thread idled for gaps of 0-30 ms (a real proxy sleeps in epoll between exchanges: ~4 ms a
-fetch-16k exchange, ~16 ms a fetch-64k one at the mock's ~21 MB/s).
+fetch-16k exchange, ~16 ms a fetch-64k one at the ~21 MB/s section 2b's consumer read at before
+2026-11-29, when each of its passes ended in a second's wait; back to back, ~0.5 ms).
 
 Run: ``.venv/bin/python tests/bench/experiments/sleep_cold.py [--samples 200] [--spin]
 [--variants none,both,...]``: the median µs per exchange for each gap and configuration, interleaved.
