@@ -50,7 +50,7 @@ RECORD_BYTES = 1000
 # changes it was to show; a fetch run reads what the mock kept, whatever the count.
 RECORDS = 600_000
 ROUNDS = 5
-# The mock keeps ~5 MB per partition: 6 reads of 6 partitions' ~30 MB, ~0.5-1 s of back-to-back Fetch
+# The mock keeps ~5 MB per partition: 6 reads of 6 partitions' ~30 MB, ~0.6-1.3 s of back-to-back Fetch
 # exchanges here (3 reads, when each ended in a second's wait, made a window of ~4 s of which the reading
 # was ~0.4 s; tests/bench/kafka_client_load.py says why).
 FETCH_PASSES = 6
@@ -293,7 +293,7 @@ def records_from(samples: Sequence[Sample], rounds: int, records: int) -> list[R
                 "/proc/<pid>/stat rounds to 10 ms ticks; process_stats.precise_user_system_seconds).",
                 "The mock cluster keeps only the newest ~5 MB of each partition, so a fetch run reads the "
                 f"topic's kept ~30 MB {FETCH_PASSES} times over from its first kept offset, each pass with a "
-                "consumer of its own (connected before the window opens), its window ending when the last "
+                "consumer of its own (connected before the window opens) that ends when the last "
                 "partition's last record arrives: the Fetch exchanges come back to back, as a consumer "
                 "reading a backlog makes them.",
             ],

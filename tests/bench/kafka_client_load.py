@@ -9,10 +9,10 @@ Run: ``.venv/bin/python tests/bench/kafka_client_load.py --bootstrap HOST:PORT -
 --batch-bytes 16384 --acks 1 --records 200000`` or ``... --mode consume --passes 8`` (reads every partition
 from its first kept offset to its end, that many times).
 
-Prints ``{"event": "window_start"}`` once the client is connected and has moved its first records (the
-connection set-up and metadata are outside the counted window), ``{"event": "window_end"}`` when the last
-record is acknowledged (produce) or received (consume), then the result as one JSON object, on stdout; the
-harness reads the proxy's CPU clock at the two events (harness.run_windowed).
+Prints ``{"event": "window_start"}`` once the client is connected (a producer: and has moved its first
+records; the connection set-up and metadata are outside the counted window), ``{"event": "window_end"}``
+when the last record is acknowledged (produce) or received (consume), then the result as one JSON object,
+on stdout; the harness reads the proxy's CPU clock at the two events (harness.run_windowed).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ _QUEUE_FULL_WAIT_S = 0.005  # librdkafka's own queue is full: wait for deliverie
 # The longest a consume call waits for 10,000 records: a pass's last call, which gets fewer, returns this
 # soon after the last record instead of idling inside the window.
 _CONSUME_WAIT_S = 0.01
+_PASS_TIMEOUT_S = 120  # a consume pass that has not read every partition to its end by then fails
 
 
 def _event(name: str) -> None:
@@ -86,24 +87,24 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
     consumer of its own: the mock cluster keeps only the newest ~5 MB of each partition, too little for one
     pass to be measured.
 
-    The window covers the reading and nothing else. A pass ends when its last partition's last record
-    arrives, not when a `consume` call's timeout runs out (with `consume(10_000, 1.0)` every pass ended in
-    a one-second wait for records that did not exist). A consumer of its own per pass, because a consumer at
-    a log's end has a long poll in flight (`fetch.wait.max.ms`, 500 ms, held by the broker while it has
-    nothing), and librdkafka sends a connection's next Fetch only after that one's answer: the same consumer
-    re-assigned would wait out the poll before its next pass could start."""
-    consumers = [_connected_consumer(args, n) for n in range(args.passes)]
-    ends = {tp.partition: end for tp, end in _ends(consumers[0], args.topic).items() if end > 0}
-    # The window opens with every consumer connected and the topic known; it includes each pass's Fetch
-    # session set-up (a few requests), which is part of what a consumer costs a proxy.
+    The window covers the reading: each pass's assignment (its offset look-up and Fetch session set-up, part
+    of what a consumer costs a proxy), its Fetch exchanges, and the empty answers to the finished passes'
+    last long polls. A pass ends when its last partition's last record arrives, not when a `consume` call's
+    timeout runs out (with `consume(10_000, 1.0)` every pass ended in a one-second wait for records that did
+    not exist). A consumer of its own per pass, because a consumer at a log's end has a long poll in flight
+    (`fetch.wait.max.ms`, 500 ms, held by the broker while it has nothing), and librdkafka sends a
+    connection's next Fetch only after that one's answer: the same consumer re-assigned would wait out the
+    poll before its next pass could start."""
+    connected = [_connected_consumer(args, n) for n in range(args.passes)]
+    ends = {tp.partition: end for tp, end in connected[0][1].items() if end > 0}
     _event("window_start")
     start = time.perf_counter()
     failures: list[str] = []
     received = 0
-    deadline = time.monotonic() + 120
-    for consumer in consumers:
+    for consumer, _ in connected:
         consumer.assign([TopicPartition(args.topic, partition, OFFSET_BEGINNING) for partition in ends])
         left = set(ends)
+        deadline = time.monotonic() + _PASS_TIMEOUT_S
         while left and time.monotonic() < deadline:
             for message in consumer.consume(10_000, _CONSUME_WAIT_S):
                 if message.error() is not None:
@@ -121,15 +122,17 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
             break
     seconds = time.perf_counter() - start
     _event("window_end")
-    for consumer in consumers:
+    for consumer, _ in connected:
         consumer.close()
     args.records = received
     return _result("consume", args, seconds, failures)
 
 
-def _connected_consumer(args: argparse.Namespace, number: int) -> Consumer:
-    """A consumer that has asked for the topic's metadata and end offsets: connected to the bootstrap
-    server and to the partitions' leader before the window opens."""
+def _connected_consumer(args: argparse.Namespace, number: int) -> tuple[Consumer, dict[TopicPartition, int]]:
+    """A consumer, and the topic's end offsets it read, with what it asks for before it reads done before
+    the window opens: the topic's metadata and end offsets (its connections to the bootstrap server and the
+    partitions' leader) and its committed offsets (which find the group's coordinator and connect to it; a
+    consumer with a `group.id` looks for it even when it only assigns partitions)."""
     consumer = Consumer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -138,14 +141,11 @@ def _connected_consumer(args: argparse.Namespace, number: int) -> Consumer:
             "enable.auto.commit": False,
         }
     )
-    _ends(consumer, args.topic)
-    return consumer
-
-
-def _ends(consumer: Consumer, topic: str) -> dict[TopicPartition, int]:
-    metadata = consumer.list_topics(topic, timeout=30)
-    partitions = [TopicPartition(topic, p) for p in sorted(metadata.topics[topic].partitions)]
-    return {tp: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in partitions}
+    metadata = consumer.list_topics(args.topic, timeout=30)
+    partitions = [TopicPartition(args.topic, p) for p in sorted(metadata.topics[args.topic].partitions)]
+    ends = {tp: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in partitions}
+    consumer.committed(partitions, timeout=30)
+    return consumer, ends
 
 
 def _result(kind: str, args: argparse.Namespace, seconds: float, failures: list[str]) -> dict[str, Any]:
@@ -176,7 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.passes < 1:
+        parser.error("--passes must be at least 1")
     result = produce(args) if args.mode == "produce" else consume(args)
     print(json.dumps(result), flush=True)
     return 0

@@ -1,8 +1,9 @@
 """Does the same Python cost more after the process slept longer? One Fetch v12 exchange through the chain
 (per_request_cost.py's: a ~94 KB answer), under several configurations, timed on the thread CPU clock
-after the thread idled for gaps of 0-30 ms (a real proxy sleeps in epoll between exchanges: ~4 ms a
-fetch-16k exchange, ~16 ms a fetch-64k one at the ~21 MB/s section 2b's consumer read at before
-2026-11-29, when each of its passes ended in a second's wait; back to back, ~0.5 ms).
+after the thread idled for gaps of 0-30 ms. (It was written for gaps of ~4 ms between fetch-16k exchanges
+and ~16 ms between fetch-64k ones, read from the ~21 MB/s of section 2b's fetch runs; that pace was the
+bench client's, whose passes each ended in a second's wait, and within a pass the exchanges came ~0.3-1.5
+ms apart: tests/bench/real_clients_profile.md, "The fetch runs' pace was the bench client's".)
 
 Run: ``.venv/bin/python tests/bench/experiments/sleep_cold.py [--samples 200] [--spin]
 [--variants none,both,...]``: the median µs per exchange for each gap and configuration, interleaved.
