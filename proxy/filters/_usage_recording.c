@@ -1,6 +1,6 @@
 /* The usage records of one request and of one Fetch answer, compiled: UsageRecording.request and
  * UsageRecording.fetch_response of proxy/filters/usage_recorder.py, with what they call of their own and of
- * the ledger's entity written out inline (`UsageRecording.usage`, the all-named case of `_named`,
+ * the ledger's entity written out inline (`UsageRecording.usage`, `_named` where it only looks names up,
  * `EntityUsage.add_request` and `EntityUsage.add_topics`).
  *
  * Why C: every request of every client is counted here, and every Produce's topics added, and in Python the
@@ -36,11 +36,11 @@ static PyObject *fetch_topic_bytes = NULL;     /* protocol.record_sets.fetch_top
 static PyObject *s_conn, *s_recording, *s_broker, *s_user, *s_header;
 static PyObject *s_client_id, *s_api_key, *s_cache, *s_ledger, *s_generation, *s_entity, *s_requests,
     *s_add_request, *s_produce_bytes, *s_observe, *s_named, *s_topics, *s_add_topics, *s_max_topics,
-    *s_overflow, *s_bytes, *s_request, *s_fetch_response, *s_api_version, *s_fetch_bytes;
+    *s_overflow, *s_bytes, *s_request, *s_fetch_response, *s_api_version, *s_fetch_bytes, *s_names_seen;
 static PyObject *zero = NULL, *one = NULL, *four = NULL;
 /* Read at their offsets and indices (../_compiled.h; bind_slots): the recording's cache and ledger, the ledger's
  * generation, an EntityUsage's counters, the request header's fields; the overflow's counters by name. */
-static slot_t recording_cache, recording_ledger, ledger_generation, usage_requests, usage_topics,
+static slot_t recording_cache, recording_names_seen, recording_ledger, ledger_generation, usage_requests, usage_topics,
     usage_max_topics, usage_overflow, usage_produce_bytes, usage_fetch_bytes, overflow_topics, overflow_bytes;
 static field_t header_client_id, header_api_key, header_api_version;
 
@@ -263,8 +263,52 @@ done:
     return failed;
 }
 
+/* `_named(found)` where every topic is a name already or a topic id the recording has seen named (a Fetch
+ * v13+ answer's, nearly always): a new list of (name, size) pairs, as the Python's loop makes it. NULL with
+ * no error set where it would do more than look an id up in `_names_seen` (an id not seen, a name that is
+ * empty, objects not of the exact types read here): the Python's `_named` runs instead. */
+static PyObject *
+named_from_seen(PyObject *recording, PyObject *found)
+{
+    if (!PyList_CheckExact(found)) {
+        return NULL;
+    }
+    PyObject *seen = slot_get(recording, &recording_names_seen);
+    if (seen == NULL) {
+        return NULL; /* with the error set */
+    }
+    Py_ssize_t n = PyList_GET_SIZE(found);
+    PyObject *named = PyDict_CheckExact(seen) ? PyList_New(n) : NULL;
+    for (Py_ssize_t k = 0; named != NULL && k < n; k++) {
+        PyObject *pair = PyList_GET_ITEM(found, k);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            Py_CLEAR(named);
+            break;
+        }
+        PyObject *topic = PyTuple_GET_ITEM(pair, 0);
+        PyObject *name = topic;
+        if (!PyUnicode_CheckExact(topic)) {
+            /* self._names_seen.get(topic) or ...: only a non-empty name is taken, as `or` takes it */
+            name = PyBytes_CheckExact(topic) ? PyDict_GetItemWithError(seen, topic) : NULL;
+            if (name == NULL || !PyUnicode_CheckExact(name) || PyUnicode_GET_LENGTH(name) == 0) {
+                Py_CLEAR(named);
+                break;
+            }
+        }
+        PyObject *renamed = PyTuple_Pack(2, name, PyTuple_GET_ITEM(pair, 1));
+        if (renamed == NULL) {
+            Py_CLEAR(named);
+            break;
+        }
+        PyList_SET_ITEM(named, k, renamed);
+    }
+    Py_DECREF(seen);
+    return named;
+}
+
 /* usage.add_topics(self._named(found), fetched, broker), how both records end: None, or NULL with an
- * exception. `_named` is found itself when every topic is named already, else the Python's. */
+ * exception. `_named` is found itself when every topic is named already or has a name the recording saw
+ * (named_from_seen), else the Python's. */
 static PyObject *
 add_named(PyObject *recording, PyObject *usage, PyObject *found, int fetched, PyObject *broker)
 {
@@ -272,7 +316,10 @@ add_named(PyObject *recording, PyObject *usage, PyObject *found, int fetched, Py
     if (named_pairs(found)) {
         named = Py_NewRef(found);
     }
-    else {
+    else if ((named = named_from_seen(recording, found)) == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
         PyObject *named_args[2] = {recording, found};
         named = PyObject_VectorcallMethod(s_named, named_args, 2, NULL);
     }
@@ -655,6 +702,7 @@ bind_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     const binding_t bindings[] = {
         {&recording_cache, NULL, args[0], s_cache, NULL},
+        {&recording_names_seen, NULL, args[0], s_names_seen, NULL},
         {&recording_ledger, NULL, args[0], s_ledger, NULL},
         {&ledger_generation, NULL, args[1], s_generation, NULL},
         {&usage_requests, NULL, args[2], s_requests, NULL},
@@ -749,6 +797,7 @@ PyInit__usage_recording(void)
     INTERN(s_produce_bytes, "produce_bytes");
     INTERN(s_observe, "observe");
     INTERN(s_named, "_named");
+    INTERN(s_names_seen, "_names_seen");
     INTERN(s_topics, "topics");
     INTERN(s_add_topics, "add_topics");
     INTERN(s_max_topics, "_max_topics");

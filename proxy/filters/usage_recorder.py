@@ -113,8 +113,9 @@ class UsageRecording:
         self, user: str, header: RequestHeader, frame: Frame, broker: int | None = None
     ) -> None:
         """Count a Fetch answer's size and its topics' record bytes. The reference of the compiled one
-        (proxy/filters/_usage_recording.c, `record_fetch_response`), which writes out `usage`, the all-named
-        case of `_named` and EntityUsage's `add_topics` inline, as `request`'s does."""
+        (proxy/filters/_usage_recording.c, `record_fetch_response`), which writes out `usage`, `_named` where
+        every topic is a name or an id `_names_seen` names (a Fetch v13+ answer's, nearly always) and
+        EntityUsage's `add_topics` inline, as `request`'s does."""
         usage = self.usage(user, header.client_id)
         try:
             header_size = response_header_size(FETCH, header.api_version, frame)

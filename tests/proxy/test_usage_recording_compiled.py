@@ -42,6 +42,14 @@ SCENARIOS = 200
 STEPS = 25
 KNOWN, UNKNOWN = uuid.UUID(int=1), uuid.UUID(int=2)
 NAMES = {KNOWN.bytes: "known"}
+# What a recording may have seen in Metadata answers (its `_names_seen`): nothing; the known id; both ids,
+# under other names; the known id with an empty name (which `_named`'s `or` passes over to the names given).
+SEEN: list[dict[bytes, str]] = [
+    {},
+    {KNOWN.bytes: "known"},
+    {KNOWN.bytes: "known-seen", UNKNOWN.bytes: "unknown-seen"},
+    {KNOWN.bytes: ""},
+]
 _Partition = ProduceRequest.TopicProduceData.PartitionProduceData
 
 
@@ -149,6 +157,7 @@ class _World:
         rng = random.Random(seed)
         self.ledger = UsageLedger("x", max_entities=rng.randint(1, 4), max_topics=rng.randint(0, 4))
         self.recording = UsageRecording(self.ledger, NAMES.get)
+        self.recording._names_seen.update(rng.choice(SEEN))
         self.observers: list[object] = []
         self.walk_left = False
         self.drained: list[object] = []
@@ -188,6 +197,7 @@ def test_the_compiled_recording_does_what_the_python_one_does_on_random_requests
             "fetched",
             "walked",
             "fetched_topic_bytes",
+            "named_as_seen",
         ),
         0,
     )
@@ -220,11 +230,59 @@ def test_the_compiled_recording_does_what_the_python_one_does_on_random_requests
         met["fetched_topic_bytes"] += sum(
             counters[1] for u in reference.ledger._entities.values() for counters in u.topics.values()
         )
+        met["named_as_seen"] += sum(
+            topic.endswith("-seen") for u in reference.ledger._entities.values() for topic, _ in u.topics
+        )
     # the scenarios met topics kept, topics and entities refused, and requests passing through
     assert met["topics"] > 200 and met["overflow_topics"] > 50 and met["overflow_entities"] > 50
     assert met["observed"] > 100
     # Fetch answers, some walked by the rewrite first, their topics' bytes counted
     assert met["fetched"] > 1000 and met["walked"] > 100 and met["fetched_topic_bytes"] > 1000
+    # topic ids named by what the recording saw in Metadata answers
+    assert met["named_as_seen"] > 20
+
+
+def test_ids_the_recording_saw_named_are_named_without_the_pythons_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A Fetch v13+ answer names its topics by id: where each id is one a Metadata answer named, the compiled
+    # record looks the names up itself (no Python frame per answer); an id it never saw named, or named
+    # empty, still goes through `_named` (which asks the names given, or writes the id out).
+    compiled_fetch = _compiled_fetch()
+    calls: list[object] = []
+    python_named = UsageRecording._named
+
+    def counted(self: UsageRecording, found: Any) -> list[tuple[str, int]]:
+        calls.append(found)
+        return python_named(self, found)
+
+    monkeypatch.setattr(UsageRecording, "_named", counted)
+    header = parse_request_header(frame(encode_request_header(1, 16, 9, "pump")))
+    answer = encode_response(ApiKey.FETCH, 16, 9, encode_body(_fetch_message(), 16))
+    for seen, named_by_python, topics in (
+        ({KNOWN.bytes: "orders", UNKNOWN.bytes: "payments"}, False, {"orders", "payments"}),
+        ({KNOWN.bytes: "orders"}, True, {"orders", str(UNKNOWN)}),
+        ({KNOWN.bytes: "orders", UNKNOWN.bytes: ""}, True, {"orders", str(UNKNOWN)}),
+    ):
+        calls.clear()
+        recording = UsageRecording(UsageLedger("x"))
+        recording._names_seen.update(seen)
+        compiled_fetch(recording, "alice", header, memoryview(answer), 1)
+        assert bool(calls) == named_by_python
+        usage = recording.usage("alice", "pump")
+        assert {topic for topic, _broker in usage.topics} == topics
+        assert sorted(counters[1] for counters in usage.topics.values()) == [3, 5]
+
+
+def _fetch_message() -> Any:
+    """A Fetch v16 answer's body: two topics by id (KNOWN with 3 record bytes, UNKNOWN with 5)."""
+    topic = FetchResponse.FetchableTopicResponse
+    partition = topic.PartitionData
+    topics = [
+        topic(topic_id=topic_id, partitions=[partition(partition_index=0, records=b"r" * size)])
+        for topic_id, size in ((KNOWN, 3), (UNKNOWN, 5))
+    ]
+    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
 
 
 def test_the_compiled_recording_keeps_no_reference_to_what_passed() -> None:
