@@ -1171,6 +1171,89 @@ remember_walk(PyObject *name, PyObject *body, PyObject *start, PyObject *version
     return stored;
 }
 
+/* walked_fetch_topics(api_version, body, start): response_walks.walked_fetch_topics_in_python, for the usage
+ * records of every Fetch v16+ answer the NodeEndpoints rewrite walked (a Python frame less per answer). It
+ * reads and resets the module's `_last_fetch` in the module's globals (bind_walked_fetch_topics), as the
+ * Python does; a kept walk that is not an exact 4-tuple goes to the Python (it never is one). */
+static PyObject *fetch_walk_globals = NULL;
+static PyObject *fetch_walk_reference = NULL;
+static PyObject *last_fetch_key = NULL;    /* "_last_fetch" */
+static PyObject *no_fetch_walk_key = NULL; /* "_NO_FETCH_WALK" */
+
+/* bind_walked_fetch_topics(response_walks' globals, the reference). */
+static PyObject *
+bind_walked_fetch_topics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bind_walked_fetch_topics(response_walks' globals, reference)");
+        return NULL;
+    }
+    if ((last_fetch_key == NULL && (last_fetch_key = PyUnicode_InternFromString("_last_fetch")) == NULL) ||
+        (no_fetch_walk_key == NULL && (no_fetch_walk_key = PyUnicode_InternFromString("_NO_FETCH_WALK")) == NULL)) {
+        return NULL;
+    }
+    Py_XSETREF(fetch_walk_globals, Py_NewRef(args[0]));
+    Py_XSETREF(fetch_walk_reference, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+/* globals[name], a new reference, or NULL with the NameError the Python's read of it would raise. */
+static PyObject *
+global_named(PyObject *name)
+{
+    PyObject *value = PyDict_GetItemWithError(fetch_walk_globals, name); /* borrowed */
+    if (value == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_NameError, "name '%U' is not defined", name);
+        }
+        return NULL;
+    }
+    return Py_NewRef(value);
+}
+
+static PyObject *
+walked_fetch_topics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (fetch_walk_globals == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_walked_fetch_topics was not called");
+        return NULL;
+    }
+    if (nargs != 3) {
+        return PyObject_Vectorcall(fetch_walk_reference, args, nargs, NULL); /* its own TypeError */
+    }
+    /* walked, walked_start, walked_version, found = _last_fetch */
+    PyObject *kept = global_named(last_fetch_key);
+    if (kept == NULL) {
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(kept) || PyTuple_GET_SIZE(kept) != 4) {
+        Py_DECREF(kept);
+        return PyObject_Vectorcall(fetch_walk_reference, args, nargs, NULL);
+    }
+    /* _last_fetch = _NO_FETCH_WALK */
+    PyObject *nothing = global_named(no_fetch_walk_key);
+    if (nothing == NULL || PyDict_SetItem(fetch_walk_globals, last_fetch_key, nothing) < 0) {
+        Py_XDECREF(nothing);
+        Py_DECREF(kept);
+        return NULL;
+    }
+    Py_DECREF(nothing);
+    /* if walked is body and walked_start == start and walked_version == api_version: return found */
+    PyObject *result = NULL;
+    int same = PyTuple_GET_ITEM(kept, 0) == args[1];
+    if (same) {
+        same = PyObject_RichCompareBool(PyTuple_GET_ITEM(kept, 1), args[2], Py_EQ);
+    }
+    if (same > 0) {
+        same = PyObject_RichCompareBool(PyTuple_GET_ITEM(kept, 2), args[0], Py_EQ);
+    }
+    if (same >= 0) {
+        result = Py_NewRef(same ? PyTuple_GET_ITEM(kept, 3) : Py_None);
+    }
+    Py_DECREF(kept);
+    return result;
+}
+
 static PyObject *
 rewrite_node_endpoints(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1607,6 +1690,10 @@ static PyMethodDef walks_methods[] = {
      "What parse_request_header reads beside the frame (protocol.headers binds it once)."},
     {"parse_request_header", (PyCFunction)parse_request_header, METH_O,
      "The request header of a frame, length prefix included (protocol.headers)."},
+    {"bind_walked_fetch_topics", (PyCFunction)(void (*)(void))bind_walked_fetch_topics, METH_FASTCALL,
+     "Bind walked_fetch_topics to response_walks' globals and its Python reference."},
+    {"walked_fetch_topics", (PyCFunction)(void (*)(void))walked_fetch_topics, METH_FASTCALL,
+     "response_walks.walked_fetch_topics_in_python, compiled: the walk the rewrite kept of this answer."},
     {"bind_whole_frames", (PyCFunction)bind_whole_frames, METH_O,
      "The Python whole_frames, for the calls the compiled one hands on (protocol.frames binds it once)."},
     {"whole_frames", (PyCFunction)(void (*)(void))whole_frames, METH_FASTCALL | METH_KEYWORDS,

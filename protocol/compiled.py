@@ -15,7 +15,8 @@ with no tagged fields (`bind_response_headers`), `produce_topics` of protocol/pr
 Produce request's topics where no other filter kept a walk of it (`bind_produce_topics`). And
 `whole_frames`, the loop of protocol/frames.py's splitter over a read's frames, hands the Python the calls
 it does not read as the Python would (a view that is not of bytes; `bind_whole_frames`). `buffer_in_use`
-reads protocol/frame_memory.py's answer from the bytearray itself.
+reads protocol/frame_memory.py's answer from the bytearray itself. `walked_fetch_topics` takes the walk
+protocol/response_walks.py kept of a Fetch answer from that module's globals (`bind_walked_fetch_topics`).
 Why they exist: they run on every request and every Produce and Fetch answer, and in Python a partition's
 few field reads cost as much as the rest of the request's handling (docs/architecture.md, "Compiled
 readers").
@@ -38,6 +39,7 @@ __all__ = [
     "bind_produce_topics",
     "bind_request_headers",
     "bind_response_headers",
+    "bind_walked_fetch_topics",
     "bind_whole_frames",
     "buffer_in_use",
     "fetch_answer_topics",
@@ -50,6 +52,7 @@ __all__ = [
     "response_header_size",
     "rewrite_node_endpoints",
     "walk_produce_body",
+    "walked_fetch_topics",
     "whole_frames",
 ]
 
@@ -99,6 +102,10 @@ bind_whole_frames: Callable[[Callable[..., tuple[int, int | None]]], None] | Non
 whole_frames: Callable[..., tuple[int, int | None]] | None = None
 # (bytearray) -> whether a view of it is alive (frame_memory.buffer_in_use_in_python's answer).
 buffer_in_use: Callable[[bytearray], bool] | None = None
+# (response_walks' globals, response_walks.walked_fetch_topics_in_python) -> None; then
+# walked_fetch_topics(api_version, body, start), its answer (reading and resetting the globals' _last_fetch).
+bind_walked_fetch_topics: Callable[[dict[str, object], Callable[..., _TopicBytes | None]], None] | None = None
+walked_fetch_topics: Callable[[int, Buffer, int], _TopicBytes | None] | None = None
 
 try:
     from sluice.protocol import _compiled
@@ -123,3 +130,5 @@ else:
     bind_whole_frames = _compiled.bind_whole_frames
     whole_frames = _compiled.whole_frames
     buffer_in_use = _compiled.buffer_in_use
+    bind_walked_fetch_topics = _compiled.bind_walked_fetch_topics
+    walked_fetch_topics = _compiled.walked_fetch_topics

@@ -237,16 +237,24 @@ fetch_answer_topics = compiled.fetch_answer_topics or fetch_answer_topics_in_pyt
 _NO_FETCH_WALK: tuple[object, int, int, _TopicBytes] = (None, -1, -1, [])
 
 
-def walked_fetch_topics(api_version: int, body: Buffer, start: int) -> _TopicBytes | None:
+def walked_fetch_topics_in_python(api_version: int, body: Buffer, start: int) -> _TopicBytes | None:
     """The topics `fetch_responses` found in this very answer when it remembered its walk, else None.
     Taken once: the walk kept is let go, and with it the answer it holds (a Fetch answer may be megabytes;
-    the identity check needs the object alive while it is kept, so it cannot be kept by address alone)."""
+    the identity check needs the object alive while it is kept, so it cannot be kept by address alone).
+    The reference of the compiled one (`walked_fetch_topics` below where the install has it), which the
+    usage records call for every Fetch answer."""
     global _last_fetch
     walked, walked_start, walked_version, found = _last_fetch
     _last_fetch = _NO_FETCH_WALK
     if walked is body and walked_start == start and walked_version == api_version:
         return found
     return None
+
+
+walked_fetch_topics: Callable[[int, Buffer, int], _TopicBytes | None] = walked_fetch_topics_in_python
+if compiled.walked_fetch_topics is not None and compiled.bind_walked_fetch_topics is not None:
+    compiled.bind_walked_fetch_topics(globals(), walked_fetch_topics_in_python)
+    walked_fetch_topics = compiled.walked_fetch_topics
 
 
 def _share_fetch_partition_end(body: Buffer, pos: int) -> int:

@@ -1,6 +1,6 @@
 /* The usage records of one request and of one Fetch answer, compiled: UsageRecording.request and
  * UsageRecording.fetch_response of proxy/filters/usage_recorder.py, with what they call of their own and of
- * the ledger's entity written out inline (`UsageRecording.usage`, `_named` where it only looks names up,
+ * the ledger's entity written out inline (`UsageRecording.usage`, `_named`,
  * `EntityUsage.add_request` and `EntityUsage.add_topics`).
  *
  * Why C: every request of every client is counted here, and every Produce's topics added, and in Python the
@@ -12,7 +12,8 @@
  * exact types the inline code reads (an entity that is not exactly an EntityUsage, such as the ledger's
  * overflow sink; a dict that is not exactly a dict; topics not a list of (str, size) pairs), it calls the
  * Python method instead, as the Python does (tests/proxy/test_usage_recording_compiled.py holds the two
- * equal on random traffic into ledgers that overflow).
+ * equal on random traffic into ledgers that overflow); topics named by ids are named here, as `_named`
+ * names them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,12 +37,14 @@ static PyObject *fetch_topic_bytes = NULL;     /* protocol.record_sets.fetch_top
 static PyObject *s_conn, *s_recording, *s_broker, *s_user, *s_header;
 static PyObject *s_client_id, *s_api_key, *s_cache, *s_ledger, *s_generation, *s_entity, *s_requests,
     *s_add_request, *s_produce_bytes, *s_observe, *s_named, *s_topics, *s_add_topics, *s_max_topics,
-    *s_overflow, *s_bytes, *s_request, *s_fetch_response, *s_api_version, *s_fetch_bytes, *s_names_seen;
+    *s_overflow, *s_bytes, *s_request, *s_fetch_response, *s_api_version, *s_fetch_bytes, *s_names_seen, *s_topic_names;
 static PyObject *zero = NULL, *one = NULL, *four = NULL;
-/* Read at their offsets and indices (../_compiled.h; bind_slots): the recording's cache and ledger, the ledger's
- * generation, an EntityUsage's counters, the request header's fields; the overflow's counters by name. */
-static slot_t recording_cache, recording_names_seen, recording_ledger, ledger_generation, usage_requests, usage_topics,
-    usage_max_topics, usage_overflow, usage_produce_bytes, usage_fetch_bytes, overflow_topics, overflow_bytes;
+/* Read at their offsets and indices (../_compiled.h; bind_slots): the recording's cache, names and ledger,
+ * the ledger's generation, an EntityUsage's counters, the request header's fields; the overflow's counters by
+ * name. */
+static slot_t recording_cache, recording_names_seen, recording_topic_names, recording_ledger, ledger_generation,
+    usage_requests, usage_topics, usage_max_topics, usage_overflow, usage_produce_bytes, usage_fetch_bytes,
+    overflow_topics, overflow_bytes;
 static field_t header_client_id, header_api_key, header_api_version;
 
 /* UsageRecording.usage(user, client_id): a new reference. */
@@ -263,52 +266,99 @@ done:
     return failed;
 }
 
-/* `_named(found)` where every topic is a name already or a topic id the recording has seen named (a Fetch
- * v13+ answer's, nearly always): a new list of (name, size) pairs, as the Python's loop makes it. NULL with
- * no error set where it would do more than look an id up in `_names_seen` (an id not seen, a name that is
- * empty, objects not of the exact types read here): the Python's `_named` runs instead. */
+/* `self._names_seen.get(topic) or self._topic_names(topic) or str(uuid.UUID(bytes=topic))`: `_named`'s name
+ * for a topic that is not a str. A new reference, or NULL with the error the Python raises. */
 static PyObject *
-named_from_seen(PyObject *recording, PyObject *found)
+name_of_id(PyObject *recording, PyObject *seen, PyObject *topic)
+{
+    PyObject *name = PyDict_GetItemWithError(seen, topic); /* borrowed */
+    if (name == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_XINCREF(name);
+    int named = name == NULL ? 0 : PyObject_IsTrue(name);
+    if (named != 0) {
+        if (named < 0) {
+            Py_CLEAR(name);
+        }
+        return name;
+    }
+    Py_XDECREF(name);
+    PyObject *names = slot_get(recording, &recording_topic_names);
+    name = names == NULL ? NULL : PyObject_CallOneArg(names, topic);
+    Py_XDECREF(names);
+    named = name == NULL ? -1 : PyObject_IsTrue(name);
+    if (named != 0) {
+        if (named < 0) {
+            Py_CLEAR(name);
+        }
+        return name;
+    }
+    Py_DECREF(name);
+    /* str(uuid.UUID(bytes=topic)): the id written out (an id no answer named: seldom, so imported here) */
+    PyObject *uuid = PyImport_ImportModule("uuid");
+    PyObject *uuid_type = uuid == NULL ? NULL : PyObject_GetAttrString(uuid, "UUID");
+    Py_XDECREF(uuid);
+    if (uuid_type == NULL) {
+        return NULL;
+    }
+    PyObject *kwnames = Py_BuildValue("(s)", "bytes");
+    PyObject *call_args[1] = {topic};
+    PyObject *id = kwnames == NULL ? NULL : PyObject_Vectorcall(uuid_type, call_args, 0, kwnames);
+    Py_XDECREF(kwnames);
+    Py_DECREF(uuid_type);
+    if (id == NULL) {
+        return NULL;
+    }
+    name = PyObject_Str(id);
+    Py_DECREF(id);
+    return name;
+}
+
+/* `_named(found)` where some topic is not a str (named_pairs said so), for a recording whose `_names_seen` is
+ * a dict: the Python's second loop, which names a topic id by what a Metadata answer named it (a v13+ Produce
+ * or Fetch names topics by ids, nearly always ones seen), else by the names given, else writes it out. A new
+ * list, or NULL with the error the Python raises. NULL with no error set before it reads anything of
+ * `found` (the slot unset, a `_names_seen` that is not exactly a dict): the Python's `_named` runs instead.
+ * It reads `found` as Python's for loop does (its length on every turn, each item held while it is named): a
+ * key of `_names_seen` that is not bytes, or the names given, could run Python code that changes it. */
+static PyObject *
+named_ids(PyObject *recording, PyObject *found)
 {
     if (!PyList_CheckExact(found)) {
         return NULL;
     }
     PyObject *seen = slot_get(recording, &recording_names_seen);
-    if (seen == NULL) {
-        return NULL; /* with the error set */
+    if (seen == NULL || !PyDict_CheckExact(seen)) {
+        Py_XDECREF(seen);
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear(); /* the Python's to read (or not: `found` may fail its unpacking first) */
+        }
+        return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(found);
-    PyObject *named = PyDict_CheckExact(seen) ? PyList_New(n) : NULL;
-    for (Py_ssize_t k = 0; named != NULL && k < n; k++) {
-        PyObject *pair = PyList_GET_ITEM(found, k);
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+    PyObject *named = PyList_New(0);
+    for (Py_ssize_t k = 0; named != NULL && k < PyList_GET_SIZE(found); k++) {
+        /* for topic, size in found: */
+        PyObject *pair = unpacked_pair(PyList_GET_ITEM(found, k));
+        PyObject *topic = pair == NULL ? NULL : Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+        if (topic != NULL && !PyUnicode_Check(topic)) {
+            Py_SETREF(topic, name_of_id(recording, seen, topic));
+        }
+        PyObject *renamed = topic == NULL ? NULL : PyTuple_Pack(2, topic, PyTuple_GET_ITEM(pair, 1));
+        if (renamed == NULL || PyList_Append(named, renamed) < 0) {
             Py_CLEAR(named);
-            break;
         }
-        PyObject *topic = PyTuple_GET_ITEM(pair, 0);
-        PyObject *name = topic;
-        if (!PyUnicode_CheckExact(topic)) {
-            /* self._names_seen.get(topic) or ...: only a non-empty name is taken, as `or` takes it */
-            name = PyBytes_CheckExact(topic) ? PyDict_GetItemWithError(seen, topic) : NULL;
-            if (name == NULL || !PyUnicode_CheckExact(name) || PyUnicode_GET_LENGTH(name) == 0) {
-                Py_CLEAR(named);
-                break;
-            }
-        }
-        PyObject *renamed = PyTuple_Pack(2, name, PyTuple_GET_ITEM(pair, 1));
-        if (renamed == NULL) {
-            Py_CLEAR(named);
-            break;
-        }
-        PyList_SET_ITEM(named, k, renamed);
+        Py_XDECREF(renamed);
+        Py_XDECREF(topic);
+        Py_XDECREF(pair);
     }
     Py_DECREF(seen);
     return named;
 }
 
 /* usage.add_topics(self._named(found), fetched, broker), how both records end: None, or NULL with an
- * exception. `_named` is found itself when every topic is named already or has a name the recording saw
- * (named_from_seen), else the Python's. */
+ * exception. `_named` is `found` itself when every topic is named already, else made here (named_ids) or,
+ * for a recording it does not read, by the Python's. */
 static PyObject *
 add_named(PyObject *recording, PyObject *usage, PyObject *found, int fetched, PyObject *broker)
 {
@@ -316,7 +366,7 @@ add_named(PyObject *recording, PyObject *usage, PyObject *found, int fetched, Py
     if (named_pairs(found)) {
         named = Py_NewRef(found);
     }
-    else if ((named = named_from_seen(recording, found)) == NULL) {
+    else if ((named = named_ids(recording, found)) == NULL) {
         if (PyErr_Occurred()) {
             return NULL;
         }
@@ -703,6 +753,7 @@ bind_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const binding_t bindings[] = {
         {&recording_cache, NULL, args[0], s_cache, NULL},
         {&recording_names_seen, NULL, args[0], s_names_seen, NULL},
+        {&recording_topic_names, NULL, args[0], s_topic_names, NULL},
         {&recording_ledger, NULL, args[0], s_ledger, NULL},
         {&ledger_generation, NULL, args[1], s_generation, NULL},
         {&usage_requests, NULL, args[2], s_requests, NULL},
@@ -798,6 +849,7 @@ PyInit__usage_recording(void)
     INTERN(s_observe, "observe");
     INTERN(s_named, "_named");
     INTERN(s_names_seen, "_names_seen");
+    INTERN(s_topic_names, "_topic_names");
     INTERN(s_topics, "topics");
     INTERN(s_add_topics, "add_topics");
     INTERN(s_max_topics, "_max_topics");

@@ -87,8 +87,8 @@ class UsageRecording:
     ) -> None:
         """Count the request, and a Produce's bytes and topics. The reference of the compiled one
         (proxy/filters/_usage_recording.c, `record_request`), which the filters run where the install has
-        it; it writes out `usage`, the all-named case of `_named`, and EntityUsage's `add_request` and
-        `add_topics` inline: a change to any of them is a change to it."""
+        it; it writes out `usage`, `_named`, and EntityUsage's `add_request` and `add_topics` inline: a change
+        to any of them is a change to it."""
         usage = self.usage(user, header.client_id)
         key = header.api_key
         usage.add_request(key)
@@ -113,8 +113,7 @@ class UsageRecording:
         self, user: str, header: RequestHeader, frame: Frame, broker: int | None = None
     ) -> None:
         """Count a Fetch answer's size and its topics' record bytes. The reference of the compiled one
-        (proxy/filters/_usage_recording.c, `record_fetch_response`), which writes out `usage`, `_named` where
-        every topic is a name or an id `_names_seen` names (a Fetch v13+ answer's, nearly always) and
+        (proxy/filters/_usage_recording.c, `record_fetch_response`), which writes out `usage`, `_named` and
         EntityUsage's `add_topics` inline, as `request`'s does."""
         usage = self.usage(user, header.client_id)
         try:

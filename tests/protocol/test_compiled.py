@@ -57,6 +57,7 @@ def test_this_install_has_the_compiled() -> None:
     assert produce_stream._walk_whole is compiled.walk_produce_body
     assert produce_stream._topics_whole is compiled.produce_topic_bytes
     assert node_endpoints.rewrite_node_endpoints is compiled.rewrite_node_endpoints
+    assert response_walks.walked_fetch_topics is compiled.walked_fetch_topics
 
 
 def _outcome(walk: Callable[..., object], *args: object) -> tuple[str, object]:
@@ -1126,3 +1127,34 @@ def test_the_split_of_a_read_hands_the_python_what_it_reads_otherwise() -> None:
     split(10_000)
     assert (sys.getrefcount(view), sys.getallocatedblocks() - blocks < 50) == (kept, True)
     view.release()  # no buffer of it held
+
+
+def test_the_compiled_walked_fetch_topics_answers_and_resets_as_the_python_one() -> None:
+    # Every kept walk against every call: the same answer, and the kept walk let go after either; a kept
+    # value that is not a 4-tuple (never so in the proxy) goes to the Python, which refuses to unpack it.
+    compiled_walked = compiled.walked_fetch_topics
+    assert compiled_walked is not None
+    body, other = b"\x00" * 20, bytearray(20)
+    found = [(b"\x01" * 16, 3)]
+    kept_walks = [(body, 9, 16, found), (other, 9, 16, found), (body, 10, 16, found), (body, 9, 17, found)]
+    calls = [(16, body, 9), (16, other, 9), (17, body, 9), (16, body, 10)]
+    twins = (compiled_walked, response_walks.walked_fetch_topics_in_python)
+    saved = response_walks._last_fetch
+    try:
+        for kept in [*kept_walks, response_walks._NO_FETCH_WALK]:
+            for call in calls:
+                answers = []
+                for twin in twins:
+                    response_walks._last_fetch = kept
+                    answers.append((twin(*call), response_walks._last_fetch))
+                assert answers[0] == answers[1]
+                assert answers[0][1] is response_walks._NO_FETCH_WALK
+                assert (answers[0][0] is found) == (kept[0] is call[1] and kept[1:3] == (call[2], call[0]))
+        for twin in twins:
+            response_walks._last_fetch = (body, 9, 16)  # type: ignore[assignment]
+            with pytest.raises(ValueError, match="not enough values to unpack"):
+                twin(16, body, 9)
+            with pytest.raises(TypeError):
+                twin(16, body)  # type: ignore[call-arg]
+    finally:
+        response_walks._last_fetch = saved

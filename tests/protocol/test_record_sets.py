@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest
 
+from sluice.protocol import response_walks
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.codec_quirks import encode_body
 from sluice.protocol.errors import ProtocolError
 from sluice.protocol.node_endpoints import rewrite_node_endpoints
 from sluice.protocol.produce_stream import produce_topic_bytes
 from sluice.protocol.record_sets import fetch_topic_bytes
-from sluice.protocol.response_walks import walked_fetch_topics
 
 PRODUCE_VERSIONS = range(14)
 FETCH_VERSIONS = range(19)
@@ -209,9 +209,14 @@ def test_fuzz_mutated_valid_bodies(key, flips, truncate: bool) -> None:
 
 
 @pytest.mark.parametrize("version", [16, 18])
+@pytest.mark.parametrize("twin", ["compiled", "python"])
 def test_the_topics_of_a_fetch_answer_walked_for_its_node_endpoints_are_read_without_a_second_walk(
-    version: int,
+    version: int, twin: str
 ) -> None:
+    # The compiled walked_fetch_topics (what this install runs) and its Python reference alike.
+    walked_fetch_topics = response_walks.walked_fetch_topics
+    if twin == "python":
+        walked_fetch_topics = response_walks.walked_fetch_topics_in_python
     frame = b"\x00" * 9 + fetch_body(version)  # a size, a correlation id and an empty tagged block first
 
     def walk() -> None:

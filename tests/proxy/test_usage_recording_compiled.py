@@ -242,12 +242,10 @@ def test_the_compiled_recording_does_what_the_python_one_does_on_random_requests
     assert met["named_as_seen"] > 20
 
 
-def test_ids_the_recording_saw_named_are_named_without_the_pythons_named(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A Fetch v13+ answer names its topics by id: where each id is one a Metadata answer named, the compiled
-    # record looks the names up itself (no Python frame per answer); an id it never saw named, or named
-    # empty, still goes through `_named` (which asks the names given, or writes the id out).
+def test_topic_ids_are_named_without_the_pythons_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Fetch v13+ answer names its topics by id: the compiled record names them itself (no Python frame per
+    # answer), as `_named` does: by what a Metadata answer named them, else by the names given, else the id
+    # written out (an empty name counts as none, as `or` has it).
     compiled_fetch = _compiled_fetch()
     calls: list[object] = []
     python_named = UsageRecording._named
@@ -259,19 +257,19 @@ def test_ids_the_recording_saw_named_are_named_without_the_pythons_named(
     monkeypatch.setattr(UsageRecording, "_named", counted)
     header = parse_request_header(frame(encode_request_header(1, 16, 9, "pump")))
     answer = encode_response(ApiKey.FETCH, 16, 9, encode_body(_fetch_message(), 16))
-    for seen, named_by_python, topics in (
-        ({KNOWN.bytes: "orders", UNKNOWN.bytes: "payments"}, False, {"orders", "payments"}),
-        ({KNOWN.bytes: "orders"}, True, {"orders", str(UNKNOWN)}),
-        ({KNOWN.bytes: "orders", UNKNOWN.bytes: ""}, True, {"orders", str(UNKNOWN)}),
+    for seen, given, topics in (
+        ({KNOWN.bytes: "orders", UNKNOWN.bytes: "payments"}, {}, {"orders", "payments"}),
+        ({KNOWN.bytes: "orders"}, {}, {"orders", str(UNKNOWN)}),
+        ({KNOWN.bytes: "orders", UNKNOWN.bytes: ""}, {UNKNOWN.bytes: "given"}, {"orders", "given"}),
+        ({}, NAMES, {"known", str(UNKNOWN)}),
     ):
-        calls.clear()
-        recording = UsageRecording(UsageLedger("x"))
+        recording = UsageRecording(UsageLedger("x"), given.get)
         recording._names_seen.update(seen)
         compiled_fetch(recording, "alice", header, memoryview(answer), 1)
-        assert bool(calls) == named_by_python
         usage = recording.usage("alice", "pump")
         assert {topic for topic, _broker in usage.topics} == topics
         assert sorted(counters[1] for counters in usage.topics.values()) == [3, 5]
+    assert calls == []
 
 
 def _fetch_message() -> Any:
@@ -366,6 +364,49 @@ def test_a_list_of_topics_changed_while_it_is_added_is_read_as_the_python_reads_
     assert outcomes[0] == outcomes[1] == {("a", 1): [10, 0]}
 
 
+def test_a_list_of_ids_changed_while_they_are_named_is_read_as_the_python_reads_it() -> None:
+    # A key of _names_seen equal to an id (nothing a Metadata answer stores: its ids are bytes) whose
+    # comparison empties the list being named: the compiled loop holds the pair it names and reads the
+    # list's length anew, as Python's for loop does, and names what the Python names.
+    from sluice.protocol.errors import ProtocolError
+    from sluice.protocol.produce_stream import produce_topics
+    from sluice.proxy.filters import _usage_recording
+    from sluice.quota.usage_ledger import EntityUsage
+
+    class Meddling:
+        found: ClassVar[list[object]] = []
+
+        def __hash__(self) -> int:
+            return hash(KNOWN.bytes)
+
+        def __eq__(self, other: object) -> bool:
+            self.found.clear()
+            return False
+
+    def walk(frame: object, header: object) -> list[object]:
+        Meddling.found = [(UNKNOWN.bytes, 10), (KNOWN.bytes, 20)]
+        return Meddling.found
+
+    data = _produce(random.Random(3), 9, "pump")
+    outcomes = []
+    for record in (UsageRecording.request, _compiled()):
+        recording = UsageRecording(UsageLedger("x"), NAMES.get)
+        recording._names_seen.update({UNKNOWN.bytes: "unknown", Meddling(): "meddling"})  # type: ignore[dict-item]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(usage_recorder, "produce_topics", walk)
+            bound = (usage_recorder.PRODUCE, FrameHead, walk, ProtocolError, EntityUsage)
+            _usage_recording.bind(*bound, usage_recorder._StreamedProduce, UsageRecording)
+            try:
+                record(recording, "alice", parse_request_header(data), memoryview(data), 1)
+            finally:
+                _usage_recording.bind(
+                    *bound[:2], produce_topics, *bound[3:], usage_recorder._StreamedProduce, UsageRecording
+                )
+        outcomes.append({k: list(v) for k, v in recording.usage("alice", "pump").topics.items()})
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0] in ({("unknown", 1): [10, 0]}, {("unknown", 1): [10, 0], ("known", 1): [20, 0]})
+
+
 def test_the_compiled_recording_leaks_nothing_on_any_path() -> None:
     # What stays allocated after many requests of every kind (sys.getallocatedblocks: objects of any type,
     # so a tuple or an entity leaked per call shows) is what one round of them leaves.
@@ -374,6 +415,7 @@ def test_the_compiled_recording_leaks_nothing_on_any_path() -> None:
     requests = [_request(rng) for _ in range(40)]
     ledger = UsageLedger("x", max_entities=2, max_topics=2)
     recording = UsageRecording(ledger, NAMES.get)
+    recording._names_seen[KNOWN.bytes] = "known"  # ids named by what it saw, and by the names given
 
     compiled_fetch = _compiled_fetch()
     answers = [_fetch(rng) for _ in range(40)]  # whole, cut and short, some walked by the rewrite first
