@@ -1174,7 +1174,9 @@ remember_walk(PyObject *name, PyObject *body, PyObject *start, PyObject *version
 /* walked_fetch_topics(api_version, body, start): response_walks.walked_fetch_topics_in_python, for the usage
  * records of every Fetch v16+ answer the NodeEndpoints rewrite walked (a Python frame less per answer). It
  * reads and resets the module's `_last_fetch` in the module's globals (bind_walked_fetch_topics), as the
- * Python does; a kept walk that is not an exact 4-tuple goes to the Python (it never is one). */
+ * Python does; a kept walk that is not an exact 4-tuple goes to the Python (it never is one). Its `==` on
+ * the start and the version takes the very object as equal, as PyObject_RichCompareBool does: the same for
+ * the ints the proxy passes. */
 static PyObject *fetch_walk_globals = NULL;
 static PyObject *fetch_walk_reference = NULL;
 static PyObject *last_fetch_key = NULL;    /* "_last_fetch" */

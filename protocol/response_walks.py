@@ -237,7 +237,7 @@ fetch_answer_topics = compiled.fetch_answer_topics or fetch_answer_topics_in_pyt
 _NO_FETCH_WALK: tuple[object, int, int, _TopicBytes] = (None, -1, -1, [])
 
 
-def walked_fetch_topics_in_python(api_version: int, body: Buffer, start: int) -> _TopicBytes | None:
+def walked_fetch_topics_in_python(api_version: int, body: Buffer, start: int, /) -> _TopicBytes | None:
     """The topics `fetch_responses` found in this very answer when it remembered its walk, else None.
     Taken once: the walk kept is let go, and with it the answer it holds (a Fetch answer may be megabytes;
     the identity check needs the object alive while it is kept, so it cannot be kept by address alone).

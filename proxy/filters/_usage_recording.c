@@ -37,7 +37,8 @@ static PyObject *fetch_topic_bytes = NULL;     /* protocol.record_sets.fetch_top
 static PyObject *s_conn, *s_recording, *s_broker, *s_user, *s_header;
 static PyObject *s_client_id, *s_api_key, *s_cache, *s_ledger, *s_generation, *s_entity, *s_requests,
     *s_add_request, *s_produce_bytes, *s_observe, *s_named, *s_topics, *s_add_topics, *s_max_topics,
-    *s_overflow, *s_bytes, *s_request, *s_fetch_response, *s_api_version, *s_fetch_bytes, *s_names_seen, *s_topic_names;
+    *s_overflow, *s_bytes, *s_request, *s_fetch_response, *s_api_version, *s_fetch_bytes, *s_names_seen,
+    *s_topic_names, *s_get;
 static PyObject *zero = NULL, *one = NULL, *four = NULL;
 /* Read at their offsets and indices (../_compiled.h; bind_slots): the recording's cache, names and ledger,
  * the ledger's generation, an EntityUsage's counters, the request header's fields; the overflow's counters by
@@ -267,15 +268,33 @@ done:
 }
 
 /* `self._names_seen.get(topic) or self._topic_names(topic) or str(uuid.UUID(bytes=topic))`: `_named`'s name
- * for a topic that is not a str. A new reference, or NULL with the error the Python raises. */
+ * for a topic that is not a str, both attributes read anew for each, as the Python reads them. A new
+ * reference, or NULL with the error the Python raises. */
 static PyObject *
-name_of_id(PyObject *recording, PyObject *seen, PyObject *topic)
+name_of_id(PyObject *recording, PyObject *topic)
 {
-    PyObject *name = PyDict_GetItemWithError(seen, topic); /* borrowed */
-    if (name == NULL && PyErr_Occurred()) {
+    PyObject *seen = slot_get(recording, &recording_names_seen);
+    if (seen == NULL) {
         return NULL;
     }
-    Py_XINCREF(name);
+    PyObject *name;
+    if (PyDict_CheckExact(seen)) {
+        name = PyDict_GetItemWithError(seen, topic); /* borrowed */
+        if (name == NULL && PyErr_Occurred()) {
+            Py_DECREF(seen);
+            return NULL;
+        }
+        Py_XINCREF(name);
+    }
+    else {
+        PyObject *get_args[2] = {seen, topic};
+        name = PyObject_VectorcallMethod(s_get, get_args, 2, NULL);
+        if (name == NULL) {
+            Py_DECREF(seen);
+            return NULL;
+        }
+    }
+    Py_DECREF(seen);
     int named = name == NULL ? 0 : PyObject_IsTrue(name);
     if (named != 0) {
         if (named < 0) {
@@ -315,25 +334,17 @@ name_of_id(PyObject *recording, PyObject *seen, PyObject *topic)
     return name;
 }
 
-/* `_named(found)` where some topic is not a str (named_pairs said so), for a recording whose `_names_seen` is
- * a dict: the Python's second loop, which names a topic id by what a Metadata answer named it (a v13+ Produce
- * or Fetch names topics by ids, nearly always ones seen), else by the names given, else writes it out. A new
- * list, or NULL with the error the Python raises. NULL with no error set before it reads anything of
- * `found` (the slot unset, a `_names_seen` that is not exactly a dict): the Python's `_named` runs instead.
- * It reads `found` as Python's for loop does (its length on every turn, each item held while it is named): a
- * key of `_names_seen` that is not bytes, or the names given, could run Python code that changes it. */
+/* `_named(found)` where some topic is not an exact str (named_pairs said so): the Python's second loop, which
+ * keeps a str and names a topic id by what a Metadata answer named it (a v13+ Produce or Fetch names topics
+ * by ids, nearly always ones seen), else by the names given, else writes it out. A new list, or NULL with the
+ * error the Python raises (its type: an unpacking's message is unpacked_pair's). NULL with no error set for
+ * a `found` that is not exactly a list: the Python's `_named` runs instead. It reads `found` as Python's for
+ * loop does (its length on every turn, each item held while it is named): a key of `_names_seen` that is not
+ * bytes, or the names given, could run Python code that changes it. */
 static PyObject *
 named_ids(PyObject *recording, PyObject *found)
 {
     if (!PyList_CheckExact(found)) {
-        return NULL;
-    }
-    PyObject *seen = slot_get(recording, &recording_names_seen);
-    if (seen == NULL || !PyDict_CheckExact(seen)) {
-        Py_XDECREF(seen);
-        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            PyErr_Clear(); /* the Python's to read (or not: `found` may fail its unpacking first) */
-        }
         return NULL;
     }
     PyObject *named = PyList_New(0);
@@ -342,7 +353,7 @@ named_ids(PyObject *recording, PyObject *found)
         PyObject *pair = unpacked_pair(PyList_GET_ITEM(found, k));
         PyObject *topic = pair == NULL ? NULL : Py_NewRef(PyTuple_GET_ITEM(pair, 0));
         if (topic != NULL && !PyUnicode_Check(topic)) {
-            Py_SETREF(topic, name_of_id(recording, seen, topic));
+            Py_SETREF(topic, name_of_id(recording, topic));
         }
         PyObject *renamed = topic == NULL ? NULL : PyTuple_Pack(2, topic, PyTuple_GET_ITEM(pair, 1));
         if (renamed == NULL || PyList_Append(named, renamed) < 0) {
@@ -352,13 +363,12 @@ named_ids(PyObject *recording, PyObject *found)
         Py_XDECREF(topic);
         Py_XDECREF(pair);
     }
-    Py_DECREF(seen);
     return named;
 }
 
 /* usage.add_topics(self._named(found), fetched, broker), how both records end: None, or NULL with an
  * exception. `_named` is `found` itself when every topic is named already, else made here (named_ids) or,
- * for a recording it does not read, by the Python's. */
+ * for a `found` that is not a list, by the Python's. */
 static PyObject *
 add_named(PyObject *recording, PyObject *usage, PyObject *found, int fetched, PyObject *broker)
 {
@@ -850,6 +860,7 @@ PyInit__usage_recording(void)
     INTERN(s_named, "_named");
     INTERN(s_names_seen, "_names_seen");
     INTERN(s_topic_names, "_topic_names");
+    INTERN(s_get, "get");
     INTERN(s_topics, "topics");
     INTERN(s_add_topics, "add_topics");
     INTERN(s_max_topics, "_max_topics");
