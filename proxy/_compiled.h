@@ -254,6 +254,22 @@ bind_all(const binding_t *bindings, size_t count)
     return bound ? 0 : -1;
 }
 
+/* `mapping.get(key)`: the value (a new reference), None where it has none, or NULL with an exception. An exact
+ * dict is read inline; anything else through its own `get` (`get_name`, the caller's interned "get"). */
+static inline PyObject *
+mapping_get(PyObject *mapping, PyObject *key, PyObject *get_name)
+{
+    if (PyDict_CheckExact(mapping)) {
+        PyObject *value = PyDict_GetItemWithError(mapping, key); /* borrowed */
+        if (value == NULL) {
+            return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        }
+        return Py_NewRef(value);
+    }
+    PyObject *args[2] = {mapping, key};
+    return PyObject_VectorcallMethod(get_name, args, 2, NULL);
+}
+
 /* What an item handed to a module's bind must be. */
 typedef enum { ANY, A_TYPE, CALLABLE, FROZENSET, AN_INT, A_LIST } kind_t;
 

@@ -110,27 +110,12 @@ record_throttle(PyObject *manager, PyObject *user, PyObject *client_id, PyObject
         Py_DECREF(lookup);
         return NULL;
     }
-    PyObject *sensor;
-    if (PyDict_CheckExact(lookup)) {
-        sensor = PyDict_GetItemWithError(lookup, key);
-        if (sensor == NULL && PyErr_Occurred()) {
-            Py_DECREF(key);
-            Py_DECREF(lookup);
-            return NULL;
-        }
-        Py_XINCREF(sensor);
-    }
-    else {
-        PyObject *args[2] = {lookup, key};
-        sensor = PyObject_VectorcallMethod(s_get, args, 2, NULL);
-        if (sensor == NULL) {
-            Py_DECREF(key);
-            Py_DECREF(lookup);
-            return NULL;
-        }
-    }
+    PyObject *sensor = mapping_get(lookup, key, s_get);
     Py_DECREF(key);
     Py_DECREF(lookup);
+    if (sensor == NULL) {
+        return NULL;
+    }
     if (sensor == Py_None) {
         Py_CLEAR(sensor);
     }

@@ -277,32 +277,16 @@ name_of_id(PyObject *recording, PyObject *topic)
     if (seen == NULL) {
         return NULL;
     }
-    PyObject *name;
-    if (PyDict_CheckExact(seen)) {
-        name = PyDict_GetItemWithError(seen, topic); /* borrowed */
-        if (name == NULL && PyErr_Occurred()) {
-            Py_DECREF(seen);
-            return NULL;
-        }
-        Py_XINCREF(name);
-    }
-    else {
-        PyObject *get_args[2] = {seen, topic};
-        name = PyObject_VectorcallMethod(s_get, get_args, 2, NULL);
-        if (name == NULL) {
-            Py_DECREF(seen);
-            return NULL;
-        }
-    }
+    PyObject *name = mapping_get(seen, topic, s_get);
     Py_DECREF(seen);
-    int named = name == NULL ? 0 : PyObject_IsTrue(name);
+    int named = name == NULL ? -1 : PyObject_IsTrue(name);
     if (named != 0) {
         if (named < 0) {
             Py_CLEAR(name);
         }
         return name;
     }
-    Py_XDECREF(name);
+    Py_DECREF(name);
     PyObject *names = slot_get(recording, &recording_topic_names);
     name = names == NULL ? NULL : PyObject_CallOneArg(names, topic);
     Py_XDECREF(names);
