@@ -1179,8 +1179,7 @@ remember_walk(PyObject *name, PyObject *body, PyObject *start, PyObject *version
  * the ints the proxy passes. */
 static PyObject *fetch_walk_globals = NULL;
 static PyObject *fetch_walk_reference = NULL;
-static PyObject *last_fetch_key = NULL;    /* "_last_fetch" */
-static PyObject *no_fetch_walk_key = NULL; /* "_NO_FETCH_WALK" */
+static PyObject *no_fetch_walk_key = NULL; /* "_NO_FETCH_WALK"; "_last_fetch" is last_fetch_name, the walks' */
 
 /* bind_walked_fetch_topics(response_walks' globals, the reference). */
 static PyObject *
@@ -1190,7 +1189,7 @@ bind_walked_fetch_topics(PyObject *module, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "bind_walked_fetch_topics(response_walks' globals, reference)");
         return NULL;
     }
-    if ((last_fetch_key == NULL && (last_fetch_key = PyUnicode_InternFromString("_last_fetch")) == NULL) ||
+    if ((last_fetch_name == NULL && (last_fetch_name = PyUnicode_InternFromString("_last_fetch")) == NULL) ||
         (no_fetch_walk_key == NULL && (no_fetch_walk_key = PyUnicode_InternFromString("_NO_FETCH_WALK")) == NULL)) {
         return NULL;
     }
@@ -1224,7 +1223,7 @@ walked_fetch_topics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return PyObject_Vectorcall(fetch_walk_reference, args, nargs, NULL); /* its own TypeError */
     }
     /* walked, walked_start, walked_version, found = _last_fetch */
-    PyObject *kept = global_named(last_fetch_key);
+    PyObject *kept = global_named(last_fetch_name);
     if (kept == NULL) {
         return NULL;
     }
@@ -1234,7 +1233,7 @@ walked_fetch_topics(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* _last_fetch = _NO_FETCH_WALK */
     PyObject *nothing = global_named(no_fetch_walk_key);
-    if (nothing == NULL || PyDict_SetItem(fetch_walk_globals, last_fetch_key, nothing) < 0) {
+    if (nothing == NULL || PyDict_SetItem(fetch_walk_globals, last_fetch_name, nothing) < 0) {
         Py_XDECREF(nothing);
         Py_DECREF(kept);
         return NULL;
