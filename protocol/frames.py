@@ -256,18 +256,22 @@ class FrameSplitter:
             if pos < 0:
                 return frames
         pos, length = _whole_frames(view, pos, self.min_payload_bytes, self._max_frame_bytes, frames)
-        if length is not None:  # a frame of a length out of range, or not all of it in `view`
-            if length < self.min_payload_bytes or length > self._max_frame_bytes:
-                self._raise_bad_length(length, frames)
-            self._pending.append(self._kept(view[pos:], loaned))
-            self.buffered_bytes = size - pos
-            self._pending_need = _PREFIX + length
-            return frames
-        if pos < size:
-            self._pending.append(self._kept(view[pos:], loaned))
-            self.buffered_bytes = size - pos
-            self._pending_need = -1
+        if length is not None or pos < size:
+            self.keep_rest(view, pos, length, loaned, frames)
         return frames
+
+    def keep_rest(
+        self, view: memoryview, pos: int, length: int | None, loaned: bool, frames: list[memoryview]
+    ) -> None:
+        """What `feed` does with `view[pos:]`, which follows the whole frames it found (`frames`): the start
+        of a frame, kept for the next feed; `length` is its length when its prefix was read, which must be in
+        range. Public for the compiled pass over a broker's read (proxy/data_path/_connection_passes.c),
+        which finds the whole frames itself and leaves the rest to this."""
+        if length is not None and (length < self.min_payload_bytes or length > self._max_frame_bytes):
+            self._raise_bad_length(length, frames)
+        self._pending.append(self._kept(view[pos:], loaned))
+        self.buffered_bytes = len(view) - pos
+        self._pending_need = -1 if length is None else _PREFIX + length
 
     def eof(self) -> None:
         if self._through_left:

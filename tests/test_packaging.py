@@ -89,15 +89,16 @@ def test_the_wheel_holds_every_module_under_sluice_only(tmp_path: Path) -> None:
         for source in (ROOT / folder).rglob("*.py"):
             inside = "/".join([*name.split("."), *source.relative_to(ROOT / folder).parts])
             assert inside in names, f"{source.relative_to(ROOT)} is missing from the wheel"
-    # The compiled readers, rate, filter runs, pipeline runs, connection queries, usage recording, client
-    # quotas and address rewrite, built (this machine has a C compiler, as CI's has); their C sources stay
-    # out.
+    # The compiled readers, rate, filter runs, pipeline runs, connection queries and passes, usage recording,
+    # client quotas and address rewrite, built (this machine has a C compiler, as CI's has); their C sources
+    # stay out.
     for prefix in (
         "sluice/protocol/_compiled.",
         "sluice/quota/_compiled.",
         "sluice/proxy/data_path/_filter_runs.",
         "sluice/proxy/data_path/_pipeline_runs.",
         "sluice/proxy/data_path/_connection_queries.",
+        "sluice/proxy/data_path/_connection_passes.",
         "sluice/proxy/filters/_usage_recording.",
         "sluice/proxy/filters/_client_quotas.",
         "sluice/proxy/filters/_broker_rewrite.",

@@ -315,16 +315,29 @@ class ClientSide(asyncio.BufferedProtocol):
         started = _pass_clock_ns() if self._cpu_time_needed() else 0
         try:
             work(self, arg)
-        except ProtocolError as exc:
-            bad_frame(self, exc)
-        except CloseConnection as exc:
-            self._close_on_error("filter_closed", reason=exc.reason)
         except Exception as exc:
-            self._filter_failed(exc)
+            self._work_failed(exc, bad_frame)
         finally:
             self._flush()
             if started:
                 self.cpu_ns += _pass_clock_ns() - started
+        pipeline = self._pipeline
+        if (pipeline is not None and pipeline.state is _DRAINING) or self._closing_after is not None:
+            self._after_pass()
+
+    def _work_failed(self, exc: Exception, bad_frame: Callable[[ClientSide, ProtocolError], None]) -> None:
+        """A pass's work raised `exc`: a bad frame goes to `bad_frame`; a filter's Close or failure closes
+        the connection."""
+        if isinstance(exc, ProtocolError):
+            bad_frame(self, exc)
+        elif isinstance(exc, CloseConnection):
+            self._close_on_error("filter_closed", reason=exc.reason)
+        else:
+            self._filter_failed(exc)
+
+    def _after_pass(self) -> None:
+        """The end of a pass that shutdown or a bad request frame put a close off for: close once nothing
+        is owed."""
         pipeline = self._pipeline
         if pipeline is not None and pipeline.state is _DRAINING and pipeline.drained:
             if self._gate is not None:
@@ -332,6 +345,27 @@ class ClientSide(asyncio.BufferedProtocol):
             self.close("shutdown")
         elif self._closing_after is not None:
             self._close_if_answered()
+
+    def _finish_failed_pass(
+        self,
+        exc: BaseException,
+        bad_frame: Callable[[ClientSide, ProtocolError], None],
+        started: int,
+    ) -> None:
+        """The rest of `_pass` after its work raised `exc`, for the compiled pass over a broker's read
+        (proxy/data_path/_connection_passes.c), which hands its failures over here: what `_pass` does from
+        its `except` on."""
+        try:
+            if not isinstance(exc, Exception):
+                raise exc
+            self._work_failed(exc, bad_frame)
+        finally:
+            self._flush()
+            if started:
+                self.cpu_ns += _pass_clock_ns() - started
+        pipeline = self._pipeline
+        if (pipeline is not None and pipeline.state is _DRAINING) or self._closing_after is not None:
+            self._after_pass()
 
     def _run(self, step: Callable[[], Pending | None]) -> None:
         """Run a pipeline step outside a read (connected, unmuted, resumed)."""
@@ -672,3 +706,41 @@ if not TYPE_CHECKING:  # the type checker reads the Python methods; the compiled
     else:
         for _name, _query in _connection_queries.methods_of(ClientSide).items():
             setattr(ClientSide, _name, _query)
+
+# The passes over a read from either side (and the lending of the read buffer, and the sending of an answer),
+# as written above: the references of their compiled twins (proxy/data_path/_connection_passes.c), which
+# ClientSide runs where the install has them (a Fetch answer then runs no Python of the connection's, the
+# splitter's or the pipeline's on its way through, and a read of whole requests none of the connection's).
+_PASSES = ("upstream_data", "send_response", "get_buffer", "buffer_updated")
+PASSES_IN_PYTHON = {name: getattr(ClientSide, name) for name in _PASSES}
+if not TYPE_CHECKING:
+    try:
+        from sluice.proxy.data_path import _connection_passes
+    except ImportError:  # built without a C compiler
+        pass
+    else:
+        from sluice.protocol import frames as _frames
+
+        from . import request_pipeline
+
+        _connection_passes.bind(
+            {
+                "FrameSplitter": FrameSplitter,  # (the classes whose slots the passes read at their offsets)
+                "RequestPipeline": RequestPipeline,
+                "ThrottleGate": ThrottleGate,
+                "RequestGuard": RequestGuard,
+                "SessionSettings": SessionSettings,
+                # The globals the passes read at each pass, as the Python reads them: the splitter's
+                # _whole_frames, the pipeline's _answers_plain, this module's _pass_clock_ns, _NO_BUFFER,
+                # buffer_in_use, READ_BUFFER_BYTES and _TAKE_REQUESTS.
+                "frames_globals": vars(_frames),
+                "pipeline_globals": vars(request_pipeline),
+                "connection_globals": globals(),
+                "DRAINING": _DRAINING,
+                "bad_response_frame": _BAD_RESPONSE_FRAME,
+                "bad_request_frame": _BAD_REQUEST_FRAME,
+                **PASSES_IN_PYTHON,
+            }
+        )
+        for _name, _pass_method in _connection_passes.methods_of(ClientSide).items():
+            setattr(ClientSide, _name, _pass_method)

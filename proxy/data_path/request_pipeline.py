@@ -537,12 +537,18 @@ class RequestPipeline:
 
     # ---- responses ------------------------------------------------------------------------------
 
-    def broker_frames(self, frames: list[memoryview]) -> None:
+    def broker_frames(self, frames: list[memoryview], i: int = 0, answers_due: bool = False) -> None:
         """Match the broker's responses to the requests in flight and send them on, in request order, with
-        the answers filters made in their turn."""
+        the answers filters made in their turn. From `frames[i]` on, answers filters made first if
+        `answers_due`: where the compiled pass over a broker's read (proxy/data_path/_connection_passes.c),
+        which runs the first plain run itself, hands over."""
         in_flight = self._in_flight
-        i, count = 0, len(frames)
-        while i < count:
+        count = len(frames)
+        while True:
+            if answers_due:
+                self._answers()
+            if i >= count:
+                break
             # The common answers, sent on as they come (the hot path; compiled where the install has it).
             i, answers_due = _answers_plain(self, frames, i)
             if not answers_due:
@@ -551,8 +557,6 @@ class RequestPipeline:
                 self._response(frames[i])
                 i += 1
                 answers_due = bool(in_flight) and in_flight[0].kind is _ANSWERED
-            if answers_due:
-                self._answers()
 
     def _answers_plain_in_python(self, frames: list[memoryview], i: int) -> tuple[int, bool]:
         """From frames[i] on, send on each answer to the oldest request in flight, a forwarded one whose

@@ -1,0 +1,388 @@
+"""proxy/data_path/_connection_passes.c: ClientSide's compiled pass over a broker's read (`upstream_data`) and
+its compiled sending of an answer (`send_response`) do what their Python methods (connection.PASSES_IN_PYTHON,
+the references) do.
+
+Each random scenario runs twice, on two real connections (tests/connection_harness.py: a real client socket
+and a broker double on loopback), one served by each twin. The client's requests reach the broker; then the
+test hands the broker's answers to the connection's `upstream_data` itself, cut into the pieces the scenario
+chose (inside a frame, inside a length prefix, several frames at once; bytes, and sometimes a bytearray or a
+view), so that both twins see the same reads. The answers may carry an id nobody asked for, end in a length
+out of range or in an unfinished frame; the filters may delay answers (held by the gate, so later ones queue
+behind them), answer a request themselves, fail, or close the connection, and may ask for the pass's time.
+Both twins must give the client the same answers, log the same events and count the same metrics. Every
+other test of the proxy runs the compiled twin, which this install has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from connection_harness import WAIT_S, Broker, Proxy, responses_until_closed
+from filter_factories import Factory
+from structlog.testing import capture_logs
+from without_module import check_without
+
+from sluice.protocol.api_keys import ApiKey
+from sluice.protocol.headers import RequestHeader, encode_request, encode_response
+from sluice.proxy.data_path import connection
+from sluice.proxy.data_path.connection import ClientSide
+from sluice.proxy.data_path.request_pipeline import CloseConnection
+from sluice.proxy.filter_api import Answer, Close, Defer, Filter, Frame, InFlight, Respond
+
+METADATA, PRODUCE, API_VERSIONS = ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.API_VERSIONS
+SCENARIOS = 60
+HELD_MS = 60_000  # far longer than a scenario: a delayed answer stays held, and those after it queue behind
+
+
+def test_this_install_runs_the_compiled_passes() -> None:
+    for name in ("upstream_data", "send_response", "get_buffer", "buffer_updated"):
+        method = getattr(ClientSide, name)
+        assert method is not connection.PASSES_IN_PYTHON[name], f"built without _connection_passes.c: {name}"
+        assert type(method).__name__ == "method_descriptor" and method.__objclass__ is ClientSide
+
+
+class SeesAnswers(Filter):
+    response_api_keys = frozenset({METADATA, PRODUCE})
+
+    def on_response(self, request: InFlight, frame: Frame) -> Frame:
+        return frame
+
+
+class DelaysProduceAcks(Filter):
+    response_api_keys = frozenset({PRODUCE})
+
+    def on_response(self, request: InFlight, frame: Frame) -> Respond:
+        return Respond(frame, HELD_MS)
+
+
+class FailsOnMetadataAnswer(Filter):
+    """Fails on the answer to the Metadata request whose correlation id is `failing` (a filter bug)."""
+
+    response_api_keys = frozenset({METADATA})
+    failing = 0
+
+    def on_response(self, request: InFlight, frame: Frame) -> Frame:
+        if request.header.correlation_id == self.failing:
+            raise RuntimeError("a filter bug")
+        return frame
+
+
+class ClosesOnProduceAnswer(Filter):
+    response_api_keys = frozenset({PRODUCE})
+    closing = 0
+
+    def on_response(self, request: InFlight, frame: Frame) -> Frame:
+        if request.header.correlation_id == self.closing:
+            raise CloseConnection("closed on an answer")
+        return frame
+
+
+class AnswersApiVersions(Filter):
+    request_api_keys = frozenset({API_VERSIONS})
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Answer:
+        return Answer(encode_response(API_VERSIONS, 0, header.correlation_id, b"mine"))
+
+
+def _request(key: int, correlation_id: int) -> bytes:
+    if key == PRODUCE:  # Produce v3 with acks=1 and no topics: all the proxy reads is acks
+        return encode_request(PRODUCE, 3, correlation_id, "passes-test", struct.pack(">hhii", -1, 1, 1000, 0))
+    return encode_request(key, 1 if key == METADATA else 0, correlation_id, "passes-test", b"")
+
+
+def _scenario(rng: random.Random) -> dict[str, Any]:
+    keys = [rng.choice((METADATA, PRODUCE, API_VERSIONS)) for _ in range(rng.randint(1, 6))]
+    factories: list[Factory] = []
+    cpu = rng.random() < 0.5  # the pass is timed (a filter asks for CPU time)
+    if rng.random() < 0.3:
+        factories.append(Factory(DelaysProduceAcks, cpu=cpu))
+    if rng.random() < 0.3:
+        factories.append(Factory(FailsOnMetadataAnswer, cpu=cpu, failing=rng.randint(1, len(keys))))
+    if rng.random() < 0.3:
+        factories.append(Factory(ClosesOnProduceAnswer, cpu=cpu, closing=rng.randint(1, len(keys))))
+    answered_here = rng.random() < 0.5
+    if answered_here:
+        factories.append(Factory(AnswersApiVersions, cpu=cpu))
+    if not factories or (cpu and rng.random() < 0.5):
+        factories.append(Factory(SeesAnswers, cpu=cpu))
+    # The broker's answers to what was forwarded, in order, with a fault at the end or within.
+    forwarded = [(i + 1, key) for i, key in enumerate(keys) if not (answered_here and key == API_VERSIONS)]
+    answers = [encode_response(key, 1, cid, bytes(rng.randint(0, 40))) for cid, key in forwarded]
+    fault = rng.choice(("none", "none", "stranger", "bad length", "unfinished", "short prefix"))
+    if fault == "stranger" and answers:
+        at = rng.randrange(len(answers))
+        answers[at] = encode_response(METADATA, 1, 99, b"nobody asked")
+    elif fault == "bad length":
+        answers.append(struct.pack(">i", rng.choice((-1, 0, 1 << 30))) + bytes(8))
+    elif fault == "unfinished" and answers:
+        answers[-1] = answers[-1][: rng.randint(5, len(answers[-1]) - 1)]
+    elif fault == "short prefix":
+        answers.append(bytes(rng.randint(1, 3)))
+    stream = b"".join(answers)
+    cuts = sorted({rng.randint(1, max(1, len(stream) - 1)) for _ in range(rng.randint(0, 4))} | {len(stream)})
+    pieces: list[bytes | bytearray | memoryview] = []
+    start = 0
+    for end in cuts:
+        piece = stream[start:end]
+        kind = rng.random()
+        pieces.append(bytearray(piece) if kind < 0.1 else memoryview(piece) if kind < 0.2 else piece)
+        start = end
+    return {"keys": keys, "factories": factories, "pieces": [p for p in pieces if len(p)]}
+
+
+def _metrics(proxy: Proxy) -> dict[str, Any]:
+    """The proxy's counts (ProxyMetrics' slots; the gauges read at scrape time left out)."""
+    metrics = proxy.settings.metrics
+    names = [name for name in type(metrics).__slots__ if name not in ("request_memory", "broker_loads")]
+    return {name: copy.deepcopy(getattr(metrics, name)) for name in names}
+
+
+async def _outcome(
+    scenario: dict[str, Any], methods: dict[str, Any], run: Callable[[dict[str, Any]], Awaitable[Any]]
+) -> Any:
+    """`run(scenario)` on a connection whose class has `methods` (one twin of each) for the run."""
+    saved = {name: ClientSide.__dict__[name] for name in methods}
+    for name, method in methods.items():
+        setattr(ClientSide, name, method)
+    try:
+        return await run(scenario)
+    finally:
+        for name, method in saved.items():
+            setattr(ClientSide, name, method)
+
+
+async def _run_answers(scenario: dict[str, Any]) -> tuple[Any, ...]:
+    """The client's requests reach the broker; then the broker's answers, cut into the scenario's pieces, are
+    handed to the connection's `upstream_data`: what the client got, what was logged and what was counted."""
+    broker = Broker()
+    proxy = Proxy(await broker.start(), *scenario["factories"])
+    try:
+        reader, writer = await proxy.connect()
+        keys = scenario["keys"]
+        writer.write(b"".join(_request(key, i + 1) for i, key in enumerate(keys)))
+        answers_here = any(f.filter_class is AnswersApiVersions for f in scenario["factories"])
+        expected = [i + 1 for i, key in enumerate(keys) if not (answers_here and key == API_VERSIONS)]
+        assert await broker.received(len(expected)) == expected
+        # Those answered here never reach the broker: the proxy has read them all once it counted them.
+        while sum(proxy.settings.metrics.requests) < len(keys):
+            await asyncio.sleep(0.01)  # a poll: the count is the event
+        conn = proxy.connection()
+        with capture_logs() as logs:
+            for piece in scenario["pieces"]:
+                if conn.closed:
+                    break
+                conn.upstream_data(piece)
+            closed_by_pass = conn.closed
+            proxy.close()
+        received = await responses_until_closed(reader)
+        writer.close()
+        events = [
+            (e["event"], e.get("cause"), e.get("reason"), e.get("side"), str(e.get("error", "")))
+            for e in logs
+            if e["event"] != "connection_opened"
+        ]
+        return received, closed_by_pass, events, _metrics(proxy)
+    finally:
+        proxy.close()
+        broker.close()
+
+
+class ClosesOnMetadataRequest(Filter):
+    request_api_keys = frozenset({METADATA})
+    closing = 0
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Close:
+        return Close("not allowed") if header.correlation_id == self.closing else frame
+
+
+class DefersMetadataOnce(Filter):
+    """Defers the Metadata request whose correlation id is `deferring`, once, on a future already done: it
+    goes on when the loop runs the wait's callback."""
+
+    request_api_keys = frozenset({METADATA})
+    deferring = 0
+    deferred = False
+
+    def on_request(self, header: RequestHeader, frame: Frame) -> Frame | Defer:
+        if header.correlation_id != self.deferring or self.deferred:
+            return frame
+        self.deferred = True
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ready.set_result(None)
+        return Defer(ready)
+
+
+class RecordingBroker(Broker):
+    """The broker double, which also says when the proxy's connection to it has ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended = asyncio.Event()
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await super()._accepted(reader, writer)
+        finally:
+            self.ended.set()
+
+
+def _request_scenario(rng: random.Random) -> dict[str, Any]:
+    """A client's requests (a large one now and then, which goes on as it arrives), with a fault or none, cut
+    into reads anywhere."""
+    count = rng.randint(1, 6)
+    keys = [rng.choice((METADATA, PRODUCE, API_VERSIONS)) for _ in range(count)]
+    factories: list[Factory] = []
+    cpu = rng.random() < 0.5
+    if rng.random() < 0.5:
+        factories.append(Factory(AnswersApiVersions, cpu=cpu))
+    if rng.random() < 0.3:
+        factories.append(Factory(ClosesOnMetadataRequest, cpu=cpu, closing=rng.randint(1, count)))
+    if rng.random() < 0.3:
+        factories.append(Factory(DefersMetadataOnce, cpu=cpu, deferring=rng.randint(1, count)))
+    if not factories or rng.random() < 0.3:
+        factories.append(Factory(SeesAnswers, cpu=cpu))
+    requests = []
+    for i, key in enumerate(keys):
+        if key == PRODUCE and rng.random() < 0.3:  # past STREAM_MIN_FRAME_BYTES: streamed when cut
+            body = struct.pack(">hhii", -1, 1, 1000, 0) + bytes(rng.randint(70_000, 140_000))
+            requests.append(encode_request(PRODUCE, 3, i + 1, "passes-test", body))
+        else:
+            requests.append(_request(key, i + 1))
+    fault = rng.choice(("none", "none", "bad length", "unfinished", "short prefix"))
+    if fault == "bad length":
+        bad = struct.pack(">i", rng.choice((-1, 0, 1 << 30))) + bytes(8)
+        requests.insert(rng.randint(0, len(requests)), bad)
+    elif fault == "unfinished":
+        requests[-1] = requests[-1][: rng.randint(5, len(requests[-1]) - 1)]
+    elif fault == "short prefix":
+        requests.append(bytes(rng.randint(1, 3)))
+    stream = b"".join(requests)
+    cuts = sorted({rng.randint(1, max(1, len(stream) - 1)) for _ in range(rng.randint(0, 5))} | {len(stream)})
+    pieces, start = [], 0
+    for end in cuts:
+        pieces.append(stream[start:end])
+        start = end
+    return {"factories": factories, "pieces": [p for p in pieces if p]}
+
+
+async def _run_requests(scenario: dict[str, Any]) -> tuple[Any, ...]:
+    """Each piece read into the connection's lent buffer (`get_buffer`, then `buffer_updated`), as uvloop
+    reads: what the broker got, what the client got, what was logged and what was counted."""
+    broker = RecordingBroker()
+    proxy = Proxy(await broker.start(), *scenario["factories"])
+    try:
+        reader, writer = await proxy.connect()
+        while broker.writer is None:  # the connection is up once the broker accepted it
+            await asyncio.sleep(0.01)  # a poll: the acceptance is the event
+        conn = proxy.connection()
+        with capture_logs() as logs:
+            for piece in scenario["pieces"]:
+                if conn.closed:
+                    break
+                lent = conn.get_buffer(-1)
+                lent[: len(piece)] = piece
+                del lent  # (as uvloop lets go of it before handing the read over)
+                conn.buffer_updated(len(piece))
+            for _ in range(3):  # turns of the loop (not time): a deferral's wait, done, resumes in the first
+                await asyncio.sleep(0)
+            closed_by_pass = conn.closed
+            proxy.close()
+        received = await responses_until_closed(reader)
+        await asyncio.wait_for(broker.ended.wait(), WAIT_S)
+        forwarded = []
+        while not broker.requests.empty():
+            forwarded.append(broker.requests.get_nowait())
+        writer.close()
+        events = [
+            (e["event"], e.get("cause"), e.get("reason"), e.get("side"), str(e.get("error", "")))
+            for e in logs
+            if e["event"] != "connection_opened"
+        ]
+        return received, forwarded, closed_by_pass, events, _metrics(proxy)
+    finally:
+        proxy.close()
+        broker.close()
+
+
+async def test_the_compiled_pass_over_a_clients_read_does_what_its_python_does() -> None:
+    rng = random.Random(29112026)
+    compiled = {name: ClientSide.__dict__[name] for name in connection.PASSES_IN_PYTHON}
+    seen_closed = seen_open = 0
+    for n in range(SCENARIOS):
+        scenario = _request_scenario(rng)
+        compiled_outcome = await _outcome(scenario, compiled, _run_requests)
+        python_outcome = await _outcome(scenario, connection.PASSES_IN_PYTHON, _run_requests)
+        assert compiled_outcome == python_outcome, f"scenario {n}: {scenario}"
+        seen_closed += compiled_outcome[2]
+        seen_open += not compiled_outcome[2]
+    assert seen_closed and seen_open  # the scenarios reach both ends
+
+
+async def test_the_compiled_pass_over_a_brokers_read_does_what_its_python_does() -> None:
+    rng = random.Random(20261129)
+    compiled = {name: ClientSide.__dict__[name] for name in connection.PASSES_IN_PYTHON}
+    seen_closed = seen_open = 0
+    for n in range(SCENARIOS):
+        scenario = _scenario(rng)
+        compiled_outcome = await _outcome(scenario, compiled, _run_answers)
+        python_outcome = await _outcome(scenario, connection.PASSES_IN_PYTHON, _run_answers)
+        assert compiled_outcome == python_outcome, f"scenario {n}: {scenario}"
+        seen_closed += compiled_outcome[1]
+        seen_open += not compiled_outcome[1]
+    assert seen_closed and seen_open  # the scenarios reach both ends
+
+
+async def test_the_compiled_sending_of_an_answer_appends_it_or_hands_it_to_its_python() -> None:
+    """Not delayed and nothing held: appended to the pass's replies; delayed, or behind one held: the Python
+    reference holds it (the gate keeps the order)."""
+    broker = Broker()
+    proxy = Proxy(await broker.start(), Factory(SeesAnswers))
+    try:
+        _reader, writer = await proxy.connect()  # (kept: a client socket collected would close)
+        while broker.writer is None:  # the connection is up once the broker accepted it
+            await asyncio.sleep(0.01)  # a poll: the acceptance is the event
+        conn = proxy.connection()
+        gate = conn._gate
+        assert gate is not None
+        conn.send_response(b"first", 0)
+        assert conn._replies == [b"first"] and not gate.held_responses
+        conn.send_response(b"later", HELD_MS)  # delayed: the replies so far leave, this one is held
+        assert conn._replies == [] and [frame for _, frame in gate.held_responses] == [b"later"]
+        conn.send_response(b"behind", 0)  # not delayed, but behind one held: held too, in order
+        assert [frame for _, frame in gate.held_responses] == [b"later", b"behind"]
+        conn.send_response(frame=b"by name", delay_ms=0)  # keywords: the Python, which holds it behind them
+        assert [frame for _, frame in gate.held_responses][-1] == b"by name"
+        writer.close()
+    finally:
+        proxy.close()
+        broker.close()
+
+
+def test_an_install_without_the_module_runs_the_python_passes() -> None:
+    check_without(
+        "sluice.proxy.data_path._connection_passes",
+        "from sluice.proxy.data_path import connection as c\n"
+        "for name, method in c.PASSES_IN_PYTHON.items():\n"
+        "    assert c.ClientSide.__dict__[name] is method, name\n",
+    )
+
+
+def test_the_passes_refuse_to_run_unbound() -> None:
+    check_without(
+        "sluice.proxy.data_path.connection",
+        "from sluice.proxy.data_path import _connection_passes as p\n"
+        "class C: pass\n"
+        "methods = p.methods_of(C)\n"
+        "for name in ('upstream_data', 'send_response', 'get_buffer', 'buffer_updated'):\n"
+        "    try:\n"
+        "        methods[name](C(), b'', 0) if name == 'send_response' else methods[name](C(), b'')\n"
+        "    except RuntimeError as exc:\n"
+        "        assert 'not bound' in str(exc), exc\n"
+        "    else:\n"
+        "        raise AssertionError(name)\n",
+    )
