@@ -10,8 +10,9 @@ install: $(STAMP)
 # PYTHONWARNINGS: setuptools prints a notice (information, not a warning about this project) on every
 # editable install, and calls pyproject's ext-modules table experimental on every build.
 # The compiled walks (protocol/_compiled.c), rate (quota/_compiled.c), filter runs, pipeline runs, connection
-# queries (proxy/data_path/_*.c), usage recording, client quotas and address rewrite (proxy/filters/_*.c, with
-# proxy/_compiled.h) are built by the editable install: a change to them installs again.
+# queries and passes (proxy/data_path/_*.c), usage recording, client quotas and address rewrite
+# (proxy/filters/_*.c, with proxy/_compiled.h) are built by the editable install: a change to them installs
+# again.
 $(STAMP): pyproject.toml protocol/_compiled.c quota/_compiled.c $(wildcard proxy/*/_*.c) proxy/_compiled.h
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -311,6 +311,26 @@ call_reference(PyObject *python, PyObject *self, PyObject *const *args, Py_ssize
     return out;
 }
 
+/* {name: a method descriptor of `cls`} for each of `defs` (up to one with no name): the compiled methods a module
+ * hands its Python to set on the class; TypeError (`usage`) when `cls` is not a class. */
+static inline PyObject *
+method_descriptors(PyObject *cls, PyMethodDef *defs, const char *usage)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    PyObject *methods = PyDict_New();
+    for (PyMethodDef *def = defs; methods != NULL && def->ml_name != NULL; def++) {
+        PyObject *method = PyDescr_NewMethod((PyTypeObject *)cls, def);
+        if (method == NULL || PyDict_SetItemString(methods, def->ml_name, method) < 0) {
+            Py_CLEAR(methods);
+        }
+        Py_XDECREF(method);
+    }
+    return methods;
+}
+
 /* In a module's init: `var` = the interned `text`, or the init fails. */
 #define INTERN(var, text)                                                                                     \
     if ((var = PyUnicode_InternFromString(text)) == NULL) {                                                   \

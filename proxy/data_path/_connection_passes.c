@@ -36,7 +36,8 @@
 #include "../_compiled.h"
 
 static PyObject *s_loop, *s_time, *s_last_activity, *s_cpu_time_needed, *s_responses, *s_guard, *s_awaiting_answer,
-    *s_broker_answered, *s_pipeline, *s_broker_frames, *s_keep_rest, *s_feed, *s_outgoing, *s_upstream, *s_closed,
+    *s_broker_answered, *s_pipeline, *s_broker_frames, *s_after_plain_run, *s_keep_rest, *s_feed, *s_outgoing,
+    *s_upstream, *s_closed,
     *s_writelines, *s_replies, *s_transport, *s_cpu_ns, *s_state, *s_closing_after, *s_after_pass,
     *s_finish_failed_pass, *s_whole_frames, *s_answers_plain, *s_pass_clock_ns, *s_gate, *s_held_responses,
     *s_append, *s_buffered_bytes, *s_through_left, *s_through, *s_min_payload_bytes, *s_max_frame_bytes,
@@ -214,7 +215,7 @@ take_responses(PyObject *self, PyObject *data)
     if (pipeline == NULL) {
         goto done;
     }
-    if (pipeline == Py_None) {
+    if (pipeline == Py_None) { /* (under `python -O` the Python would go on to an AttributeError instead) */
         PyErr_SetNone(PyExc_AssertionError);
         goto done;
     }
@@ -249,9 +250,22 @@ take_responses(PyObject *self, PyObject *data)
         failed = 0;
         goto done;
     }
-    /* the rest of broker_frames, from where the run stopped */
-    PyObject *rest[4] = {pipeline, frames, i, due};
-    failed = done_with(PyObject_VectorcallMethod(s_broker_frames, rest, 4, NULL));
+    /* the rest of broker_frames: i = self.after_plain_run(frames, i, answers_due); then from there on */
+    PyObject *stop[4] = {pipeline, frames, i, due};
+    PyObject *next = PyObject_VectorcallMethod(s_after_plain_run, stop, 4, NULL);
+    Py_ssize_t from = next == NULL ? -1 : PyLong_AsSsize_t(next);
+    if (from < 0) {
+        Py_XDECREF(next);
+        goto done;
+    }
+    if (from < count) {
+        PyObject *rest[3] = {pipeline, frames, next};
+        failed = done_with(PyObject_VectorcallMethod(s_broker_frames, rest, 3, NULL));
+    }
+    else {
+        failed = 0;
+    }
+    Py_DECREF(next);
 done:
     Py_XDECREF(found);
     Py_XDECREF(pipeline);
@@ -374,11 +388,14 @@ finish_failed_pass(PyObject *self, PyObject *bad_frame, PyObject *started)
     if (traceback != NULL) {
         PyException_SetTraceback(value, traceback);
     }
+    /* handled while the Python runs, as in `_pass`'s `except`: what it raises has it as its context */
+    PyObject *was_type, *was_value, *was_traceback;
+    PyErr_GetExcInfo(&was_type, &was_value, &was_traceback);
+    PyErr_SetExcInfo(type, Py_NewRef(value), traceback); /* (takes over type and traceback) */
     PyObject *args[4] = {self, value, bad_frame, started};
     PyObject *out = PyObject_VectorcallMethod(s_finish_failed_pass, args, 4, NULL);
-    Py_XDECREF(type);
+    PyErr_SetExcInfo(was_type, was_value, was_traceback);
     Py_DECREF(value);
-    Py_XDECREF(traceback);
     return out;
 }
 
@@ -631,13 +648,24 @@ take_requests(PyObject *self, PyObject *data)
         failed = done_with(call_method1(self, s_wait_for, ready));
     }
     Py_XDECREF(ready);
-    if (failed) { /* the settle of `finally`, the exception kept (unless the settle raises one of its own) */
+    if (failed) { /* the settle of `finally`: the exception goes on (or the settle's, with it as its context) */
         PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);
+        PyErr_NormalizeException(&type, &value, &traceback);
+        if (traceback != NULL && value != NULL) {
+            PyException_SetTraceback(value, traceback);
+        }
         if (settle(splitter) == 0) {
             PyErr_Restore(type, value, traceback);
         }
         else {
+            PyObject *its_type, *its_value, *its_traceback;
+            PyErr_Fetch(&its_type, &its_value, &its_traceback);
+            PyErr_NormalizeException(&its_type, &its_value, &its_traceback);
+            if (its_value != NULL && value != NULL) {
+                PyException_SetContext(its_value, Py_NewRef(value)); /* (steals) */
+            }
+            PyErr_Restore(its_type, its_value, its_traceback);
             Py_XDECREF(type);
             Py_XDECREF(value);
             Py_XDECREF(traceback);
@@ -814,19 +842,7 @@ static PyMethodDef pass_defs[] = {
 static PyObject *
 methods_of(PyObject *module, PyObject *cls)
 {
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "methods_of(ClientSide)");
-        return NULL;
-    }
-    PyObject *methods = PyDict_New();
-    for (PyMethodDef *def = pass_defs; methods != NULL && def->ml_name != NULL; def++) {
-        PyObject *method = PyDescr_NewMethod((PyTypeObject *)cls, def);
-        if (method == NULL || PyDict_SetItemString(methods, def->ml_name, method) < 0) {
-            Py_CLEAR(methods);
-        }
-        Py_XDECREF(method);
-    }
-    return methods;
+    return method_descriptors(cls, pass_defs, "methods_of(ClientSide)");
 }
 
 /* bind({...}): the classes whose slots the passes read, the modules' globals they read at each pass,
@@ -908,7 +924,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef connection_passes_module = {
     PyModuleDef_HEAD_INIT,
     "sluice.proxy.data_path._connection_passes",
-    "The pass over a broker's read and the sending of an answer, compiled (proxy/data_path/connection.py).",
+    "The connection's passes over a read from either side, compiled (proxy/data_path/connection.py).",
     -1,
     module_methods,
 };
@@ -926,6 +942,7 @@ PyInit__connection_passes(void)
     INTERN(s_broker_answered, "broker_answered");
     INTERN(s_pipeline, "_pipeline");
     INTERN(s_broker_frames, "broker_frames");
+    INTERN(s_after_plain_run, "after_plain_run");
     INTERN(s_keep_rest, "keep_rest");
     INTERN(s_feed, "feed");
     INTERN(s_outgoing, "outgoing");

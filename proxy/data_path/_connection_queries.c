@@ -108,19 +108,7 @@ static PyMethodDef query_defs[] = {
 static PyObject *
 methods_of(PyObject *module, PyObject *cls)
 {
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "methods_of(ClientSide)");
-        return NULL;
-    }
-    PyObject *methods = PyDict_New();
-    for (PyMethodDef *def = query_defs; methods != NULL && def->ml_name != NULL; def++) {
-        PyObject *method = PyDescr_NewMethod((PyTypeObject *)cls, def);
-        if (method == NULL || PyDict_SetItemString(methods, def->ml_name, method) < 0) {
-            Py_CLEAR(methods);
-        }
-        Py_XDECREF(method);
-    }
-    return methods;
+    return method_descriptors(cls, query_defs, "methods_of(ClientSide)");
 }
 
 static PyMethodDef module_methods[] = {

@@ -315,36 +315,13 @@ class ClientSide(asyncio.BufferedProtocol):
         started = _pass_clock_ns() if self._cpu_time_needed() else 0
         try:
             work(self, arg)
-        except Exception as exc:
-            self._work_failed(exc, bad_frame)
-        finally:
-            self._flush()
-            if started:
-                self.cpu_ns += _pass_clock_ns() - started
-        pipeline = self._pipeline
-        if (pipeline is not None and pipeline.state is _DRAINING) or self._closing_after is not None:
-            self._after_pass()
-
-    def _work_failed(self, exc: Exception, bad_frame: Callable[[ClientSide, ProtocolError], None]) -> None:
-        """A pass's work raised `exc`: a bad frame goes to `bad_frame`; a filter's Close or failure closes
-        the connection."""
-        if isinstance(exc, ProtocolError):
-            bad_frame(self, exc)
-        elif isinstance(exc, CloseConnection):
-            self._close_on_error("filter_closed", reason=exc.reason)
-        else:
-            self._filter_failed(exc)
-
-    def _after_pass(self) -> None:
-        """The end of a pass that shutdown or a bad request frame put a close off for: close once nothing
-        is owed."""
-        pipeline = self._pipeline
-        if pipeline is not None and pipeline.state is _DRAINING and pipeline.drained:
-            if self._gate is not None:
-                self._gate.flush_held()
-            self.close("shutdown")
-        elif self._closing_after is not None:
-            self._close_if_answered()
+        except BaseException as exc:
+            self._finish_failed_pass(exc, bad_frame, started)
+            return
+        self._flush()
+        if started:
+            self.cpu_ns += _pass_clock_ns() - started
+        self._after_pass()
 
     def _finish_failed_pass(
         self,
@@ -352,9 +329,10 @@ class ClientSide(asyncio.BufferedProtocol):
         bad_frame: Callable[[ClientSide, ProtocolError], None],
         started: int,
     ) -> None:
-        """The rest of `_pass` after its work raised `exc`, for the compiled pass over a broker's read
-        (proxy/data_path/_connection_passes.c), which hands its failures over here: what `_pass` does from
-        its `except` on."""
+        """The rest of a pass whose work raised `exc` (`_pass`'s, and the compiled passes' of
+        proxy/data_path/_connection_passes.c, which hand their failures over here): a bad frame goes to
+        `bad_frame`, a filter's Close or failure closes the connection; anything else (not an Exception)
+        goes on up, once what the pass produced is written."""
         try:
             if not isinstance(exc, Exception):
                 raise exc
@@ -363,9 +341,26 @@ class ClientSide(asyncio.BufferedProtocol):
             self._flush()
             if started:
                 self.cpu_ns += _pass_clock_ns() - started
+        self._after_pass()
+
+    def _work_failed(self, exc: Exception, bad_frame: Callable[[ClientSide, ProtocolError], None]) -> None:
+        if isinstance(exc, ProtocolError):
+            bad_frame(self, exc)
+        elif isinstance(exc, CloseConnection):
+            self._close_on_error("filter_closed", reason=exc.reason)
+        else:
+            self._filter_failed(exc)
+
+    def _after_pass(self) -> None:
+        """The end of every pass: the close that shutdown or a bad request frame put off, once nothing is
+        owed."""
         pipeline = self._pipeline
-        if (pipeline is not None and pipeline.state is _DRAINING) or self._closing_after is not None:
-            self._after_pass()
+        if pipeline is not None and pipeline.state is _DRAINING and pipeline.drained:
+            if self._gate is not None:
+                self._gate.flush_held()
+            self.close("shutdown")
+        elif self._closing_after is not None:
+            self._close_if_answered()
 
     def _run(self, step: Callable[[], Pending | None]) -> None:
         """Run a pipeline step outside a read (connected, unmuted, resumed)."""

@@ -537,26 +537,29 @@ class RequestPipeline:
 
     # ---- responses ------------------------------------------------------------------------------
 
-    def broker_frames(self, frames: list[memoryview], i: int = 0, answers_due: bool = False) -> None:
-        """Match the broker's responses to the requests in flight and send them on, in request order, with
-        the answers filters made in their turn. From `frames[i]` on, answers filters made first if
-        `answers_due`: where the compiled pass over a broker's read (proxy/data_path/_connection_passes.c),
-        which runs the first plain run itself, hands over."""
-        in_flight = self._in_flight
+    def broker_frames(self, frames: list[memoryview], i: int = 0) -> None:
+        """Match the broker's responses (`frames[i:]`) to the requests in flight and send them on, in request
+        order, with the answers filters made in their turn."""
         count = len(frames)
-        while True:
-            if answers_due:
-                self._answers()
-            if i >= count:
-                break
+        while i < count:
             # The common answers, sent on as they come (the hot path; compiled where the install has it).
             i, answers_due = _answers_plain(self, frames, i)
-            if not answers_due:
-                if i == count:
-                    break
-                self._response(frames[i])
-                i += 1
-                answers_due = bool(in_flight) and in_flight[0].kind is _ANSWERED
+            if answers_due or i < count:
+                i = self.after_plain_run(frames, i, answers_due)
+
+    def after_plain_run(self, frames: list[memoryview], i: int, answers_due: bool) -> int:
+        """Where a plain run of answers stopped (before `frames[i]`; the answers filters made due or not):
+        that answer in full when none are due, then the answers due; where the next run begins. Public for
+        the compiled pass over a broker's read (proxy/data_path/_connection_passes.c), which runs the first
+        run itself and hands over here, then to `broker_frames` from where this leaves off."""
+        if not answers_due:
+            self._response(frames[i])
+            i += 1
+            in_flight = self._in_flight
+            answers_due = bool(in_flight) and in_flight[0].kind is _ANSWERED
+        if answers_due:
+            self._answers()
+        return i
 
     def _answers_plain_in_python(self, frames: list[memoryview], i: int) -> tuple[int, bool]:
         """From frames[i] on, send on each answer to the oldest request in flight, a forwarded one whose

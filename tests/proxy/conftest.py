@@ -6,8 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from sluice.proxy.data_path import connection, request_pipeline
-from sluice.proxy.data_path.connection import ClientSide
+from sluice.proxy.data_path import request_pipeline
 from sluice.proxy.data_path.filter_chain import FilterChain, runs_tables
 from sluice.proxy.data_path.filter_runs import FilterRunsInPython
 from sluice.proxy.data_path.request_pipeline import RequestPipeline
@@ -28,8 +27,7 @@ class ConnectionFiltersInPython(FilterRunsInPython):
 @pytest.fixture(params=["compiled runs", "python runs"])
 def both_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """A test of the chain or the pipeline runs on each twin of their hot loops: the compiled ones, and the
-    Python ones they translate (tests/proxy/test_filter_runs.py, tests/proxy/test_pipeline_runs.py,
-    tests/proxy/test_connection_passes.py)."""
+    Python ones they translate (tests/proxy/test_filter_runs.py, tests/proxy/test_pipeline_runs.py)."""
     if request.param == "python runs":
 
         def for_connection(
@@ -40,6 +38,4 @@ def both_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setattr(FilterChain, "for_connection", for_connection)
         monkeypatch.setattr(request_pipeline, "_forward_plain", RequestPipeline._forward_plain_in_python)
         monkeypatch.setattr(request_pipeline, "_answers_plain", RequestPipeline._answers_plain_in_python)
-        for name, method in connection.PASSES_IN_PYTHON.items():  # the connection's pass over a broker's read
-            monkeypatch.setattr(ClientSide, name, method)
     return str(request.param)

@@ -27,6 +27,7 @@ from filter_factories import Factory
 from structlog.testing import capture_logs
 from without_module import check_without
 
+from sluice.config.identity_settings import SaslSettings
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.headers import RequestHeader, encode_request, encode_response
 from sluice.proxy.data_path import connection
@@ -67,7 +68,8 @@ class FailsOnMetadataAnswer(Filter):
     failing = 0
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame:
-        if request.header.correlation_id == self.failing:
+        # (A filter that asks for CPU time sees every answer: the key is checked too.)
+        if request.header.api_key == METADATA and request.header.correlation_id == self.failing:
             raise RuntimeError("a filter bug")
         return frame
 
@@ -77,9 +79,27 @@ class ClosesOnProduceAnswer(Filter):
     closing = 0
 
     def on_response(self, request: InFlight, frame: Frame) -> Frame:
-        if request.header.correlation_id == self.closing:
+        if request.header.api_key == PRODUCE and request.header.correlation_id == self.closing:
             raise CloseConnection("closed on an answer")
         return frame
+
+
+class InterruptedOnAnswer(Filter):
+    """Raises what is not an Exception (as a KeyboardInterrupt would) on the broker's answer to
+    `interrupting`: it goes on up, once what the pass produced is written."""
+
+    response_api_keys = frozenset({METADATA, PRODUCE})
+    interrupting = 0
+
+    def on_response(self, request: InFlight, frame: Frame) -> Frame:
+        header = request.header
+        if header.api_key in self.response_api_keys and header.correlation_id == self.interrupting:
+            raise Interrupted
+        return frame
+
+
+class Interrupted(BaseException):
+    pass
 
 
 class AnswersApiVersions(Filter):
@@ -95,7 +115,7 @@ def _request(key: int, correlation_id: int) -> bytes:
     return encode_request(key, 1 if key == METADATA else 0, correlation_id, "passes-test", b"")
 
 
-def _scenario(rng: random.Random) -> dict[str, Any]:
+def _answer_scenario(rng: random.Random) -> dict[str, Any]:
     keys = [rng.choice((METADATA, PRODUCE, API_VERSIONS)) for _ in range(rng.randint(1, 6))]
     factories: list[Factory] = []
     cpu = rng.random() < 0.5  # the pass is timed (a filter asks for CPU time)
@@ -105,6 +125,8 @@ def _scenario(rng: random.Random) -> dict[str, Any]:
         factories.append(Factory(FailsOnMetadataAnswer, cpu=cpu, failing=rng.randint(1, len(keys))))
     if rng.random() < 0.3:
         factories.append(Factory(ClosesOnProduceAnswer, cpu=cpu, closing=rng.randint(1, len(keys))))
+    if rng.random() < 0.15:
+        factories.append(Factory(InterruptedOnAnswer, cpu=cpu, interrupting=rng.randint(1, len(keys))))
     answered_here = rng.random() < 0.5
     if answered_here:
         factories.append(Factory(AnswersApiVersions, cpu=cpu))
@@ -132,19 +154,62 @@ def _scenario(rng: random.Random) -> dict[str, Any]:
         kind = rng.random()
         pieces.append(bytearray(piece) if kind < 0.1 else memoryview(piece) if kind < 0.2 else piece)
         start = end
-    return {"keys": keys, "factories": factories, "pieces": [p for p in pieces if len(p)]}
+    return {
+        "keys": keys,
+        "factories": factories,
+        "pieces": [p for p in pieces if len(p)],
+        "drain": rng.random() < 0.2,  # shutdown began first: the last answer's pass closes the connection
+        "unproven": rng.random() < 0.3,  # Kafka's limits before proof, until the broker's first answer
+    }
 
 
-def _metrics(proxy: Proxy) -> dict[str, Any]:
-    """The proxy's counts (ProxyMetrics' slots; the gauges read at scrape time left out)."""
+def _state(conn: ClientSide, before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a pass leaves in the connection, its splitters and its guard (with `before`, the clocks as whether
+    they moved on: the read's time, the activity's, the CPU time counted)."""
+    state: dict[str, Any] = {
+        "read at": conn._last_read,
+        "active at": conn._last_activity,
+        "cpu": conn.cpu_ns,
+        "read buffer lent": conn._read_buffer is not connection._NO_BUFFER,
+        "replies": len(conn._replies),
+    }
+    for side, splitter in (("requests", conn._requests), ("responses", conn._responses)):
+        state[side] = (
+            splitter.buffered_bytes,
+            splitter.pending_frame_bytes,
+            splitter.passing_through,
+            len(splitter.through),
+            [type(piece).__name__ for piece in splitter._pending],
+        )
+    guard = conn._guard
+    if guard is not None:
+        state["guard"] = (guard._reserved, guard._waiting, guard.proven, guard.awaiting_answer)
+    if before is not None:
+        for clock in ("read at", "active at", "cpu"):
+            state[clock] = state[clock] > before[clock]
+    return state
+
+
+def _logged_and_counted(logs: list[dict[str, Any]], proxy: Proxy) -> dict[str, Any]:
+    """The events logged (what says which connection left out) and the proxy's counts (ProxyMetrics' slots;
+    the gauges read at scrape time left out)."""
     metrics = proxy.settings.metrics
     names = [name for name in type(metrics).__slots__ if name not in ("request_memory", "broker_loads")]
-    return {name: copy.deepcopy(getattr(metrics, name)) for name in names}
+    return {
+        "logged": [
+            (e["event"], e.get("cause"), e.get("reason"), e.get("side"), str(e.get("error", "")))
+            for e in logs
+            if e["event"] != "connection_opened"
+        ],
+        "counted": {name: copy.deepcopy(getattr(metrics, name)) for name in names},
+    }
 
 
 async def _outcome(
-    scenario: dict[str, Any], methods: dict[str, Any], run: Callable[[dict[str, Any]], Awaitable[Any]]
-) -> Any:
+    scenario: dict[str, Any],
+    methods: dict[str, Any],
+    run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
     """`run(scenario)` on a connection whose class has `methods` (one twin of each) for the run."""
     saved = {name: ClientSide.__dict__[name] for name in methods}
     for name, method in methods.items():
@@ -156,11 +221,13 @@ async def _outcome(
             setattr(ClientSide, name, method)
 
 
-async def _run_answers(scenario: dict[str, Any]) -> tuple[Any, ...]:
+async def _run_answers(scenario: dict[str, Any]) -> dict[str, Any]:
     """The client's requests reach the broker; then the broker's answers, cut into the scenario's pieces, are
     handed to the connection's `upstream_data`: what the client got, what was logged and what was counted."""
     broker = Broker()
     proxy = Proxy(await broker.start(), *scenario["factories"])
+    if scenario["unproven"]:
+        proxy.settings.unproven_limits = SaslSettings()
     try:
         reader, writer = await proxy.connect()
         keys = scenario["keys"]
@@ -172,21 +239,26 @@ async def _run_answers(scenario: dict[str, Any]) -> tuple[Any, ...]:
         while sum(proxy.settings.metrics.requests) < len(keys):
             await asyncio.sleep(0.01)  # a poll: the count is the event
         conn = proxy.connection()
+        before = _state(conn)
+        interrupted = 0
         with capture_logs() as logs:
+            if scenario["drain"]:
+                conn.drain()
             for piece in scenario["pieces"]:
                 if conn.closed:
                     break
-                conn.upstream_data(piece)
+                try:
+                    conn.upstream_data(piece)
+                except Interrupted:
+                    interrupted += 1
             closed_by_pass = conn.closed
+            after = _state(conn, before)
             proxy.close()
         received = await responses_until_closed(reader)
         writer.close()
-        events = [
-            (e["event"], e.get("cause"), e.get("reason"), e.get("side"), str(e.get("error", "")))
-            for e in logs
-            if e["event"] != "connection_opened"
-        ]
-        return received, closed_by_pass, events, _metrics(proxy)
+        outcome = {"client got": received, "closed by a pass": closed_by_pass, "connection": after}
+        outcome["interrupted"] = interrupted
+        return outcome | _logged_and_counted(logs, proxy)
     finally:
         proxy.close()
         broker.close()
@@ -262,7 +334,11 @@ def _request_scenario(rng: random.Random) -> dict[str, Any]:
     elif fault == "short prefix":
         requests.append(bytes(rng.randint(1, 3)))
     stream = b"".join(requests)
-    cuts = sorted({rng.randint(1, max(1, len(stream) - 1)) for _ in range(rng.randint(0, 5))} | {len(stream)})
+    # Reads end between requests as often as inside one: a read of whole requests is the compiled pass's own.
+    ends = [sum(len(r) for r in requests[: k + 1]) for k in range(len(requests))]
+    cuts = {rng.randint(1, max(1, len(stream) - 1)) for _ in range(rng.randint(0, 3))}
+    cuts |= {end for end in ends if rng.random() < 0.6} | {len(stream)}
+    cuts = sorted(cuts)
     pieces, start = [], 0
     for end in cuts:
         pieces.append(stream[start:end])
@@ -270,16 +346,17 @@ def _request_scenario(rng: random.Random) -> dict[str, Any]:
     return {"factories": factories, "pieces": [p for p in pieces if p]}
 
 
-async def _run_requests(scenario: dict[str, Any]) -> tuple[Any, ...]:
+async def _run_requests(scenario: dict[str, Any]) -> dict[str, Any]:
     """Each piece read into the connection's lent buffer (`get_buffer`, then `buffer_updated`), as uvloop
     reads: what the broker got, what the client got, what was logged and what was counted."""
     broker = RecordingBroker()
     proxy = Proxy(await broker.start(), *scenario["factories"])
     try:
         reader, writer = await proxy.connect()
-        while broker.writer is None:  # the connection is up once the broker accepted it
-            await asyncio.sleep(0.01)  # a poll: the acceptance is the event
+        while not proxy.registry or proxy.connection()._upstream is None:
+            await asyncio.sleep(0.01)  # a poll: the connection's upstream transport is the event
         conn = proxy.connection()
+        before = _state(conn)
         with capture_logs() as logs:
             for piece in scenario["pieces"]:
                 if conn.closed:
@@ -291,6 +368,7 @@ async def _run_requests(scenario: dict[str, Any]) -> tuple[Any, ...]:
             for _ in range(3):  # turns of the loop (not time): a deferral's wait, done, resumes in the first
                 await asyncio.sleep(0)
             closed_by_pass = conn.closed
+            after = _state(conn, before)
             proxy.close()
         received = await responses_until_closed(reader)
         await asyncio.wait_for(broker.ended.wait(), WAIT_S)
@@ -298,43 +376,43 @@ async def _run_requests(scenario: dict[str, Any]) -> tuple[Any, ...]:
         while not broker.requests.empty():
             forwarded.append(broker.requests.get_nowait())
         writer.close()
-        events = [
-            (e["event"], e.get("cause"), e.get("reason"), e.get("side"), str(e.get("error", "")))
-            for e in logs
-            if e["event"] != "connection_opened"
-        ]
-        return received, forwarded, closed_by_pass, events, _metrics(proxy)
+        return {
+            "client got": received,
+            "broker got": forwarded,
+            "closed by a pass": closed_by_pass,
+            "connection": after,
+            **_logged_and_counted(logs, proxy),
+        }
     finally:
         proxy.close()
         broker.close()
 
 
-async def test_the_compiled_pass_over_a_clients_read_does_what_its_python_does() -> None:
-    rng = random.Random(29112026)
+async def _hold_the_twins_alike(
+    seed: int,
+    scenario_of: Callable[[random.Random], dict[str, Any]],
+    run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+) -> None:
+    """SCENARIOS random scenarios, each run on both twins: the same outcomes; some closed by a pass, some
+    not."""
+    rng = random.Random(seed)
     compiled = {name: ClientSide.__dict__[name] for name in connection.PASSES_IN_PYTHON}
-    seen_closed = seen_open = 0
+    closed = []
     for n in range(SCENARIOS):
-        scenario = _request_scenario(rng)
-        compiled_outcome = await _outcome(scenario, compiled, _run_requests)
-        python_outcome = await _outcome(scenario, connection.PASSES_IN_PYTHON, _run_requests)
+        scenario = scenario_of(rng)
+        compiled_outcome = await _outcome(scenario, compiled, run)
+        python_outcome = await _outcome(scenario, connection.PASSES_IN_PYTHON, run)
         assert compiled_outcome == python_outcome, f"scenario {n}: {scenario}"
-        seen_closed += compiled_outcome[2]
-        seen_open += not compiled_outcome[2]
-    assert seen_closed and seen_open  # the scenarios reach both ends
+        closed.append(compiled_outcome["closed by a pass"])
+    assert any(closed) and not all(closed)  # the scenarios reach both ends
+
+
+async def test_the_compiled_pass_over_a_clients_read_does_what_its_python_does() -> None:
+    await _hold_the_twins_alike(29112026, _request_scenario, _run_requests)
 
 
 async def test_the_compiled_pass_over_a_brokers_read_does_what_its_python_does() -> None:
-    rng = random.Random(20261129)
-    compiled = {name: ClientSide.__dict__[name] for name in connection.PASSES_IN_PYTHON}
-    seen_closed = seen_open = 0
-    for n in range(SCENARIOS):
-        scenario = _scenario(rng)
-        compiled_outcome = await _outcome(scenario, compiled, _run_answers)
-        python_outcome = await _outcome(scenario, connection.PASSES_IN_PYTHON, _run_answers)
-        assert compiled_outcome == python_outcome, f"scenario {n}: {scenario}"
-        seen_closed += compiled_outcome[1]
-        seen_open += not compiled_outcome[1]
-    assert seen_closed and seen_open  # the scenarios reach both ends
+    await _hold_the_twins_alike(20261129, _answer_scenario, _run_answers)
 
 
 async def test_the_compiled_sending_of_an_answer_appends_it_or_hands_it_to_its_python() -> None:
@@ -386,3 +464,43 @@ def test_the_passes_refuse_to_run_unbound() -> None:
         "    else:\n"
         "        raise AssertionError(name)\n",
     )
+
+
+async def test_the_read_buffer_is_lent_again_only_while_nothing_holds_a_view_of_it() -> None:
+    compiled = {name: ClientSide.__dict__[name] for name in connection.PASSES_IN_PYTHON}
+    for methods in (compiled, connection.PASSES_IN_PYTHON):
+        outcome = await _outcome({}, methods, _lend_twice)
+        assert outcome == {"again": True, "held, then": False, "kept for the others": True}, methods
+
+
+async def _lend_twice(_scenario: dict[str, Any]) -> dict[str, Any]:
+    """A buffer lent, let go, lent again: the same; a view of it kept (a request held, a write queued):
+    another, which every connection is then lent."""
+    broker = Broker()
+    proxy = Proxy(await broker.start(), Factory(SeesAnswers))
+    try:
+        _reader, writer = await proxy.connect()
+        while not proxy.registry or proxy.connection()._upstream is None:
+            await asyncio.sleep(0.01)  # a poll: the connection's upstream transport is the event
+        conn = proxy.connection()
+        first = conn.get_buffer(-1)
+        shared = first.obj
+        first.release()
+        again = conn.get_buffer(-1)
+        lent_again = again.obj
+        kept = memoryview(lent_again)  # what something still holds of it
+        again.release()
+        then = conn.get_buffer(-1)
+        lent_then = then.obj
+        then.release()
+        kept.release()
+        outcome = {
+            "again": lent_again is shared,
+            "held, then": lent_then is shared,
+            "kept for the others": proxy.settings.read_buffer is lent_then,
+        }
+        writer.close()
+        return outcome
+    finally:
+        proxy.close()
+        broker.close()

@@ -68,6 +68,12 @@ def check_compiled_readers() -> None:
     assert broker_rewrite.BrokerAddressRewrite.on_response is not broker_rewrite.on_response_in_python, (
         "the wheel has no compiled address rewrite"
     )
+    # and the connection's compiled passes (proxy/data_path/_connection_passes.c)
+    from sluice.proxy.data_path import connection
+
+    assert all(getattr(connection.ClientSide, n) is not m for n, m in connection.PASSES_IN_PYTHON.items()), (
+        "the wheel has no compiled connection passes"
+    )
 
 
 def check_top_level() -> None:

@@ -3,6 +3,9 @@ counts reset by SIGRTMIN+3 and written to $TIMED_OUT.<n> (JSON) at the next SIGR
 
 Started by fetch_gap.py --timed (PYTHONMALLOC=malloc, as `sluice run` would exec itself with). The
 wrappers cost ~1 us a call of their own (two thread CPU clock reads), counted in the callers' times.
+Where the connection's passes are compiled (proxy/data_path/_connection_passes.c), a read of whole frames
+calls none of `_flush`, `_take_requests` and `_take_responses`: their counts are then of the reads handed to
+the Python only; `buffer_updated`, `get_buffer` and `upstream_data` (the compiled methods, wrapped) count all.
 """
 
 from __future__ import annotations
