@@ -504,3 +504,17 @@ async def _lend_twice(_scenario: dict[str, Any]) -> dict[str, Any]:
     finally:
         proxy.close()
         broker.close()
+
+
+async def test_a_request_deferred_in_a_read_of_whole_requests_goes_on_when_its_wait_is_over() -> None:
+    scenario = {
+        "factories": [Factory(DefersMetadataOnce, deferring=1)],
+        "pieces": [_request(METADATA, 1) + _request(PRODUCE, 2)],  # one read of whole requests: the C's own
+    }
+    compiled = {name: ClientSide.__dict__[name] for name in connection.PASSES_IN_PYTHON}
+    outcomes = [
+        await _outcome(scenario, methods, _run_requests)
+        for methods in (compiled, connection.PASSES_IN_PYTHON)
+    ]
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0]["broker got"] == [1, 2]
