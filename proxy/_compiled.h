@@ -331,6 +331,22 @@ method_descriptors(PyObject *cls, PyMethodDef *defs, const char *usage)
     return methods;
 }
 
+/* self.<name>() and self.<name>(a), through vectorcall: a new reference, or NULL with an exception set. The
+ * slot before `self` is the callee's to borrow (PY_VECTORCALL_ARGUMENTS_OFFSET), which the arrays keep. */
+static inline PyObject *
+call_method0(PyObject *self, PyObject *name)
+{
+    PyObject *args[2] = {NULL, self};
+    return PyObject_VectorcallMethod(name, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+static inline PyObject *
+call_method1(PyObject *self, PyObject *name, PyObject *a)
+{
+    PyObject *args[3] = {NULL, self, a};
+    return PyObject_VectorcallMethod(name, args + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
 /* In a module's init: `var` = the interned `text`, or the init fails. */
 #define INTERN(var, text)                                                                                     \
     if ((var = PyUnicode_InternFromString(text)) == NULL) {                                                   \

@@ -56,12 +56,24 @@ class Broker:
             self.server.close()
 
 
+class _WatchedRegistry(ConnectionRegistry):
+    """The proxy's registry, which also says when a connection joined it (ClientSide.connection_made)."""
+
+    def __init__(self, metrics: ProxyMetrics) -> None:
+        super().__init__(metrics)
+        self.joined = asyncio.Event()
+
+    def add(self, conn) -> None:  # type: ignore[no-untyped-def]
+        super().add(conn)
+        self.joined.set()
+
+
 class Proxy:
     """One listener whose connections are ClientSides over `factories`, upstream to `broker_port`."""
 
     def __init__(self, broker_port: int, *factories: FilterFactory) -> None:
         metrics = ProxyMetrics()
-        self.registry = ConnectionRegistry(metrics)
+        self.registry = _WatchedRegistry(metrics)
         self.settings = SessionSettings(FilterChain(factories), metrics, self.registry, 1 << 20, 300.0)
         self._broker_port = broker_port
         self.server: asyncio.Server | None = None
@@ -78,6 +90,15 @@ class Proxy:
     def connection(self) -> ClientSide:
         (conn,) = list(self.registry)
         return conn  # type: ignore[return-value]
+
+    async def connection_up(self) -> ClientSide:
+        """The one connection, once it is connected upstream (its connect task, which made its upstream
+        transport, is done)."""
+        await asyncio.wait_for(self.registry.joined.wait(), WAIT_S)
+        conn = self.connection()
+        assert conn._connect_task is not None
+        await asyncio.wait_for(asyncio.shield(conn._connect_task), WAIT_S)
+        return conn
 
     def close(self) -> None:
         for conn in self.registry:

@@ -77,20 +77,6 @@ global(PyObject *globals, PyObject *name)
     return value;
 }
 
-static PyObject *
-call_method0(PyObject *self, PyObject *name)
-{
-    PyObject *args[1] = {self};
-    return PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-}
-
-static PyObject *
-call_method1(PyObject *self, PyObject *name, PyObject *a)
-{
-    PyObject *args[2] = {self, a};
-    return PyObject_VectorcallMethod(name, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-}
-
 /* The truth of obj.<name> (read by name): 1, 0, or -1 with an exception set. */
 static int
 attribute_true(PyObject *obj, PyObject *name)

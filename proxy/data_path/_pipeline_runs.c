@@ -80,13 +80,6 @@ run_arguments(const char *signature, PyObject *const *args, Py_ssize_t nargs, Py
 }
 
 static PyObject *
-call_method1(PyObject *self, PyObject *name, PyObject *a)
-{
-    PyObject *args[3] = {NULL, self, a};
-    return PyObject_VectorcallMethod(name, args + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-}
-
-static PyObject *
 call_method2(PyObject *self, PyObject *name, PyObject *a, PyObject *b)
 {
     PyObject *args[4] = {NULL, self, a, b};

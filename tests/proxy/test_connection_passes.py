@@ -132,6 +132,8 @@ def _answer_scenario(rng: random.Random) -> dict[str, Any]:
         factories.append(Factory(AnswersApiVersions, cpu=cpu))
     if not factories or (cpu and rng.random() < 0.5):
         factories.append(Factory(SeesAnswers, cpu=cpu))
+    if answered_here and keys[-1] == API_VERSIONS:
+        keys.append(METADATA)  # the last request reaches the broker: the proxy has read them all once it has
     # The broker's answers to what was forwarded, in order, with a fault at the end or within.
     forwarded = [(i + 1, key) for i, key in enumerate(keys) if not (answered_here and key == API_VERSIONS)]
     answers = [encode_response(key, 1, cid, bytes(rng.randint(0, 40))) for cid, key in forwarded]
@@ -234,10 +236,8 @@ async def _run_answers(scenario: dict[str, Any]) -> dict[str, Any]:
         writer.write(b"".join(_request(key, i + 1) for i, key in enumerate(keys)))
         answers_here = any(f.filter_class is AnswersApiVersions for f in scenario["factories"])
         expected = [i + 1 for i, key in enumerate(keys) if not (answers_here and key == API_VERSIONS)]
+        # (The last request is one the broker gets: once it has, the proxy has read them all.)
         assert await broker.received(len(expected)) == expected
-        # Those answered here never reach the broker: the proxy has read them all once it counted them.
-        while sum(proxy.settings.metrics.requests) < len(keys):
-            await asyncio.sleep(0.01)  # a poll: the count is the event
         conn = proxy.connection()
         before = _state(conn)
         interrupted = 0
@@ -346,6 +346,15 @@ def _request_scenario(rng: random.Random) -> dict[str, Any]:
     return {"factories": factories, "pieces": [p for p in pieces if p]}
 
 
+async def _scheduled_callbacks_ran() -> None:
+    """Every callback the loop had scheduled has run: a future resolved by a callback scheduled after them
+    (call_soon keeps their order)."""
+    loop = asyncio.get_running_loop()
+    ran: asyncio.Future[None] = loop.create_future()
+    loop.call_soon(ran.set_result, None)
+    await ran
+
+
 async def _run_requests(scenario: dict[str, Any]) -> dict[str, Any]:
     """Each piece read into the connection's lent buffer (`get_buffer`, then `buffer_updated`), as uvloop
     reads: what the broker got, what the client got, what was logged and what was counted."""
@@ -353,9 +362,7 @@ async def _run_requests(scenario: dict[str, Any]) -> dict[str, Any]:
     proxy = Proxy(await broker.start(), *scenario["factories"])
     try:
         reader, writer = await proxy.connect()
-        while not proxy.registry or proxy.connection()._upstream is None:
-            await asyncio.sleep(0.01)  # a poll: the connection's upstream transport is the event
-        conn = proxy.connection()
+        conn = await proxy.connection_up()
         before = _state(conn)
         with capture_logs() as logs:
             for piece in scenario["pieces"]:
@@ -365,8 +372,7 @@ async def _run_requests(scenario: dict[str, Any]) -> dict[str, Any]:
                 lent[: len(piece)] = piece
                 del lent  # (as uvloop lets go of it before handing the read over)
                 conn.buffer_updated(len(piece))
-            for _ in range(3):  # turns of the loop (not time): a deferral's wait, done, resumes in the first
-                await asyncio.sleep(0)
+            await _scheduled_callbacks_ran()  # (a deferral's resume on its wait, done, is one)
             closed_by_pass = conn.closed
             after = _state(conn, before)
             proxy.close()
@@ -422,9 +428,7 @@ async def test_the_compiled_sending_of_an_answer_appends_it_or_hands_it_to_its_p
     proxy = Proxy(await broker.start(), Factory(SeesAnswers))
     try:
         _reader, writer = await proxy.connect()  # (kept: a client socket collected would close)
-        while broker.writer is None:  # the connection is up once the broker accepted it
-            await asyncio.sleep(0.01)  # a poll: the acceptance is the event
-        conn = proxy.connection()
+        conn = await proxy.connection_up()
         gate = conn._gate
         assert gate is not None
         conn.send_response(b"first", 0)
@@ -480,9 +484,7 @@ async def _lend_twice(_scenario: dict[str, Any]) -> dict[str, Any]:
     proxy = Proxy(await broker.start(), Factory(SeesAnswers))
     try:
         _reader, writer = await proxy.connect()
-        while not proxy.registry or proxy.connection()._upstream is None:
-            await asyncio.sleep(0.01)  # a poll: the connection's upstream transport is the event
-        conn = proxy.connection()
+        conn = await proxy.connection_up()
         first = conn.get_buffer(-1)
         shared = first.obj
         first.release()
