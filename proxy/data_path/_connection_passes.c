@@ -8,8 +8,8 @@
  * _pass, _take_requests, feed, _after_step, settle, RequestGuard.after_feed and its pending_frame_bytes, and
  * _flush). Compiled, a read of whole frames runs none of them but the pipeline's own: the common case is done
  * here, and everything else is handed to the Python that does it, at the point where the Python would do it.
- * ClientSide has no __slots__: its attributes are read by name; the slots of the splitter, the pipeline, the
- * gate, the guard and the session settings at their offsets (../_compiled.h).
+ * The slots of the connection, its splitters, its pipeline, gate and guard and the session settings are read at
+ * their offsets (../_compiled.h), as the bytecode reads them; an object of another class by name.
  *
  * `upstream_data(data)` does what `_pass(_TAKE_RESPONSES, data, _BAD_RESPONSE_FRAME)` does, in the same order:
  * the read's time; the pass's start on `_pass_clock_ns` when `_cpu_time_needed()`; the splitter's `feed` (done
@@ -47,6 +47,11 @@ static PyObject *s_loop, *s_time, *s_last_activity, *s_cpu_time_needed, *s_respo
     *s_read_buffer_slot;
 static PyObject *zero = NULL;
 
+/* ClientSide's own slots, read as its bytecode reads them (an object of another class, a subclass among them,
+ * by name) */
+static slot_t client_loop, client_last_activity, client_cpu_time_needed, client_responses, client_guard,
+    client_pipeline, client_upstream, client_closed, client_replies, client_transport, client_cpu_ns,
+    client_closing_after, client_settings, client_read_buffer, client_last_read, client_requests, client_gate;
 static slot_t splitter_buffered, splitter_through_left, splitter_through, splitter_min_payload, splitter_max_frame;
 static slot_t splitter_lent_from, splitter_pending_need;
 static slot_t pipeline_outgoing, pipeline_state, gate_held, guard_awaiting, guard_splitter, guard_reserved,
@@ -77,11 +82,11 @@ global(PyObject *globals, PyObject *name)
     return value;
 }
 
-/* The truth of obj.<name> (read by name): 1, 0, or -1 with an exception set. */
+/* The truth of obj.<slot>: 1, 0, or -1 with an exception set. */
 static int
-attribute_true(PyObject *obj, PyObject *name)
+slot_true(PyObject *obj, const slot_t *slot)
 {
-    PyObject *value = PyObject_GetAttr(obj, name);
+    PyObject *value = slot_get(obj, slot);
     int truth = value == NULL ? -1 : PyObject_IsTrue(value);
     Py_XDECREF(value);
     return truth;
@@ -163,7 +168,7 @@ feed(PyObject *splitter, PyObject *data)
 static int
 take_responses(PyObject *self, PyObject *data)
 {
-    PyObject *splitter = PyObject_GetAttr(self, s_responses);
+    PyObject *splitter = slot_get(self, &client_responses);
     if (splitter == NULL) {
         return -1;
     }
@@ -179,7 +184,7 @@ take_responses(PyObject *self, PyObject *data)
     if (any < 0) {
         goto done;
     }
-    PyObject *guard = PyObject_GetAttr(self, s_guard);
+    PyObject *guard = slot_get(self, &client_guard);
     if (guard == NULL) {
         goto done;
     }
@@ -197,7 +202,7 @@ take_responses(PyObject *self, PyObject *data)
     }
     Py_DECREF(guard);
     /* assert self._pipeline is not None; self._pipeline.broker_frames(frames) */
-    pipeline = PyObject_GetAttr(self, s_pipeline);
+    pipeline = slot_get(self, &client_pipeline);
     if (pipeline == NULL) {
         goto done;
     }
@@ -261,15 +266,15 @@ done:
 
 /* `transport.writelines(frames)` unless the transport is None or the connection closed: 0, or -1. */
 static int
-write_to(PyObject *self, PyObject *transport_name, PyObject *frames)
+write_to(PyObject *self, const slot_t *transport_slot, PyObject *frames)
 {
-    PyObject *transport = PyObject_GetAttr(self, transport_name);
+    PyObject *transport = slot_get(self, transport_slot);
     if (transport == NULL) {
         return -1;
     }
     int failed = 0;
     if (transport != Py_None) {
-        int closed = attribute_true(self, s_closed);
+        int closed = slot_true(self, &client_closed);
         failed = closed < 0 ? -1 : closed ? 0 : done_with(call_method1(transport, s_writelines, frames));
     }
     Py_DECREF(transport);
@@ -280,7 +285,7 @@ write_to(PyObject *self, PyObject *transport_name, PyObject *frames)
 static int
 flush(PyObject *self)
 {
-    PyObject *pipeline = PyObject_GetAttr(self, s_pipeline);
+    PyObject *pipeline = slot_get(self, &client_pipeline);
     if (pipeline == NULL) {
         return -1;
     }
@@ -289,7 +294,7 @@ flush(PyObject *self)
         PyObject *outgoing = slot_get(pipeline, &pipeline_outgoing);
         int any = outgoing == NULL ? -1 : PyObject_IsTrue(outgoing);
         if (any > 0) {
-            PyObject *fresh = write_to(self, s_upstream, outgoing) < 0 ? NULL : PyList_New(0);
+            PyObject *fresh = write_to(self, &client_upstream, outgoing) < 0 ? NULL : PyList_New(0);
             any = fresh == NULL ? -1 : slot_set(pipeline, &pipeline_outgoing, fresh);
             Py_XDECREF(fresh);
         }
@@ -300,14 +305,14 @@ flush(PyObject *self)
     if (failed) {
         return -1;
     }
-    PyObject *replies = PyObject_GetAttr(self, s_replies);
+    PyObject *replies = slot_get(self, &client_replies);
     int any = replies == NULL ? -1 : PyObject_IsTrue(replies);
     if (any > 0) {
         PyObject *fresh = PyList_New(0);
-        any = fresh == NULL ? -1 : PyObject_SetAttr(self, s_replies, fresh);
+        any = fresh == NULL ? -1 : slot_set(self, &client_replies, fresh);
         Py_XDECREF(fresh);
         if (any == 0) {
-            any = write_to(self, s_transport, replies);
+            any = write_to(self, &client_transport, replies);
         }
     }
     Py_XDECREF(replies);
@@ -318,7 +323,7 @@ flush(PyObject *self)
 static int
 count_pass(PyObject *self, PyObject *started)
 {
-    PyObject *before = PyObject_GetAttr(self, s_cpu_ns);
+    PyObject *before = slot_get(self, &client_cpu_ns);
     if (before == NULL) {
         return -1;
     }
@@ -328,7 +333,7 @@ count_pass(PyObject *self, PyObject *started)
     Py_XDECREF(clock);
     PyObject *spent = now == NULL ? NULL : PyNumber_Subtract(now, started);
     PyObject *after = spent == NULL ? NULL : PyNumber_InPlaceAdd(before, spent);
-    int failed = after == NULL ? -1 : PyObject_SetAttr(self, s_cpu_ns, after);
+    int failed = after == NULL ? -1 : slot_set(self, &client_cpu_ns, after);
     Py_DECREF(before);
     Py_XDECREF(now);
     Py_XDECREF(spent);
@@ -340,7 +345,7 @@ count_pass(PyObject *self, PyObject *started)
 static int
 after_pass(PyObject *self)
 {
-    PyObject *pipeline = PyObject_GetAttr(self, s_pipeline);
+    PyObject *pipeline = slot_get(self, &client_pipeline);
     if (pipeline == NULL) {
         return -1;
     }
@@ -352,7 +357,7 @@ after_pass(PyObject *self)
     }
     Py_DECREF(pipeline);
     if (due == 0) {
-        PyObject *closing = PyObject_GetAttr(self, s_closing_after);
+        PyObject *closing = slot_get(self, &client_closing_after);
         due = closing == NULL ? -1 : closing != Py_None;
         Py_XDECREF(closing);
     }
@@ -391,7 +396,9 @@ static PyObject *
 run_pass(PyObject *self, int (*work)(PyObject *, PyObject *), PyObject *arg, PyObject *bad_frame)
 {
     /* started = _pass_clock_ns() if self._cpu_time_needed() else 0 */
-    PyObject *needed = call_method0(self, s_cpu_time_needed);
+    PyObject *needed_now = slot_get(self, &client_cpu_time_needed);
+    PyObject *needed = needed_now == NULL ? NULL : PyObject_CallNoArgs(needed_now);
+    Py_XDECREF(needed_now);
     int timed = needed == NULL ? -1 : PyObject_IsTrue(needed);
     Py_XDECREF(needed);
     if (timed < 0) {
@@ -430,16 +437,16 @@ run_pass(PyObject *self, int (*work)(PyObject *, PyObject *), PyObject *arg, PyO
     return out;
 }
 
-/* self.<name> = self._loop.time(), and `also` (when not NULL) the same: 0, or -1 with an exception set. */
+/* self.<slot> = self._loop.time(), and `also` (when not NULL) the same: 0, or -1 with an exception set. */
 static int
-mark_time(PyObject *self, PyObject *name, PyObject *also)
+mark_time(PyObject *self, const slot_t *slot, const slot_t *also)
 {
-    PyObject *loop = PyObject_GetAttr(self, s_loop);
+    PyObject *loop = slot_get(self, &client_loop);
     PyObject *now = loop == NULL ? NULL : call_method0(loop, s_time);
     Py_XDECREF(loop);
-    int failed = now == NULL ? -1 : PyObject_SetAttr(self, name, now);
+    int failed = now == NULL ? -1 : slot_set(self, slot, now);
     if (!failed && also != NULL) {
-        failed = PyObject_SetAttr(self, also, now);
+        failed = slot_set(self, also, now);
     }
     Py_XDECREF(now);
     return failed;
@@ -456,7 +463,7 @@ upstream_data(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
         return call_reference(upstream_data_in_python, self, args, nargs, kwnames);
     }
     /* self._last_activity = self._loop.time(); self._pass(_TAKE_RESPONSES, data, _BAD_RESPONSE_FRAME) */
-    if (mark_time(self, s_last_activity, NULL) < 0) {
+    if (mark_time(self, &client_last_activity, NULL) < 0) {
         return NULL;
     }
     return run_pass(self, take_responses, args[0], bad_response_frame);
@@ -474,7 +481,7 @@ get_buffer(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         return call_reference(get_buffer_in_python, self, args, nargs, kwnames);
     }
     /* settings = self._settings; buffer = settings.read_buffer */
-    PyObject *settings = PyObject_GetAttr(self, s_settings);
+    PyObject *settings = slot_get(self, &client_settings);
     PyObject *buffer = settings == NULL ? NULL : slot_get(settings, &settings_read_buffer);
     PyObject *view = NULL;
     if (buffer == NULL) {
@@ -500,7 +507,7 @@ get_buffer(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         Py_SETREF(buffer, fresh);
     }
     /* self._read_buffer = buffer; return memoryview(buffer) */
-    if (PyObject_SetAttr(self, s_read_buffer, buffer) == 0) {
+    if (slot_set(self, &client_read_buffer, buffer) == 0) {
         view = PyMemoryView_FromObject(buffer);
     }
 done:
@@ -570,7 +577,7 @@ settle(PyObject *splitter)
 static int
 take_requests(PyObject *self, PyObject *data)
 {
-    PyObject *splitter = PyObject_GetAttr(self, s_requests);
+    PyObject *splitter = slot_get(self, &client_requests);
     if (splitter == NULL) {
         return -1;
     }
@@ -610,7 +617,7 @@ take_requests(PyObject *self, PyObject *data)
         failed = -1;
     }
     Py_XDECREF(found);
-    PyObject *pipeline = failed ? NULL : PyObject_GetAttr(self, s_pipeline);
+    PyObject *pipeline = failed ? NULL : slot_get(self, &client_pipeline);
     if (pipeline == NULL) {
         Py_XDECREF(frames);
         Py_DECREF(splitter);
@@ -703,13 +710,13 @@ buffer_updated(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         return call_reference(buffer_updated_in_python, self, args, nargs, kwnames);
     }
     /* buffer, self._read_buffer = self._read_buffer, _NO_BUFFER */
-    PyObject *buffer = PyObject_GetAttr(self, s_read_buffer);
+    PyObject *buffer = slot_get(self, &client_read_buffer);
     PyObject *none_lent = buffer == NULL ? NULL : global(connection_globals, s_no_buffer);
-    if (none_lent == NULL || PyObject_SetAttr(self, s_read_buffer, none_lent) < 0) {
+    if (none_lent == NULL || slot_set(self, &client_read_buffer, none_lent) < 0) {
         Py_XDECREF(buffer);
         return NULL;
     }
-    PyObject *out = NULL, *pipeline = PyObject_GetAttr(self, s_pipeline);
+    PyObject *out = NULL, *pipeline = slot_get(self, &client_pipeline);
     if (pipeline == NULL) {
         goto done;
     }
@@ -720,7 +727,7 @@ buffer_updated(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         goto done;
     }
     /* self._last_read = self._last_activity = self._loop.time() */
-    if (mark_time(self, s_last_read, s_last_activity) < 0) {
+    if (mark_time(self, &client_last_read, &client_last_activity) < 0) {
         goto done;
     }
     /* self._pass(_TAKE_REQUESTS, memoryview(buffer).toreadonly()[:nbytes], _BAD_REQUEST_FRAME) */
@@ -741,13 +748,13 @@ buffer_updated(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
     }
     Py_DECREF(passed);
     /* guard = self._guard; if guard is not None and not self._closed: guard.after_feed() */
-    PyObject *guard = PyObject_GetAttr(self, s_guard);
+    PyObject *guard = slot_get(self, &client_guard);
     if (guard == NULL) {
         goto done;
     }
     int fed = 0;
     if (guard != Py_None) {
-        int closed = attribute_true(self, s_closed);
+        int closed = slot_true(self, &client_closed);
         fed = closed < 0 ? -1 : closed ? 0 : after_feed(guard);
     }
     Py_DECREF(guard);
@@ -755,7 +762,7 @@ buffer_updated(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         goto done;
     }
     /* self._requests.through = [] */
-    PyObject *splitter = PyObject_GetAttr(self, s_requests);
+    PyObject *splitter = slot_get(self, &client_requests);
     PyObject *fresh = splitter == NULL ? NULL : PyList_New(0);
     int failed = fresh == NULL ? -1 : slot_set(splitter, &splitter_through, fresh);
     Py_XDECREF(fresh);
@@ -781,13 +788,13 @@ send_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
         return call_reference(send_response_in_python, self, args, nargs, kwnames);
     }
     /* assert gate is not None and self._transport is not None; if delay_ms > 0 or gate.held_responses: ... */
-    PyObject *gate = PyObject_GetAttr(self, s_gate);
+    PyObject *gate = slot_get(self, &client_gate);
     if (gate == NULL) {
         return NULL;
     }
     int plain = gate != Py_None;
     if (plain) {
-        PyObject *transport = PyObject_GetAttr(self, s_transport);
+        PyObject *transport = slot_get(self, &client_transport);
         PyObject *held = transport == NULL ? NULL : slot_get(gate, &gate_held);
         int holds = held == NULL ? -1 : transport != Py_None ? PyObject_IsTrue(held) : 1;
         plain = holds < 0 ? -1 : !holds;
@@ -802,7 +809,7 @@ send_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
         return call_reference(send_response_in_python, self, args, nargs, kwnames);
     }
     /* self._replies.append(frame) */
-    PyObject *replies = PyObject_GetAttr(self, s_replies);
+    PyObject *replies = slot_get(self, &client_replies);
     if (replies == NULL) {
         return NULL;
     }
@@ -833,6 +840,7 @@ methods_of(PyObject *module, PyObject *cls)
 
 /* bind({...}): the classes whose slots the passes read, the modules' globals they read at each pass,
  * Lifecycle.DRAINING, the bad-frame handlers and the Python references (connection.py's call names each). */
+#define TYPES 6
 #define BOUND_ITEMS 11
 static PyObject *
 bind(PyObject *module, PyObject *given)
@@ -841,14 +849,14 @@ bind(PyObject *module, PyObject *given)
         PyErr_SetString(PyExc_TypeError, "bind(dict)");
         return NULL;
     }
-    static const char *type_names[5] = {"FrameSplitter", "RequestPipeline", "ThrottleGate", "RequestGuard",
-                                        "SessionSettings"};
+    static const char *type_names[TYPES] = {"FrameSplitter", "RequestPipeline", "ThrottleGate", "RequestGuard",
+                                            "SessionSettings", "ClientSide"};
     static const char *names[BOUND_ITEMS] = {
         "frames_globals", "pipeline_globals", "connection_globals", "DRAINING", "bad_response_frame",
         "bad_request_frame", "upstream_data", "send_response", "get_buffer", "buffer_updated", NULL};
-    PyObject *types[5] = {NULL}, *items[BOUND_ITEMS] = {NULL};
+    PyObject *types[TYPES] = {NULL}, *items[BOUND_ITEMS] = {NULL};
     int fits = 1;
-    for (int k = 0; fits && k < 5; k++) {
+    for (int k = 0; fits && k < TYPES; k++) {
         fits = (types[k] = bound_item(given, type_names[k], A_TYPE)) != NULL;
     }
     for (int k = 0; fits && names[k] != NULL; k++) {
@@ -859,7 +867,7 @@ bind(PyObject *module, PyObject *given)
         }
     }
     if (fits) {
-        PyObject *splitter = types[0], *pipeline = types[1], *gate = types[2], *guard = types[3];
+        PyObject *splitter = types[0], *pipeline = types[1], *gate = types[2], *guard = types[3], *client = types[5];
         const binding_t bindings[] = {
             {&splitter_buffered, NULL, splitter, s_buffered_bytes, NULL},
             {&splitter_through_left, NULL, splitter, s_through_left, NULL},
@@ -877,6 +885,23 @@ bind(PyObject *module, PyObject *given)
             {&guard_waiting, NULL, guard, s_waiting, NULL},
             {&guard_proven, NULL, guard, s_proven, NULL},
             {&settings_read_buffer, NULL, types[4], s_read_buffer_slot, NULL},
+            {&client_loop, NULL, client, s_loop, NULL},
+            {&client_last_activity, NULL, client, s_last_activity, NULL},
+            {&client_cpu_time_needed, NULL, client, s_cpu_time_needed, NULL},
+            {&client_responses, NULL, client, s_responses, NULL},
+            {&client_guard, NULL, client, s_guard, NULL},
+            {&client_pipeline, NULL, client, s_pipeline, NULL},
+            {&client_upstream, NULL, client, s_upstream, NULL},
+            {&client_closed, NULL, client, s_closed, NULL},
+            {&client_replies, NULL, client, s_replies, NULL},
+            {&client_transport, NULL, client, s_transport, NULL},
+            {&client_cpu_ns, NULL, client, s_cpu_ns, NULL},
+            {&client_closing_after, NULL, client, s_closing_after, NULL},
+            {&client_settings, NULL, client, s_settings, NULL},
+            {&client_read_buffer, NULL, client, s_read_buffer, NULL},
+            {&client_last_read, NULL, client, s_last_read, NULL},
+            {&client_requests, NULL, client, s_requests, NULL},
+            {&client_gate, NULL, client, s_gate, NULL},
         };
         fits = bind_all(bindings, sizeof bindings / sizeof bindings[0]) == 0;
     }
@@ -892,7 +917,7 @@ bind(PyObject *module, PyObject *given)
         Py_XSETREF(buffer_updated_in_python, Py_NewRef(items[9]));
         Py_XSETREF(upstream_data_in_python, Py_NewRef(items[6])); /* last: bound() reads it */
     }
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < TYPES; k++) {
         Py_XDECREF(types[k]);
     }
     for (int k = 0; k < BOUND_ITEMS; k++) {

@@ -5,7 +5,8 @@
  * time to charge, the mute), and a Python method called from C costs a frame each, more than what it does.
  * As method descriptors of ClientSide, the compiled charges (proxy/filters/_client_quotas.c) call them with
  * no frame and no bound method, through the connection's class as before: the filters do not know it. Each
- * reads the connection's attributes by name, as its Python does (ClientSide has no __slots__), and computes
+ * reads the connection's slots at their offsets, as its bytecode does (those of another class by name), and
+ * computes
  * what its Python computes: int(x * 1000) of the loop's time or the last read's, as Python's float and int
  * do it (any other number through the same operators); the CPU time taken and set to 0; the gate's
  * remaining mute when it is muted, else 0.
@@ -17,6 +18,8 @@
 
 static PyObject *s_loop, *s_time, *s_last_read, *s_cpu_ns, *s_gate, *s_muted, *s_remaining_ms;
 static PyObject *zero = NULL, *thousand = NULL;
+/* ClientSide's slots the queries read, bound by methods_of */
+static slot_t client_loop, client_last_read, client_cpu_ns, client_gate;
 
 /* int(seconds * 1000), stealing `seconds`; NULL passes an error on. */
 static PyObject *
@@ -42,7 +45,7 @@ ms_of(PyObject *seconds)
 static PyObject *
 now_ms(PyObject *self, PyObject *unused)
 {
-    PyObject *loop = PyObject_GetAttr(self, s_loop);
+    PyObject *loop = slot_get(self, &client_loop);
     if (loop == NULL) {
         return NULL;
     }
@@ -55,15 +58,15 @@ now_ms(PyObject *self, PyObject *unused)
 static PyObject *
 read_ms(PyObject *self, PyObject *unused)
 {
-    return ms_of(PyObject_GetAttr(self, s_last_read));
+    return ms_of(slot_get(self, &client_last_read));
 }
 
 /* ClientSide.take_cpu_ns(): self.cpu_ns, which becomes 0. */
 static PyObject *
 take_cpu_ns(PyObject *self, PyObject *unused)
 {
-    PyObject *spent = PyObject_GetAttr(self, s_cpu_ns);
-    if (spent == NULL || PyObject_SetAttr(self, s_cpu_ns, zero) < 0) {
+    PyObject *spent = slot_get(self, &client_cpu_ns);
+    if (spent == NULL || slot_set(self, &client_cpu_ns, zero) < 0) {
         Py_XDECREF(spent);
         return NULL;
     }
@@ -74,7 +77,7 @@ take_cpu_ns(PyObject *self, PyObject *unused)
 static PyObject *
 mute_remaining_ms(PyObject *self, PyObject *unused)
 {
-    PyObject *gate = PyObject_GetAttr(self, s_gate);
+    PyObject *gate = slot_get(self, &client_gate);
     if (gate == NULL) {
         return NULL;
     }
@@ -104,10 +107,20 @@ static PyMethodDef query_defs[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* methods_of(ClientSide): {name: the compiled query, a method of ClientSide}. */
+/* methods_of(ClientSide): {name: the compiled query, a method of ClientSide}, its slots bound (a TypeError for a
+ * class without them). */
 static PyObject *
 methods_of(PyObject *module, PyObject *cls)
 {
+    const binding_t bindings[] = {
+        {&client_loop, NULL, cls, s_loop, NULL},
+        {&client_last_read, NULL, cls, s_last_read, NULL},
+        {&client_cpu_ns, NULL, cls, s_cpu_ns, NULL},
+        {&client_gate, NULL, cls, s_gate, NULL},
+    };
+    if (bind_all(bindings, sizeof bindings / sizeof bindings[0]) < 0) {
+        return NULL;
+    }
     return method_descriptors(cls, query_defs, "methods_of(ClientSide)");
 }
 

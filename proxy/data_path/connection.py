@@ -79,6 +79,42 @@ def _format_peer(peername: object) -> str:
 class ClientSide(asyncio.BufferedProtocol):
     """The client's connection to the proxy: transports, pauses and timers around its RequestPipeline."""
 
+    # Slots, not a __dict__: the compiled passes and queries (_connection_passes.c, _connection_queries.c)
+    # read and write a connection's attributes at their offsets, as 3.11's bytecode does, where a read by
+    # name through the C API costs ~190 instructions; a pass over a read makes some twenty of them. Every
+    # one is set in __init__ (tests/proxy/test_connection_attributes.py).
+    __slots__ = (
+        "_closed",
+        "_closing_after",
+        "_connect_task",
+        "_cpu_time_needed",
+        "_gate",
+        "_grace_timer",
+        "_guard",
+        "_idle_timer",
+        "_last_activity",
+        "_last_read",
+        "_loop",
+        "_metrics",
+        "_pauses",
+        "_pipeline",
+        "_read_buffer",
+        "_replies",
+        "_requests",
+        "_responses",
+        "_settings",
+        "_transport",
+        "_upstream",
+        "_upstream_candidates",
+        "_upstream_pauses",
+        "_watched_fd",
+        "cpu_ns",
+        "listener",
+        "peer",
+        "upstream_peer",
+        "user",
+    )
+
     def __init__(
         self,
         settings: SessionSettings,
@@ -725,6 +761,7 @@ if not TYPE_CHECKING:
                 "ThrottleGate": ThrottleGate,
                 "RequestGuard": RequestGuard,
                 "SessionSettings": SessionSettings,
+                "ClientSide": ClientSide,
                 # The globals the passes read at each pass, as the Python reads them: the splitter's
                 # _whole_frames, the pipeline's _answers_plain, this module's _pass_clock_ns, _NO_BUFFER,
                 # buffer_in_use, READ_BUFFER_BYTES and _TAKE_REQUESTS.
