@@ -21,8 +21,10 @@
  * rest, as `_pass` does from its `except` on.
  *
  * `buffer_updated(nbytes)` does what its Python does around the same pass: a read of whole frames of lengths in
- * range, into a splitter that holds nothing, is split here and handed to `client_frames` (a deferral waited
- * for through `_wait_for`); any other read goes to `_take_requests` whole. The guard's `after_feed` runs unless
+ * range, into a splitter that holds nothing, is split here and forwarded as `client_frames` forwards it: when
+ * nothing is held or deferred, the pipeline's plain run (`_forward_plain`) runs here and, when it stops short,
+ * `RequestPipeline.after_plain_forward` does the rest; else `client_frames` (a deferral waited for through
+ * `_wait_for`). Any other read goes to `_take_requests` whole. The guard's `after_feed` runs unless
  * it has nothing to do (no frame being assembled, nothing reserved or waited for, the connection proven).
  * `get_buffer(sizehint)` lends the shared read buffer as its Python does (`buffer_in_use`, read at each call).
  *
@@ -44,7 +46,7 @@ static PyObject *s_loop, *s_time, *s_last_activity, *s_cpu_time_needed, *s_respo
     *s_read_buffer, *s_no_buffer, *s_last_read, *s_toreadonly, *s_requests, *s_take_requests, *s_client_frames,
     *s_wait_for, *s_settle, *s_lent_from, *s_after_feed, *s_splitter,
     *s_pending_need, *s_reserved, *s_waiting, *s_proven, *s_settings, *s_buffer_in_use, *s_read_buffer_bytes,
-    *s_read_buffer_slot;
+    *s_read_buffer_slot, *s_held, *s_resume, *s_forward_plain, *s_after_plain_forward;
 static PyObject *zero = NULL;
 
 /* ClientSide's own slots, read as its bytecode reads them (an object of another class, a subclass among them,
@@ -54,7 +56,7 @@ static slot_t client_loop, client_last_activity, client_cpu_time_needed, client_
     client_closing_after, client_settings, client_read_buffer, client_last_read, client_requests, client_gate;
 static slot_t splitter_buffered, splitter_through_left, splitter_through, splitter_min_payload, splitter_max_frame;
 static slot_t splitter_lent_from, splitter_pending_need;
-static slot_t pipeline_outgoing, pipeline_state, gate_held, guard_awaiting, guard_splitter, guard_reserved,
+static slot_t pipeline_outgoing, pipeline_state, pipeline_held, pipeline_resume, gate_held, guard_awaiting, guard_splitter, guard_reserved,
     guard_waiting, guard_proven, settings_read_buffer;
 /* What bind was handed: the modules' globals read at each pass, Lifecycle.DRAINING, and the references. */
 static PyObject *frames_globals = NULL, *pipeline_globals = NULL, *connection_globals = NULL, *draining = NULL, *bad_response_frame = NULL, *bad_request_frame = NULL,
@@ -573,6 +575,65 @@ settle(PyObject *splitter)
     return idle ? 0 : done_with(call_method0(splitter, s_settle));
 }
 
+/* pipeline.client_frames(frames) for a list of frames: when nothing is held or deferred (where `client_frames`
+ * goes on to `_forward`, which runs the plain run first), the plain run here (`_forward_plain`, read from
+ * request_pipeline at each pass, as `_forward` reads it) and, when it stops short, `after_plain_forward` from
+ * there; else `client_frames` itself. A new reference (a filter's Pending, or None), or NULL with an exception
+ * set. */
+static PyObject *
+forward(PyObject *pipeline, PyObject *frames)
+{
+    /* if self._held or self._resume is not None: (the Python's; a request is held or deferred only while the
+     * pipeline may not forward, where the plain run would stop at once and `after_plain_forward` hold the
+     * read the same: kept exact, as a state the proxy passes through, tested with a request held) */
+    int plain = PyList_CheckExact(frames) && slot_reads(pipeline, &pipeline_held);
+    if (plain) {
+        PyObject *held = slot_get(pipeline, &pipeline_held);
+        PyObject *resume = held == NULL ? NULL : slot_get(pipeline, &pipeline_resume);
+        plain = resume != NULL && PyList_CheckExact(held) && PyList_GET_SIZE(held) == 0 && resume == Py_None;
+        Py_XDECREF(held);
+        Py_XDECREF(resume);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    if (!plain) {
+        return call_method1(pipeline, s_client_frames, frames);
+    }
+    /* i, other = _forward_plain(self, frames, 0) */
+    PyObject *run = global(pipeline_globals, s_forward_plain);
+    if (run == NULL) {
+        return NULL;
+    }
+    Py_INCREF(run); /* (a call may rebind the global) */
+    PyObject *args[3] = {pipeline, frames, zero};
+    PyObject *found = PyObject_Vectorcall(run, args, 3, NULL);
+    Py_DECREF(run);
+    if (found == NULL) {
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2) {
+        Py_DECREF(found);
+        PyErr_SetString(PyExc_TypeError, "_forward_plain must return (i, other)");
+        return NULL;
+    }
+    PyObject *i = PyTuple_GET_ITEM(found, 0), *other = PyTuple_GET_ITEM(found, 1);
+    Py_ssize_t at = PyLong_AsSsize_t(i);
+    PyObject *out = NULL;
+    if (at == -1 && PyErr_Occurred()) {
+        /* (not an index: the Python's loop would fail on it too) */
+    }
+    else if (other == Py_None && at == PyList_GET_SIZE(frames)) { /* all forwarded: nothing answered, no wait */
+        out = Py_NewRef(Py_None);
+    }
+    else { /* the rest of _forward from there: self.after_plain_forward(frames, i, other) */
+        PyObject *rest[4] = {pipeline, frames, i, other};
+        out = PyObject_VectorcallMethod(s_after_plain_forward, rest, 4, NULL);
+    }
+    Py_DECREF(found);
+    return out;
+}
+
 /* ClientSide._take_requests(data) where the read is whole frames only (else the Python's): 0, or -1. */
 static int
 take_requests(PyObject *self, PyObject *data)
@@ -633,7 +694,7 @@ take_requests(PyObject *self, PyObject *data)
     /* try: self._after_step(pipeline.client_frames(frames)) finally: requests.settle()
      * (`requests.through` is empty: the splitter passed nothing through. `_after_step` streams a large request
      * the read left incomplete, and this read left nothing: only a deferral is waited for.) */
-    PyObject *ready = call_method1(pipeline, s_client_frames, frames);
+    PyObject *ready = forward(pipeline, frames);
     Py_DECREF(pipeline);
     Py_DECREF(frames);
     failed = ready == NULL ? -1 : 0;
@@ -878,6 +939,8 @@ bind(PyObject *module, PyObject *given)
             {&splitter_pending_need, NULL, splitter, s_pending_need, NULL},
             {&pipeline_outgoing, NULL, pipeline, s_outgoing, NULL},
             {&pipeline_state, NULL, pipeline, s_state, NULL},
+            {&pipeline_held, NULL, pipeline, s_held, NULL},
+            {&pipeline_resume, NULL, pipeline, s_resume, NULL},
             {&gate_held, NULL, gate, s_held_responses, NULL},
             {&guard_awaiting, NULL, guard, s_awaiting_answer, NULL},
             {&guard_splitter, NULL, guard, s_splitter, NULL},
@@ -986,6 +1049,10 @@ PyInit__connection_passes(void)
     INTERN(s_requests, "_requests");
     INTERN(s_take_requests, "_TAKE_REQUESTS");
     INTERN(s_client_frames, "client_frames");
+    INTERN(s_held, "_held");
+    INTERN(s_resume, "_resume");
+    INTERN(s_forward_plain, "_forward_plain");
+    INTERN(s_after_plain_forward, "after_plain_forward");
     INTERN(s_wait_for, "_wait_for");
     INTERN(s_settle, "settle");
     INTERN(s_lent_from, "_lent_from");

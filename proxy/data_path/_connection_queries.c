@@ -6,9 +6,8 @@
  * As method descriptors of ClientSide, the compiled charges (proxy/filters/_client_quotas.c) call them with
  * no frame and no bound method, through the connection's class as before: the filters do not know it. Each
  * reads the connection's slots at their offsets, as its bytecode does (those of another class by name), and
- * computes
- * what its Python computes: int(x * 1000) of the loop's time or the last read's, as Python's float and int
- * do it (any other number through the same operators); the CPU time taken and set to 0; the gate's
+ * computes what its Python computes: int(x * 1000) of the loop's time or the last read's, as Python's float
+ * and int do it (any other number through the same operators); the CPU time taken and set to 0; the gate's
  * remaining mute when it is muted, else 0.
  */
 #define PY_SSIZE_T_CLEAN

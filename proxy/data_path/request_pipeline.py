@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from sluice.protocol.api_keys import ApiKey
 from sluice.protocol.errors import ProtocolError
@@ -90,6 +90,8 @@ class Lifecycle(Enum):
 
 
 _OPEN = Lifecycle.OPEN
+# _forward_from's `other` where the plain run has not run yet at frames[i].
+_NOT_RUN = object()
 # A Deferred that resumes here resumes past every filter: a request waiting for room at its broker has
 # been through them all already (it is not charged twice).
 _PAST_THE_FILTERS = 1 << 30
@@ -275,11 +277,9 @@ class RequestPipeline:
         return self.release()
 
     def _forward(self, frames: list[memoryview]) -> Pending | None:
-        gate = self._gate
         answered = False
-        ready: Pending | None = None
         if self._resume is not None:
-            if self.state is not Lifecycle.OPEN or gate.muted:
+            if self.state is not Lifecycle.OPEN or self._gate.muted:
                 self._held[:0] = _kept(frames)
                 return None
             deferred, self._resume = self._resume, None
@@ -289,23 +289,47 @@ class RequestPipeline:
                 self._held[:0] = _kept(frames)
                 return self._defer(verdict)
             answered = verdict is not None
+        return self._forward_from(frames, 0, _NOT_RUN, answered)
+
+    def after_plain_forward(
+        self, frames: list[memoryview], i: int, other: tuple[RequestHeader, ChainOutcome] | None
+    ) -> Pending | None:
+        """Where the first plain run over a read's requests stopped (`_forward_plain`'s (i, other)): the rest
+        of `_forward` from there. Public for the compiled pass over a client's read
+        (proxy/data_path/_connection_passes.c), which runs that first run itself when nothing is held or
+        deferred (`client_frames` would have forwarded at once) and hands over here when it stops short."""
+        return self._forward_from(frames, i, other, False)
+
+    def _forward_from(
+        self,
+        frames: list[memoryview],
+        i: int,
+        other: object,
+        answered: bool,
+    ) -> Pending | None:
+        """Forward frames[i:], `other` the plain run's outcome at frames[i] (or _NOT_RUN: the run starts
+        there); `answered`: a filter answered a request already."""
+        ready: Pending | None = None
         try:
-            i, count = 0, len(frames)
+            count = len(frames)
             while i < count:
-                # The common requests, forwarded as they are (the hot path; compiled where the install has
-                # it).
-                i, other = _forward_plain(self, frames, i)
+                if other is _NOT_RUN:
+                    # The common requests, forwarded as they are (the hot path; compiled where the install
+                    # has it).
+                    i, other = _forward_plain(self, frames, i)
                 if other is None:  # stopped before frames[i], having run nothing of it
                     if i == count:
                         break
                     # uvloop may deliver data that arrived with the connection before our pause took effect.
-                    if self.state is not _OPEN or gate.muted:
+                    if self.state is not _OPEN or self._gate.muted:
                         self._held.extend(_kept(frames[i:]))
                         break
                     self._raw_request(frames[i])  # (a raw SASL exchange: what else stops the run)
                     i += 1
+                    other = _NOT_RUN
                     continue
-                header, out = other
+                header, out = cast("tuple[RequestHeader, ChainOutcome]", other)
+                other = _NOT_RUN
                 verdict = self._settle(header, frames[i], out)
                 i += 1
                 if verdict is not None:

@@ -114,8 +114,13 @@ def _state(rng: random.Random) -> dict[str, Any]:
     return state
 
 
-def _connection(state: dict[str, Any]) -> ClientSide:
-    conn = ClientSide.__new__(ClientSide)  # its queries read these attributes only
+class _SubclassedSide(ClientSide):
+    """A subclass, with a __dict__ of its own: the compiled queries read its slots by name, not at their
+    offsets (which they read in ClientSide's own objects only)."""
+
+
+def _connection(state: dict[str, Any], cls: type[ClientSide] = ClientSide) -> ClientSide:
+    conn = cls.__new__(cls)  # its queries read these attributes only
     for name, value in state.items():
         setattr(conn, name, value)
     return conn
@@ -138,8 +143,9 @@ def test_the_compiled_queries_answer_what_the_python_ones_answer() -> None:
         state = _state(rng)
         for name in NAMES:
             compiled, python = getattr(ClientSide, name), connection.QUERIES_IN_PYTHON[name]
-            seen = [_answer(query, _connection(state)) for query in (compiled, python)]
-            assert seen[0] == seen[1], (scenario, name, state)
+            for cls in (ClientSide, _SubclassedSide):
+                seen = [_answer(query, _connection(state, cls)) for query in (compiled, python)]
+                assert seen[0] == seen[1], (scenario, name, state, cls)
 
 
 def test_a_live_connection_answers_through_its_loop_and_gate() -> None:
