@@ -763,8 +763,8 @@ if not TYPE_CHECKING:
                 "SessionSettings": SessionSettings,
                 "ClientSide": ClientSide,
                 # The globals the passes read at each pass, as the Python reads them: the splitter's
-                # _whole_frames, the pipeline's _answers_plain, this module's _pass_clock_ns, _NO_BUFFER,
-                # buffer_in_use, READ_BUFFER_BYTES and _TAKE_REQUESTS.
+                # _whole_frames, the pipeline's _forward_plain and _answers_plain, this module's
+                # _pass_clock_ns, _NO_BUFFER, buffer_in_use, READ_BUFFER_BYTES and _TAKE_REQUESTS.
                 "frames_globals": vars(_frames),
                 "pipeline_globals": vars(request_pipeline),
                 "connection_globals": globals(),

@@ -90,8 +90,9 @@ class Lifecycle(Enum):
 
 
 _OPEN = Lifecycle.OPEN
-# _forward_from's `other` where the plain run has not run yet at frames[i].
-_NOT_RUN = object()
+# _forward_from's `other` where the plain run has not run yet at frames[i]: a sentinel, typed as the outcome
+# it stands in for (cast once here, not per request).
+_NOT_RUN = cast("tuple[RequestHeader, ChainOutcome]", object())
 # A Deferred that resumes here resumes past every filter: a request waiting for room at its broker has
 # been through them all already (it is not charged twice).
 _PAST_THE_FILTERS = 1 << 30
@@ -304,7 +305,7 @@ class RequestPipeline:
         self,
         frames: list[memoryview],
         i: int,
-        other: object,
+        other: tuple[RequestHeader, ChainOutcome] | None,
         answered: bool,
     ) -> Pending | None:
         """Forward frames[i:], `other` the plain run's outcome at frames[i] (or _NOT_RUN: the run starts
@@ -328,7 +329,7 @@ class RequestPipeline:
                     i += 1
                     other = _NOT_RUN
                     continue
-                header, out = cast("tuple[RequestHeader, ChainOutcome]", other)
+                header, out = other
                 other = _NOT_RUN
                 verdict = self._settle(header, frames[i], out)
                 i += 1

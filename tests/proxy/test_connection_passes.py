@@ -558,6 +558,7 @@ async def _read_while_holding(_scenario: dict[str, Any]) -> dict[str, Any]:
         conn._gate.mute_for(1)  # (ends on the loop's timer, after this read)
         read(conn, _request(METADATA, 1) + _request(PRODUCE, 2))
         outcome["held while muted"] = len(pipeline._held)
+        assert outcome["held while muted"] == 2  # (not lost: else the wait below would time out)
         outcome["forwarded once unmuted"] = await broker.received(2)
         pipeline._held = [memoryview(_request(METADATA, 3))]
         read(conn, _request(METADATA, 4))
