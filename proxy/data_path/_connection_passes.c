@@ -84,6 +84,51 @@ global(PyObject *globals, PyObject *name)
     return value;
 }
 
+/* globals[name](*args), the function read at each call, as the Python reads a global it calls: a new
+ * reference, or NULL with an exception set. */
+static PyObject *
+call_global(PyObject *globals, PyObject *name, PyObject *const *args, size_t nargs)
+{
+    PyObject *function = global(globals, name);
+    if (function == NULL) {
+        return NULL;
+    }
+    Py_INCREF(function); /* (a call may rebind the global) */
+    PyObject *out = PyObject_Vectorcall(function, args, nargs, NULL);
+    Py_DECREF(function);
+    return out;
+}
+
+/* `found`, a hot loop's (i, outcome), when it is a pair: else NULL with a TypeError naming `what`, `found`
+ * given up either way when it is not returned (NULL passes an error on). */
+static PyObject *
+pair(PyObject *found, const char *what)
+{
+    if (found != NULL && (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2)) {
+        Py_DECREF(found);
+        PyErr_Format(PyExc_TypeError, "%s must return a pair", what);
+        return NULL;
+    }
+    return found;
+}
+
+/* _whole_frames(view, 0, splitter.min_payload_bytes, splitter._max_frame_bytes, frames), as FrameSplitter.feed
+ * calls it on a read into a splitter holding nothing: a new reference, or NULL with an exception set. */
+static PyObject *
+whole_frames(PyObject *splitter, PyObject *view, PyObject *frames)
+{
+    PyObject *min_payload = slot_get(splitter, &splitter_min_payload);
+    PyObject *max_frame = min_payload == NULL ? NULL : slot_get(splitter, &splitter_max_frame);
+    PyObject *found = NULL;
+    if (max_frame != NULL) {
+        PyObject *args[5] = {view, zero, min_payload, max_frame, frames};
+        found = call_global(frames_globals, s_whole_frames, args, 5);
+    }
+    Py_XDECREF(min_payload);
+    Py_XDECREF(max_frame);
+    return found;
+}
+
 /* The truth of obj.<slot>: 1, 0, or -1 with an exception set. */
 static int
 slot_true(PyObject *obj, const slot_t *slot)
@@ -126,28 +171,10 @@ feed(PyObject *splitter, PyObject *data)
     if (!plain) {
         return call_method1(splitter, s_feed, data);
     }
-    PyObject *whole = global(frames_globals, s_whole_frames);
-    if (whole == NULL) {
-        return NULL;
-    }
-    Py_INCREF(whole); /* (a call may rebind the global) */
     PyObject *view = PyMemoryView_FromObject(data);
     PyObject *frames = view == NULL ? NULL : PyList_New(0);
-    PyObject *min_payload = frames == NULL ? NULL : slot_get(splitter, &splitter_min_payload);
-    PyObject *max_frame = min_payload == NULL ? NULL : slot_get(splitter, &splitter_max_frame);
-    PyObject *found = NULL;
-    if (max_frame != NULL) {
-        PyObject *args[5] = {view, zero, min_payload, max_frame, frames};
-        found = PyObject_Vectorcall(whole, args, 5, NULL);
-    }
-    Py_DECREF(whole);
-    Py_XDECREF(min_payload);
-    Py_XDECREF(max_frame);
+    PyObject *found = frames == NULL ? NULL : pair(whole_frames(splitter, view, frames), "_whole_frames");
     int failed = found == NULL;
-    if (!failed && (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2)) {
-        PyErr_SetString(PyExc_TypeError, "_whole_frames must return (pos, length)");
-        failed = 1;
-    }
     if (!failed) {
         /* if length is not None or pos < size: self.keep_rest(view, pos, length, False, frames) */
         PyObject *pos = PyTuple_GET_ITEM(found, 0), *length = PyTuple_GET_ITEM(found, 1);
@@ -218,19 +245,9 @@ take_responses(PyObject *self, PyObject *data)
         goto done;
     }
     /* broker_frames' first turn: i, answers_due = _answers_plain(self, frames, 0) */
-    PyObject *answers = global(pipeline_globals, s_answers_plain);
-    if (answers == NULL) {
-        goto done;
-    }
-    Py_INCREF(answers);
     PyObject *args[3] = {pipeline, frames, zero};
-    found = PyObject_Vectorcall(answers, args, 3, NULL);
-    Py_DECREF(answers);
+    found = pair(call_global(pipeline_globals, s_answers_plain, args, 3), "_answers_plain");
     if (found == NULL) {
-        goto done;
-    }
-    if (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2) {
-        PyErr_SetString(PyExc_TypeError, "_answers_plain must return (i, answers_due)");
         goto done;
     }
     PyObject *i = PyTuple_GET_ITEM(found, 0), *due = PyTuple_GET_ITEM(found, 1);
@@ -329,10 +346,7 @@ count_pass(PyObject *self, PyObject *started)
     if (before == NULL) {
         return -1;
     }
-    PyObject *clock = global(connection_globals, s_pass_clock_ns);
-    Py_XINCREF(clock);
-    PyObject *now = clock == NULL ? NULL : PyObject_CallNoArgs(clock);
-    Py_XDECREF(clock);
+    PyObject *now = call_global(connection_globals, s_pass_clock_ns, NULL, 0);
     PyObject *spent = now == NULL ? NULL : PyNumber_Subtract(now, started);
     PyObject *after = spent == NULL ? NULL : PyNumber_InPlaceAdd(before, spent);
     int failed = after == NULL ? -1 : slot_set(self, &client_cpu_ns, after);
@@ -408,10 +422,7 @@ run_pass(PyObject *self, int (*work)(PyObject *, PyObject *), PyObject *arg, PyO
     }
     PyObject *started;
     if (timed) {
-        PyObject *clock = global(connection_globals, s_pass_clock_ns);
-        Py_XINCREF(clock);
-        started = clock == NULL ? NULL : PyObject_CallNoArgs(clock);
-        Py_XDECREF(clock);
+        started = call_global(connection_globals, s_pass_clock_ns, NULL, 0);
         if (started == NULL) {
             return NULL;
         }
@@ -490,10 +501,7 @@ get_buffer(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         goto done;
     }
     /* if buffer_in_use(buffer): buffer = settings.read_buffer = bytearray(READ_BUFFER_BYTES) */
-    PyObject *in_use = global(connection_globals, s_buffer_in_use);
-    Py_XINCREF(in_use);
-    PyObject *used = in_use == NULL ? NULL : PyObject_CallOneArg(in_use, buffer);
-    Py_XDECREF(in_use);
+    PyObject *used = call_global(connection_globals, s_buffer_in_use, &buffer, 1);
     int renew = used == NULL ? -1 : PyObject_IsTrue(used);
     Py_XDECREF(used);
     if (renew < 0) {
@@ -601,32 +609,18 @@ forward(PyObject *pipeline, PyObject *frames)
         return call_method1(pipeline, s_client_frames, frames);
     }
     /* i, other = _forward_plain(self, frames, 0) */
-    PyObject *run = global(pipeline_globals, s_forward_plain);
-    if (run == NULL) {
-        return NULL;
-    }
-    Py_INCREF(run); /* (a call may rebind the global) */
     PyObject *args[3] = {pipeline, frames, zero};
-    PyObject *found = PyObject_Vectorcall(run, args, 3, NULL);
-    Py_DECREF(run);
+    PyObject *found = pair(call_global(pipeline_globals, s_forward_plain, args, 3), "_forward_plain");
     if (found == NULL) {
         return NULL;
     }
-    if (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2) {
-        Py_DECREF(found);
-        PyErr_SetString(PyExc_TypeError, "_forward_plain must return (i, other)");
-        return NULL;
-    }
     PyObject *i = PyTuple_GET_ITEM(found, 0), *other = PyTuple_GET_ITEM(found, 1);
-    Py_ssize_t at = PyLong_AsSsize_t(i);
+    Py_ssize_t at = PyLong_AsSsize_t(i); /* (not an index: an error, as the Python's loop would fail on it) */
     PyObject *out = NULL;
-    if (at == -1 && PyErr_Occurred()) {
-        /* (not an index: the Python's loop would fail on it too) */
-    }
-    else if (other == Py_None && at == PyList_GET_SIZE(frames)) { /* all forwarded: nothing answered, no wait */
+    if (other == Py_None && at == PyList_GET_SIZE(frames)) { /* all forwarded: nothing answered, no wait */
         out = Py_NewRef(Py_None);
     }
-    else { /* the rest of _forward from there: self.after_plain_forward(frames, i, other) */
+    else if (!(at == -1 && PyErr_Occurred())) { /* the rest of _forward: self.after_plain_forward(frames, i, other) */
         PyObject *rest[4] = {pipeline, frames, i, other};
         out = PyObject_VectorcallMethod(s_after_plain_forward, rest, 4, NULL);
     }
@@ -648,28 +642,12 @@ take_requests(PyObject *self, PyObject *data)
         if (whole < 0) {
             return -1;
         }
-        PyObject *python = global(connection_globals, s_take_requests);
-        Py_XINCREF(python);
         PyObject *args[2] = {self, data};
-        int failed = python == NULL ? -1 : done_with(PyObject_Vectorcall(python, args, 2, NULL));
-        Py_XDECREF(python);
-        return failed;
+        return done_with(call_global(connection_globals, s_take_requests, args, 2));
     }
     /* frames = requests.feed(data): its whole frames, through _whole_frames as `feed` finds them */
-    PyObject *found = NULL, *frames = PyList_New(0);
-    PyObject *walk = frames == NULL ? NULL : global(frames_globals, s_whole_frames);
-    if (walk != NULL) {
-        Py_INCREF(walk);
-        PyObject *min_payload = slot_get(splitter, &splitter_min_payload);
-        PyObject *max_frame = min_payload == NULL ? NULL : slot_get(splitter, &splitter_max_frame);
-        if (max_frame != NULL) {
-            PyObject *args[5] = {data, zero, min_payload, max_frame, frames};
-            found = PyObject_Vectorcall(walk, args, 5, NULL);
-        }
-        Py_DECREF(walk);
-        Py_XDECREF(min_payload);
-        Py_XDECREF(max_frame);
-    }
+    PyObject *frames = PyList_New(0);
+    PyObject *found = frames == NULL ? NULL : whole_frames(splitter, data, frames);
     int failed = found == NULL ? -1 : 0;
     if (!failed && (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2 ||
                     PyTuple_GET_ITEM(found, 1) != Py_None)) {
